@@ -1,0 +1,23 @@
+"""layout-solver: tensor memory layouts for on-device ML as one global optimization.
+
+The core (problem model, solvers) imports neither torch nor executorch.
+"""
+
+from layout_solver.problem import (
+    InfeasibleError,
+    Mode,
+    Op,
+    Problem,
+    ProblemError,
+    Solution,
+    Transition,
+    TransitionCost,
+    Value,
+)
+from layout_solver.solve import solve
+
+__all__ = [
+    "InfeasibleError", "Mode", "Op", "Problem", "ProblemError", "Solution", "Transition",
+    "TransitionCost", "Value", "solve",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,117 @@
+"""`layout-solver` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution
+from layout_solver.solve import DEFAULT_TIME_LIMIT, solve
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+
+def bundled_example(name: str = "resnet_like") -> Path:
+    return Path(str(resources.files("layout_solver") / "data" / "examples" / f"{name}.json"))
+
+
+def load_problem(path: Path) -> Problem:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ProblemError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return Problem.model_validate_json(text)
+    except ValidationError as exc:
+        raise ProblemError(f"{path} is not a valid problem:\n{exc}") from exc
+
+
+def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
+    lines = [
+        f"problem      {problem.name}: {len(problem.values)} values, {len(problem.ops)} ops",
+        f"status       {solution.status}",
+        f"objective    {solution.objective:,.2f}",
+        f"bound        {solution.bound:,.2f}",
+        f"gap          {solution.gap:.4%}",
+        f"components   {solution.components.count} ({solution.components.blocks} blocks, "
+        f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}",
+        "timings      " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items()),
+        f"transitions  {len(solution.transitions)}, cost {sum(t.cost for t in solution.transitions):,.2f}",
+    ]
+    for t in sorted(solution.transitions, key=lambda t: -t.cost)[:top]:
+        lines.append(f"  {t.value}: {t.src} -> {t.dst}  cost {t.cost:,.2f}  for {', '.join(t.consumers)}")
+    if len(solution.transitions) > top:
+        lines.append(f"  ... {len(solution.transitions) - top} more")
+    lines.extend(f"note         {n}" for n in solution.notes)
+    return "\n".join(lines)
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    problem = load_problem(Path(args.problem))
+    solution = solve(problem, time_limit=args.time_limit)
+    if args.out:
+        Path(args.out).write_text(solution.model_dump_json(indent=1))
+    if args.json:
+        print(solution.model_dump_json())
+    else:
+        print(format_summary(problem, solution))
+        if args.out:
+            print(f"solution written to {args.out}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    schemas = {"problem": Problem.model_json_schema(), "solution": Solution.model_json_schema()}
+    print(json.dumps(schemas if args.which == "all" else schemas[args.which], indent=1))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    for name in ("resnet_like", "transformer_like"):
+        path = bundled_example(name)
+        problem = load_problem(path)
+        solution = solve(problem, time_limit=args.time_limit)
+        print(f"== {path.name}")
+        print(format_summary(problem, solution, top=5))
+        print()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("solve", help="solve a problem snapshot (JSON)")
+    p.add_argument("problem", help="PROBLEM.json")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="seconds (default %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the solution as one JSON object")
+    p.add_argument("--out", help="write the solution JSON here")
+    p.set_defaults(func=cmd_solve)
+    p = sub.add_parser("schema", help="print the JSON Schema of problems and solutions")
+    p.add_argument("which", nargs="?", choices=["problem", "solution", "all"], default="all")
+    p.set_defaults(func=cmd_schema)
+    p = sub.add_parser("demo", help="solve the bundled example problems")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InfeasibleError as exc:
+        print(f"layout-solver: {exc}", file=sys.stderr)
+        return EXIT_INFEASIBLE
+    except ProblemError as exc:
+        print(f"layout-solver: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""Exact cost of a full assignment, straight from the problem's semantics.
+
+This is the reference the solvers are checked against: it knows nothing of
+components, min-cut or CP-SAT, only of values, modes and shared transitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layout_solver.problem import Problem, ProblemError, Transition
+
+
+@dataclass(frozen=True)
+class TransitionPricer:
+    """Cost of moving one value from one label to another."""
+
+    problem: Problem
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_table", self.problem.transition_table())
+        object.__setattr__(self, "_values", {v.id: v for v in self.problem.values})
+
+    def __call__(self, value_id: str, src: str, dst: str) -> float:
+        if src == dst:
+            return 0.0
+        value = self._values[value_id]
+        if value.kind == "constant" and not self.problem.price_constants:
+            return 0.0
+        explicit = self._table.get((value_id, src, dst))
+        if explicit is not None:
+            return explicit
+        return value.size_bytes * self.problem.default_cost_per_byte
+
+
+@dataclass
+class Evaluation:
+    objective: float
+    labels: dict[str, str]
+    transitions: list[Transition]
+    mode_cost: float
+
+
+def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str]) -> Evaluation:
+    """Cost of choosing ``modes`` (op id -> mode name) and labels for unproduced values.
+
+    Raises ProblemError if the choice breaks a hard constraint (a result label
+    outside its value's domain or against its fixed label).
+    """
+    pricer = TransitionPricer(problem)
+    labels: dict[str, str] = {}
+    mode_cost = 0.0
+    chosen = {}
+    for op in problem.ops:
+        by_name = {m.name: m for m in op.modes}
+        if modes.get(op.id) not in by_name:
+            raise ProblemError(f"op {op.id!r} has no chosen mode (got {modes.get(op.id)!r})", ops=[op.id])
+        mode = by_name[modes[op.id]]
+        chosen[op.id] = mode
+        mode_cost += mode.cost
+        for vid, label in zip(op.results, mode.results):
+            labels[vid] = label
+    for value in problem.values:
+        if value.id not in labels:
+            labels[value.id] = free_labels.get(value.id, value.fixed or value.domain[0])
+        label = labels[value.id]
+        if label not in value.domain or (value.fixed is not None and label != value.fixed):
+            raise ProblemError(
+                f"value {value.id!r} would be stored as {label!r}; allowed: "
+                f"{[value.fixed] if value.fixed else value.domain}",
+                values=[value.id],
+            )
+    # (value, target label) -> consumers sharing that one transition (dict as ordered set)
+    needed: dict[tuple[str, str], dict[str, None]] = {}
+    for op in problem.ops:
+        for vid, want in zip(op.operands, chosen[op.id].operands):
+            if want != labels[vid]:
+                needed.setdefault((vid, want), {})[op.id] = None
+    # Built from validated parts, so skip re-validation (large graphs have many).
+    transitions = [
+        Transition.model_construct(value=vid, src=labels[vid], dst=dst, consumers=list(consumers),
+                                   cost=pricer(vid, labels[vid], dst))
+        for (vid, dst), consumers in needed.items()
+    ]
+    objective = mode_cost + sum(t.cost for t in transitions)
+    return Evaluation(objective=objective, labels=labels, transitions=transitions, mode_cost=mode_cost)

@@ -1,0 +1,201 @@
+"""The layout-assignment problem and its solution, as validated, serializable data.
+
+Semantics (the solvers and the brute-force tests share exactly this reading):
+
+* Every value is stored in one *label* (a dim order, a Vulkan representation)
+  from its ``domain``. A value produced by an op takes the result label of the
+  op's chosen mode; a value nobody produces (graph input, constant) picks its
+  label freely from the domain, or is pinned by ``fixed``.
+* Every op picks one of its ``modes``. A mode fixes the label of every operand
+  slot and every result. The mode's ``cost`` is paid.
+* An op that needs an operand in a label other than the value's own label
+  reads a transitioned copy. One transition is paid per (value, target label),
+  however many consumers share it. Transitions of constants are folded at
+  compile time (free) unless ``price_constants`` is set.
+* Labels a mode names must lie in the domains of the values it touches: the
+  domain is every layout the tensor may exist in, including transitioned
+  copies. ``fixed`` restricts only the value's own (home) label.
+
+An output contract ("this graph output must be NCHW") is an op that consumes
+the value with a single mode, so the solver prices the transition it forces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = 1
+
+ValueKind = Literal["activation", "constant", "input", "output"]
+
+
+class ProblemError(ValueError):
+    """A problem that cannot be solved as given; names the values and ops at fault."""
+
+    def __init__(self, message: str, *, values: list[str] | None = None, ops: list[str] | None = None):
+        self.values = list(values or [])
+        self.ops = list(ops or [])
+        super().__init__(message)
+
+
+class InfeasibleError(ProblemError):
+    """No assignment satisfies the hard constraints."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class Value(_Strict):
+    id: str
+    shape: list[int] = Field(default_factory=list)
+    dtype: str = "float32"
+    size_bytes: int = Field(0, ge=0)
+    kind: ValueKind = "activation"
+    domain: list[str] = Field(min_length=1)
+    fixed: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Value:
+        if len(set(self.domain)) != len(self.domain):
+            raise ValueError(f"value {self.id!r}: domain has repeated labels {self.domain}")
+        if self.fixed is not None and self.fixed not in self.domain:
+            raise ValueError(f"value {self.id!r}: fixed label {self.fixed!r} is not in its domain {self.domain}")
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"value {self.id!r}: negative dimension in shape {self.shape} (dynamic shapes are not supported)")
+        return self
+
+
+class Mode(_Strict):
+    name: str
+    operands: list[str]
+    results: list[str]
+    cost: float = Field(0.0, ge=0)
+
+
+class Op(_Strict):
+    id: str
+    target: str = ""
+    graph: str = "main"
+    operands: list[str]
+    results: list[str]
+    modes: list[Mode] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Op:
+        for mode in self.modes:
+            if len(mode.operands) != len(self.operands) or len(mode.results) != len(self.results):
+                raise ValueError(
+                    f"op {self.id!r}: mode {mode.name!r} labels {len(mode.operands)} operands and "
+                    f"{len(mode.results)} results, the op has {len(self.operands)} and {len(self.results)}"
+                )
+        names = [m.name for m in self.modes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"op {self.id!r}: repeated mode names {names}")
+        return self
+
+
+class TransitionCost(_Strict):
+    value: str
+    src: str
+    dst: str
+    cost: float = Field(ge=0)
+
+
+class Problem(_Strict):
+    """One layout-assignment problem; several graphs (methods) may share values."""
+
+    schema_version: int = SCHEMA_VERSION
+    name: str = "problem"
+    values: list[Value]
+    ops: list[Op]
+    transition_costs: list[TransitionCost] = Field(default_factory=list)
+    # Price of a (value, src, dst) pair not listed above: size_bytes * this.
+    default_cost_per_byte: float = Field(1.0, ge=0)
+    price_constants: bool = False
+
+    @model_validator(mode="after")
+    def _check_references(self) -> Problem:
+        validate_references(self)
+        return self
+
+    def transition_table(self) -> dict[tuple[str, str, str], float]:
+        return {(t.value, t.src, t.dst): t.cost for t in self.transition_costs}
+
+
+def validate_references(problem: Problem) -> None:
+    """Cross-object checks: every id known, every label inside the right domain."""
+    counts = Counter(v.id for v in problem.values)
+    repeated = sorted(k for k, n in counts.items() if n > 1)
+    if repeated:
+        raise ProblemError(f"values defined more than once: {repeated}", values=repeated)
+    op_counts = Counter(o.id for o in problem.ops)
+    repeated = sorted(k for k, n in op_counts.items() if n > 1)
+    if repeated:
+        raise ProblemError(f"ops defined more than once: {repeated}", ops=repeated)
+    values = {v.id: v for v in problem.values}
+    producer: dict[str, str] = {}
+    for op in problem.ops:
+        for vid in [*op.operands, *op.results]:
+            if vid not in values:
+                raise ProblemError(f"op {op.id!r} refers to unknown value {vid!r}", ops=[op.id], values=[vid])
+        for vid in op.results:
+            if vid in producer:
+                raise ProblemError(
+                    f"value {vid!r} is produced by both {producer[vid]!r} and {op.id!r}",
+                    ops=[producer[vid], op.id], values=[vid],
+                )
+            producer[vid] = op.id
+        for mode in op.modes:
+            for vid, label in zip([*op.operands, *op.results], [*mode.operands, *mode.results]):
+                if label not in values[vid].domain:
+                    raise ProblemError(
+                        f"op {op.id!r} mode {mode.name!r} wants value {vid!r} in {label!r}, "
+                        f"outside its domain {values[vid].domain}",
+                        ops=[op.id], values=[vid],
+                    )
+    for t in problem.transition_costs:
+        if t.value not in values:
+            raise ProblemError(f"transition cost for unknown value {t.value!r}", values=[t.value])
+        for label in (t.src, t.dst):
+            if label not in values[t.value].domain:
+                raise ProblemError(
+                    f"transition cost of value {t.value!r} names {label!r}, outside its domain",
+                    values=[t.value],
+                )
+        if not math.isfinite(t.cost):
+            raise ProblemError(f"transition cost of value {t.value!r} is not finite", values=[t.value])
+
+
+class Transition(_Strict):
+    value: str
+    src: str
+    dst: str
+    consumers: list[str]
+    cost: float
+
+
+class ComponentStats(_Strict):
+    count: int = 0
+    blocks: int = 0
+    memo_hits: int = 0
+    by_method: dict[str, int] = Field(default_factory=dict)
+
+
+class Solution(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    problem: str
+    status: Literal["optimal", "feasible"]
+    labels: dict[str, str]
+    modes: dict[str, str]
+    transitions: list[Transition]
+    objective: float
+    bound: float
+    gap: float
+    timings: dict[str, float]
+    components: ComponentStats = Field(default_factory=ComponentStats)
+    notes: list[str] = Field(default_factory=list)

@@ -1,0 +1,1 @@
+"""Exact and heuristic solvers over the compiled problem."""

@@ -1,0 +1,299 @@
+"""Use the structure of real graphs: components, blocks, and repeated pieces.
+
+1. Variables that share no factor are independent: connected components of
+   the variables' interaction graph are solved separately.
+2. Inside a component, an *articulation* variable (a residual add between
+   two transformer blocks, say) separates it into biconnected blocks. Each
+   block is solved once per assignment of its articulation variables, giving
+   an interface table; a dynamic programme over the block-cut tree combines
+   the tables exactly.
+3. A block's canonical signature (its factors and costs written in terms of
+   variable positions) keys a memo, so repeated blocks are solved once.
+   Equal signatures mean the same subproblem up to renaming, so reuse is
+   exact; isomorphic blocks written in a different order merely miss.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import coo_array
+from scipy.sparse.csgraph import connected_components
+
+from layout_solver.model import CompiledProblem, Factor
+from layout_solver.solvers.cpsat import solve_cpsat
+from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
+from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
+from layout_solver.solvers.greedy import greedy
+from layout_solver.solvers.mincut import solve_mincut
+from layout_solver.solvers.subproblem import SubResult, Subproblem, restrict
+
+# Above this many articulation assignments a block is not tabulated; its
+# whole component goes to one solver call instead.
+MAX_INTERFACE = 256
+
+
+@dataclass
+class SolveStats:
+    components: int = 0
+    blocks: int = 0
+    memo_hits: int = 0
+    by_method: Counter = field(default_factory=Counter)
+    proven: bool = True
+
+
+@dataclass
+class _Table:
+    value: np.ndarray  # over articulation options, block cost (internal unaries included)
+    bound: np.ndarray
+    internal: list[list[int]]  # flat articulation index -> internal options
+
+
+class Decomposer:
+    def __init__(self, compiled: CompiledProblem, deadline: float, workers: int = 1,
+                 enumeration_limit: int = ENUMERATION_LIMIT, elimination_limit: int = MAX_TABLE,
+                 use_blocks: bool = True, memo: bool = True):
+        self.c = compiled
+        self.elimination_limit = elimination_limit
+        self.use_memo = memo
+        self.enumeration_limit = enumeration_limit
+        self.use_blocks = use_blocks
+        self.deadline = deadline
+        self.workers = workers
+        self.memo: dict[tuple, _Table] = {}
+        self.stats = SolveStats()
+
+    # -- pieces ---------------------------------------------------------------
+
+    def solve_piece(self, sub: Subproblem) -> SubResult:
+        if sub.n_vars == 0:
+            v = sub.total([])
+            return SubResult([], v, v, "constant")
+        if can_enumerate(sub, self.enumeration_limit):
+            return enumerate_all(sub)
+        cut = solve_mincut(sub)
+        if cut is not None:
+            return cut
+        if self.elimination_limit:
+            exact = solve_by_elimination(sub, self.elimination_limit)
+            if exact is not None:
+                return exact
+        start = greedy(sub)
+        trivial = sub.offset + sum(min(u) for u in sub.unary)
+        start.bound = trivial
+        remaining = self.deadline - time.perf_counter()
+        if remaining <= 0:
+            return start
+        return solve_cpsat(sub, start, remaining, self.workers)
+
+    def _record(self, result: SubResult) -> None:
+        self.stats.by_method[result.method] += 1
+        if result.bound < result.value - 1e-9 * max(1.0, abs(result.value)):
+            self.stats.proven = False
+
+    # -- components -----------------------------------------------------------
+
+    def components(self) -> list[tuple[list[int], list[Factor]]]:
+        n = self.c.n_vars
+        rows, cols = [], []
+        for f in self.c.factors:
+            scope = f.scope
+            for v in scope[1:]:
+                rows.append(scope[0])
+                cols.append(v)
+        graph = coo_array((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
+        count, label_array = connected_components(graph, directed=False)
+        label = label_array.tolist()  # Python ints: numpy scalar indexing is slow in loops
+        members: list[list[int]] = [[] for _ in range(count)]
+        for v in range(n):
+            members[label[v]].append(v)
+        factors: list[list[Factor]] = [[] for _ in range(count)]
+        for f in self.c.factors:
+            factors[label[f.scope[0]]].append(f)
+        return list(zip(members, factors))
+
+    def solve(self) -> tuple[list[int], float]:
+        """Options for every variable, and a lower bound on the variable part's cost."""
+        options = [0] * self.c.n_vars
+        bound = 0.0
+        for variables, factors in self.components():
+            self.stats.components += 1
+            chosen, lb = self.solve_component(variables, factors)
+            for v, o in zip(variables, chosen):
+                options[v] = o
+            bound += lb
+        return options, bound
+
+    def solve_component(self, variables: list[int], factors: list[Factor]) -> tuple[list[int], float]:
+        if self.use_blocks and len(variables) > 2:
+            blocks = self._blocks(variables, factors)
+            if blocks is not None:
+                return self._block_dp(variables, factors, *blocks)
+        table = self._tabulate(variables, [], factors)
+        self.stats.blocks += 1
+        return table.internal[0], float(table.bound.reshape(-1)[0])
+
+    # -- blocks ---------------------------------------------------------------
+
+    def _blocks(self, variables, factors):
+        graph = nx.Graph()
+        graph.add_nodes_from(variables)
+        for f in factors:
+            graph.add_edges_from(itertools.combinations(f.scope, 2))
+        articulation = set(nx.articulation_points(graph))
+        if not articulation:
+            return None
+        blocks = [sorted(b) for b in nx.biconnected_components(graph)]
+        for b in blocks:
+            arts = [v for v in b if v in articulation]
+            if math.prod(self.c.n_options[v] for v in arts) > MAX_INTERFACE:
+                return None
+        return blocks, articulation
+
+    def _block_dp(self, variables, factors, blocks, articulation):
+        c = self.c
+        var_blocks: dict[int, list[int]] = {}
+        for bi, b in enumerate(blocks):
+            for v in b:
+                var_blocks.setdefault(v, []).append(bi)
+        block_factors: list[list[Factor]] = [[] for _ in blocks]
+        art_unary = {v: np.asarray(c.unary[v], dtype=float) for v in articulation}
+        for f in factors:
+            scope = f.scope
+            if len(scope) == 1 and scope[0] in articulation:
+                v = scope[0]
+                art_unary[v] = art_unary[v] + [c.factor_cost(f, {v: o}) for o in range(c.n_options[v])]
+                continue
+            candidates = set(var_blocks[scope[0]])
+            for v in scope[1:]:
+                candidates &= set(var_blocks[v])
+            block_factors[min(candidates)].append(f)
+
+        # Root the block-cut tree at block 0.
+        parent_of_block: dict[int, int | None] = {0: None}
+        children_of_art: dict[int, list[int]] = {}
+        order: list[int] = []
+        stack = [0]
+        while stack:
+            bi = stack.pop()
+            order.append(bi)
+            for v in blocks[bi]:
+                if v in articulation and v != parent_of_block[bi]:
+                    kids = [b for b in var_blocks[v] if b != bi]
+                    children_of_art[v] = kids
+                    for k in kids:
+                        parent_of_block[k] = v
+                        stack.append(k)
+
+        tables: dict[int, _Table] = {}
+        arts_of: dict[int, list[int]] = {}
+        for bi in order:
+            arts = [v for v in blocks[bi] if v in articulation]
+            internal = [v for v in blocks[bi] if v not in articulation]
+            arts_of[bi] = arts
+            tables[bi] = self._tabulate(internal, arts, block_factors[bi])
+            self.stats.blocks += 1
+
+        # Bottom-up: art subtree values S (and bounds), block values V per parent option.
+        s_val: dict[int, np.ndarray] = {}
+        s_lb: dict[int, np.ndarray] = {}
+        v_val: dict[int, np.ndarray] = {}
+        v_lb: dict[int, np.ndarray] = {}
+        best_index: dict[int, np.ndarray] = {}
+        for bi in reversed(order):
+            arts = arts_of[bi]
+            total = tables[bi].value.copy()
+            total_lb = tables[bi].bound.copy()
+            parent = parent_of_block[bi]
+            for axis, v in enumerate(arts):
+                if v == parent:
+                    continue
+                shape = [1] * len(arts)
+                shape[axis] = -1
+                total = total + s_val[v].reshape(shape)
+                total_lb = total_lb + s_lb[v].reshape(shape)
+            if parent is None:
+                best_index[bi] = np.unravel_index(int(np.argmin(total)), total.shape)
+                root_lb = float(total_lb.min())
+                continue
+            axis = arts.index(parent)
+            if axis:
+                total, total_lb = np.moveaxis(total, axis, 0), np.moveaxis(total_lb, axis, 0)
+            moved = total.reshape(total.shape[0], -1)
+            moved_lb = total_lb.reshape(total.shape[0], -1)
+            v_val[bi] = moved.min(axis=1)
+            v_lb[bi] = moved_lb.min(axis=1)
+            best_index[bi] = moved.argmin(axis=1)
+            if all(b in v_val for b in children_of_art[parent]):
+                s_val[parent] = art_unary[parent] + sum(v_val[b] for b in children_of_art[parent])
+                s_lb[parent] = art_unary[parent] + sum(v_lb[b] for b in children_of_art[parent])
+
+        # Top-down reconstruction.
+        chosen: dict[int, int] = {}
+        for bi in order:
+            arts = arts_of[bi]
+            shape = tuple(c.n_options[v] for v in arts)
+            parent = parent_of_block[bi]
+            if parent is None:
+                index = tuple(int(i) for i in best_index[bi])
+            else:
+                axis = arts.index(parent)
+                others = shape[:axis] + shape[axis + 1:]
+                rest = np.unravel_index(int(best_index[bi][chosen[parent]]), others) if others else ()
+                index = tuple(int(i) for i in rest[:axis]) + (chosen[parent],) + tuple(int(i) for i in rest[axis:])
+            for v, o in zip(arts, index):
+                chosen.setdefault(v, o)
+            flat = int(np.ravel_multi_index(index, shape)) if shape else 0
+            internal = [v for v in blocks[bi] if v not in articulation]
+            for v, o in zip(internal, tables[bi].internal[flat]):
+                chosen[v] = o
+        return [chosen[v] for v in variables], root_lb
+
+    def _tabulate(self, internal: list[int], arts: list[int], factors: list[Factor]) -> _Table:
+        """Cost of the block for every assignment of its articulation variables."""
+        key = self._signature(internal, arts, factors)
+        hit = self.memo.get(key)
+        if hit is not None:
+            self.stats.memo_hits += 1
+            return hit
+        shape = tuple(self.c.n_options[v] for v in arts)
+        value = np.empty(shape, dtype=float)
+        bound = np.empty(shape, dtype=float)
+        chosen: list[list[int]] = []
+        for index in itertools.product(*(range(n) for n in shape)):
+            sub = restrict(self.c, internal, factors, dict(zip(arts, index)))
+            result = self.solve_piece(sub)
+            self._record(result)
+            value[index] = result.value
+            bound[index] = result.bound
+            chosen.append(result.options)
+        table = _Table(value, bound, chosen)
+        if self.use_memo:
+            self.memo[key] = table
+        return table
+
+    def _signature(self, internal: list[int], arts: list[int], factors: list[Factor]) -> tuple:
+        c = self.c
+        position = {v: i for i, v in enumerate(arts + internal)}
+        var_part = tuple(c.n_options[v] for v in arts) + tuple(c.unary[v] for v in internal)
+        encoded = []
+        for f in factors:
+            targets = set(f.const_req).union(*(r for reqs in f.cons_reqs for r in reqs))
+            sources = sorted(set(f.src_labels))
+            prices = tuple(c.cost(f.value, a, b) if a != b else 0.0 for a in sources for b in sorted(targets))
+            encoded.append((
+                position[f.src_var] if f.src_var >= 0 else -1,
+                f.src_labels,
+                tuple(position[v] for v in f.cons_vars),
+                tuple(tuple(tuple(sorted(r)) for r in reqs) for reqs in f.cons_reqs),
+                tuple(sorted(f.const_req)),
+                tuple(sources), tuple(sorted(targets)), prices,
+            ))
+        encoded.sort()
+        return (len(arts), var_part, tuple(encoded))

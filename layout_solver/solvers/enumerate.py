@@ -1,0 +1,24 @@
+"""Exhaustive search for pieces small enough that trying everything is cheapest."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from layout_solver.solvers.subproblem import SubResult, Subproblem
+
+ENUMERATION_LIMIT = 64
+
+
+def can_enumerate(sub: Subproblem, limit: int = ENUMERATION_LIMIT) -> bool:
+    return math.prod(sub.n_options) <= limit
+
+
+def enumerate_all(sub: Subproblem) -> SubResult:
+    best, best_cost = None, float("inf")
+    for opt in itertools.product(*(range(n) for n in sub.n_options)):
+        c = sub.total(opt)
+        if c < best_cost:
+            best, best_cost = list(opt), c
+    assert best is not None
+    return SubResult(options=best, value=best_cost, bound=best_cost, method="enumerate")

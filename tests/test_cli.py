@@ -1,0 +1,53 @@
+import json
+import subprocess
+import sys
+
+from layout_solver.cli import bundled_example, main
+from layout_solver.synthetic import random_problem
+
+
+def test_solve_json(tmp_path, capsys):
+    out = tmp_path / "solution.json"
+    assert main(["solve", str(bundled_example()), "--json", "--out", str(out)]) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["status"] == "optimal" and printed["gap"] == 0
+    assert json.loads(out.read_text())["objective"] == printed["objective"]
+
+
+def test_solve_summary(capsys):
+    assert main(["solve", str(bundled_example("transformer_like")), "--time-limit", "20"]) == 0
+    text = capsys.readouterr().out
+    for word in ("objective", "bound", "gap", "transitions", "timings"):
+        assert word in text
+
+
+def test_bad_file_names_the_problem(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"values": [{"id": "x", "domain": ["A"]}],
+                               "ops": [{"id": "relu", "operands": ["nope"], "results": [], "modes": [
+                                   {"name": "m", "operands": ["A"], "results": []}]}]}))
+    assert main(["solve", str(bad)]) == 2
+    assert "unknown value 'nope'" in capsys.readouterr().err
+
+
+def test_missing_file(capsys):
+    assert main(["solve", "/nonexistent/p.json"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_infeasible_exit_code(tmp_path, capsys):
+    problem = {"values": [{"id": "x", "domain": ["A", "B"]}, {"id": "y", "domain": ["A", "B"], "fixed": "B"}],
+               "ops": [{"id": "conv", "operands": ["x"], "results": ["y"],
+                        "modes": [{"name": "m", "operands": ["A"], "results": ["A"]}]}]}
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(problem))
+    assert main(["solve", str(path)]) == 3
+    assert "conv" in capsys.readouterr().err
+
+
+def test_console_script_installed(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(random_problem(1, n_ops=4).model_dump_json())
+    result = subprocess.run([sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
+                            capture_output=True, text=True)
+    assert result.returncode in (0, 3), result.stderr

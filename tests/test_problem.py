@@ -1,0 +1,136 @@
+"""Problem model: validation errors that name the culprit, lossless JSON."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from layout_solver import InfeasibleError, Mode, Op, Problem, ProblemError, Value, solve
+from layout_solver.synthetic import random_problem, transformer_like
+
+
+def _value(vid, domain=("A", "B"), **kw):
+    return Value(id=vid, shape=[2, 3], size_bytes=6, domain=list(domain), **kw)
+
+
+def _op(oid, operands, results, modes):
+    return Op(id=oid, operands=operands, results=results,
+              modes=[Mode(name=f"m{i}", operands=list(o), results=list(r)) for i, (o, r) in enumerate(modes)])
+
+
+def test_unknown_value_is_named():
+    with pytest.raises(ValidationError, match="op 'relu' refers to unknown value 'ghost'"):
+        Problem(values=[_value("x")], ops=[_op("relu", ["ghost"], ["x"], [(["A"], ["A"])])])
+
+
+def test_empty_domain_rejected():
+    with pytest.raises(ValidationError, match="domain"):
+        Value(id="x", domain=[])
+
+
+def test_mode_label_outside_domain_is_named():
+    with pytest.raises(ValidationError, match="op 'conv' mode 'm0' wants value 'x' in 'C'"):
+        Problem(values=[_value("x"), _value("y")], ops=[_op("conv", ["x"], ["y"], [(["C"], ["A"])])])
+
+
+def test_fixed_label_outside_domain_rejected():
+    with pytest.raises(ValidationError, match="value 'x': fixed label 'C'"):
+        _value("x", fixed="C")
+
+
+def test_value_produced_twice_is_named():
+    with pytest.raises(ValidationError, match="value 'y' is produced by both 'a' and 'b'"):
+        Problem(values=[_value("x"), _value("y")],
+                ops=[_op("a", ["x"], ["y"], [(["A"], ["A"])]), _op("b", ["x"], ["y"], [(["A"], ["A"])])])
+
+
+def test_dynamic_shape_rejected():
+    with pytest.raises(ValidationError, match="dynamic shapes"):
+        Value(id="x", shape=[-1, 4], domain=["A"])
+
+
+def test_mode_arity_checked():
+    with pytest.raises(ValidationError, match="op 'add': mode 'm0' labels 1 operands"):
+        _op("add", ["x", "y"], ["z"], [(["A"], ["A"])])
+
+
+def test_infeasible_names_op_and_value():
+    problem = Problem(
+        values=[_value("x"), _value("y", fixed="B")],
+        ops=[_op("conv", ["x"], ["y"], [(["A"], ["A"])])],
+    )
+    with pytest.raises(InfeasibleError) as info:
+        solve(problem)
+    assert info.value.ops == ["conv"]
+    assert info.value.values == ["y"]
+    assert "value 'y' must be ['B'] but op 'conv' can only produce ['A']" in str(info.value)
+
+
+def test_infeasible_multi_result_op():
+    problem = Problem(
+        values=[_value("x"), _value("y", fixed="A"), _value("z", fixed="B")],
+        ops=[_op("split", ["x"], ["y", "z"], [(["A"], ["A", "A"]), (["B"], ["B", "B"])])],
+    )
+    with pytest.raises(InfeasibleError, match="op 'split': no single mode"):
+        solve(problem)
+
+
+def test_problem_error_is_a_value_error():
+    assert issubclass(ProblemError, ValueError) and issubclass(InfeasibleError, ProblemError)
+
+
+@pytest.mark.parametrize("problem", [random_problem(3, n_ops=6, p_fixed=0.0), transformer_like(2, 4)])
+def test_problem_and_solution_json_round_trip(problem):
+    again = Problem.model_validate_json(problem.model_dump_json())
+    assert again == problem
+    solution = solve(problem)
+    from layout_solver import Solution
+
+    assert Solution.model_validate_json(solution.model_dump_json()) == solution
+
+
+def test_shared_constant_across_graphs_gets_one_label():
+    # Two methods of one program share a weight; only the weight's label is shared.
+    w = Value(id="w", domain=["A", "B"], size_bytes=100, kind="constant")
+    x1, x2 = _value("x1", fixed="A"), _value("x2", fixed="B")
+    y1, y2 = _value("y1"), _value("y2")
+    ops = [
+        Op(id="f.mm", graph="forward", operands=["x1", "w"], results=["y1"],
+           modes=[Mode(name="a", operands=["A", "A"], results=["A"])]),
+        Op(id="g.mm", graph="encode", operands=["x2", "w"], results=["y2"],
+           modes=[Mode(name="b", operands=["B", "B"], results=["B"])]),
+    ]
+    priced = Problem(values=[w, x1, x2, y1, y2], ops=ops, price_constants=True)
+    solution = solve(priced)
+    assert solution.labels["w"] in ("A", "B")
+    assert len(solution.transitions) == 1 and solution.transitions[0].value == "w"
+    assert solution.objective == 100
+    folded = solve(Problem(values=[w, x1, x2, y1, y2], ops=ops))
+    assert folded.objective == 0  # constants' transitions fold at compile time
+
+
+def test_core_does_not_import_torch():
+    code = (
+        "import sys, layout_solver, layout_solver.cli, layout_solver.solve, layout_solver.synthetic;"
+        "from layout_solver.synthetic import cnn_like; layout_solver.solve(cnn_like(2));"
+        "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_schema_is_json_schema():
+    from layout_solver.cli import main
+
+    assert main(["schema", "problem"]) == 0
+
+
+def test_schema_mentions_every_field(capsys):
+    from layout_solver.cli import main
+
+    main(["schema"])
+    schema = json.loads(capsys.readouterr().out)
+    assert set(schema) == {"problem", "solution"}
+    assert {"values", "ops", "transition_costs"} <= set(schema["problem"]["properties"])
+    assert {"objective", "bound", "gap", "transitions", "timings"} <= set(schema["solution"]["properties"])

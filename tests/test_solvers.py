@@ -1,0 +1,137 @@
+"""Every solver path against brute force on random small problems.
+
+Each hypothesis example is a random DAG problem (multi-result ops, shared
+values, constants, fixed labels, explicit and default transition costs);
+`tuning` steers it through enumeration, min-cut, CP-SAT and the block DP.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from layout_solver import InfeasibleError, solve
+from layout_solver.brute_force import brute_force
+from layout_solver.evaluate import evaluate
+from layout_solver.model import compile_problem
+from layout_solver.solvers.mincut import solve_mincut
+from layout_solver.solvers.subproblem import restrict
+from layout_solver.synthetic import cnn_like, random_problem, transformer_like
+
+PATHS = {
+    "default": {},
+    "elimination": {"enumeration_limit": 0},
+    "cpsat-blocks": {"enumeration_limit": 0, "elimination_limit": 0},
+    "cpsat-whole": {"enumeration_limit": 0, "elimination_limit": 0, "use_blocks": False},
+}
+
+
+def _check_against_brute_force(problem, tuning):
+    try:
+        optimum = brute_force(problem)[0]
+    except InfeasibleError:
+        with pytest.raises(InfeasibleError):
+            solve(problem, **tuning)
+        return None
+    solution = solve(problem, **tuning)
+    assert solution.objective == pytest.approx(optimum, abs=1e-6)
+    assert solution.bound <= optimum + 1e-6
+    assert solution.gap == 0 and solution.status == "optimal"
+    # The reported transitions and labels are exactly what the evaluator says.
+    again = evaluate(problem, solution.modes, {v: solution.labels[v] for v in solution.labels})
+    assert again.objective == pytest.approx(solution.objective)
+    assert sum(t.cost for t in solution.transitions) + again.mode_cost == pytest.approx(solution.objective)
+    return solution
+
+
+@pytest.mark.parametrize("path", PATHS)
+@given(seed=st.integers(0, 10**9), n_ops=st.integers(1, 5), n_labels=st.integers(2, 4))
+def test_multi_label_matches_brute_force(path, seed, n_ops, n_labels):
+    _check_against_brute_force(random_problem(seed, n_ops=n_ops, n_labels=n_labels, p_fixed=0.1), PATHS[path])
+
+
+@pytest.mark.parametrize("path", PATHS)
+@given(seed=st.integers(0, 10**9), n_ops=st.integers(1, 8))
+def test_two_label_matches_brute_force(path, seed, n_ops):
+    _check_against_brute_force(random_problem(seed, n_ops=n_ops, binary=True, p_fixed=0.1), PATHS[path])
+
+
+@settings(max_examples=200)
+@given(seed=st.integers(0, 10**9))
+def test_mincut_exact_when_it_applies(seed):
+    """Min-cut alone, on whole two-label problems: exact whenever it accepts one."""
+    problem = random_problem(seed, n_ops=7, binary=True, p_fixed=0.05)
+    try:
+        optimum = brute_force(problem)[0]
+        compiled = compile_problem(problem)
+    except InfeasibleError:
+        return
+    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+    result = solve_mincut(sub)
+    if result is None:
+        return  # not submodular: the decomposer sends it to CP-SAT
+    assert result.value + compiled.offset == pytest.approx(optimum)
+    assert result.bound + compiled.offset <= optimum + 1e-6
+
+
+def test_every_method_is_exercised():
+    seen = set()
+    for seed in range(60):
+        for binary in (False, True):
+            for tuning in PATHS.values():
+                problem = random_problem(seed, n_ops=6, binary=binary, p_fixed=0.05)
+                try:
+                    seen |= set(solve(problem, **tuning).components.by_method)
+                except InfeasibleError:
+                    seen.add("infeasible")
+    assert {"enumerate", "mincut", "elimination", "cpsat", "infeasible"} <= seen
+
+
+def test_shared_transition_paid_once():
+    from layout_solver import Mode, Op, Problem, Value
+
+    x = Value(id="x", domain=["NCHW", "NHWC"], size_bytes=1000, kind="input", fixed="NCHW")
+    values = [x] + [Value(id=f"y{i}", domain=["NCHW", "NHWC"], size_bytes=10) for i in range(3)]
+    ops = [Op(id=f"conv{i}", operands=["x"], results=[f"y{i}"],
+              modes=[Mode(name="nhwc", operands=["NHWC"], results=["NHWC"])]) for i in range(3)]
+    solution = solve(Problem(values=values, ops=ops))
+    assert solution.objective == 1000
+    [t] = solution.transitions
+    assert t.consumers == ["conv0", "conv1", "conv2"]
+
+
+def test_memo_reuses_repeated_blocks_exactly():
+    problem = transformer_like(12, 4)
+    with_memo = solve(problem)
+    assert with_memo.components.memo_hits > 10 and with_memo.gap == 0
+    without = solve(problem, memo=False)
+    assert without.components.memo_hits == 0 and without.gap == 0
+    assert with_memo.objective == pytest.approx(without.objective)
+
+
+def test_block_dp_agrees_with_one_cpsat_model():
+    # Small enough for CP-SAT to close on its own (12 blocks is not: gap 0.73 after 60 s).
+    problem = transformer_like(2, 4)
+    whole = solve(problem, enumeration_limit=0, elimination_limit=0, use_blocks=False, memo=False,
+                  time_limit=120)
+    assert whole.gap == 0
+    assert solve(problem).objective == pytest.approx(whole.objective)
+
+
+def test_cnn_blocks_memo_and_optimal():
+    solution = solve(cnn_like(40))
+    assert solution.gap == 0
+    assert solution.components.memo_hits > 30
+    # Only the unavoidable transitions: the NCHW input into the first conv, and out to the classifier.
+    assert {(t.src, t.dst) for t in solution.transitions} <= {("NCHW", "NHWC"), ("NHWC", "NCHW")}
+
+
+def test_time_out_returns_legal_answer_with_gap():
+    problem = transformer_like(6, 6)
+    exact = solve(problem, time_limit=60)
+    rushed = solve(problem, time_limit=0.0, enumeration_limit=0, elimination_limit=0, use_blocks=False)
+    assert rushed.status == "feasible" and rushed.gap > 0
+    assert any("time limit" in note for note in rushed.notes)
+    assert rushed.objective >= exact.objective - 1e-6
+    assert rushed.bound <= exact.objective + 1e-6
+    # The rushed answer is still a legal assignment: the evaluator accepts it.
+    evaluate(problem, rushed.modes, rushed.labels)
