@@ -46,6 +46,9 @@ class CompiledProblem:
     unary: list[tuple[float, ...]]  # per variable, per option
     factors: list[Factor]
     offset: float  # cost fixed by single-choice ops and fully constant factors
+    # Per value: a key that determines c(value, a, b) for every label pair, so
+    # signatures compare prices without enumerating them.
+    price_key: list[tuple]
     op_fixed_mode: dict[int, int]  # op index -> its only legal mode
     value_fixed_label: dict[int, int]  # unproduced value index -> its only label
     cost_table: dict[tuple[int, int, int], float] = field(default_factory=dict)
@@ -104,9 +107,20 @@ def compile_problem(problem: Problem) -> CompiledProblem:
     op_fixed_mode: dict[int, int] = {}
     legal_modes: list[list[int]] = []
 
-    # Label ids of every mode's operand and result slots, computed once.
-    mode_operands = [[tuple(lid(x) for x in m.operands) for m in op.modes] for op in problem.ops]
-    mode_results = [[tuple(lid(x) for x in m.results) for m in op.modes] for op in problem.ops]
+    # Label ids of every mode's operand and result slots, computed once; ops
+    # repeat the same few label patterns, so intern them.
+    interned: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+    def ids(labels: list[str]) -> tuple[int, ...]:
+        key = tuple(labels)
+        got = interned.get(key)
+        if got is None:
+            got = interned[key] = tuple(lid(x) for x in key)
+        return got
+
+    mode_operands = [[ids(m.operands) for m in op.modes] for op in problem.ops]
+    mode_results = [[ids(m.results) for m in op.modes] for op in problem.ops]
+    single = {}  # label id -> frozenset({label id})
 
     for oi, op in enumerate(problem.ops):
         result_idx = [value_index[v] for v in op.results]
@@ -151,9 +165,18 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         for slot, vid in enumerate(op.operands):
             consumers.setdefault(value_index[vid], {}).setdefault(oi, []).append(slot)
 
+    explicit: dict[int, list[tuple[int, int, float]]] = {}
+    for t in problem.transition_costs:
+        explicit.setdefault(value_index[t.value], []).append((lid(t.src), lid(t.dst), t.cost))
+    free_constants = not problem.price_constants
+    price_key = [
+        ("folded",) if free_constants and v.kind == "constant" else (v.size_bytes, tuple(sorted(explicit.get(i, ()))))
+        for i, v in enumerate(values)
+    ]
+
     compiled = CompiledProblem(
         problem=problem, labels=list(label_ids), n_options=n_options, var_op=var_op, var_value=var_value,
-        var_choices=var_choices, unary=unary, factors=[], offset=0.0,
+        var_choices=var_choices, unary=unary, factors=[], offset=0.0, price_key=price_key,
         op_fixed_mode=op_fixed_mode, value_fixed_label=value_fixed_label,
     )
     compiled._pricer = TransitionPricer(problem)
@@ -179,7 +202,12 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         cons_vars: list[int] = []
         cons_reqs: list[tuple[frozenset[int], ...]] = []
         for oi, slots in uses.items():
-            per_mode = [frozenset(mode_operands[oi][mi][s] for s in slots) for mi in legal_modes[oi]]
+            if len(slots) == 1:
+                slot = slots[0]
+                per_mode = [single.get(mode_operands[oi][mi][slot]) or single.setdefault(
+                    mode_operands[oi][mi][slot], frozenset((mode_operands[oi][mi][slot],))) for mi in legal_modes[oi]]
+            else:
+                per_mode = [frozenset(mode_operands[oi][mi][s] for s in slots) for mi in legal_modes[oi]]
             if oi in op_var and len(set(per_mode)) > 1:
                 common = frozenset.intersection(*per_mode)
                 const_req |= common

@@ -284,16 +284,13 @@ class Decomposer:
         var_part = tuple(c.n_options[v] for v in arts) + tuple(c.unary[v] for v in internal)
         encoded = []
         for f in factors:
-            targets = set(f.const_req).union(*(r for reqs in f.cons_reqs for r in reqs))
-            sources = sorted(set(f.src_labels))
-            prices = tuple(c.cost(f.value, a, b) if a != b else 0.0 for a in sources for b in sorted(targets))
             encoded.append((
                 position[f.src_var] if f.src_var >= 0 else -1,
                 f.src_labels,
                 tuple(position[v] for v in f.cons_vars),
                 tuple(tuple(tuple(sorted(r)) for r in reqs) for reqs in f.cons_reqs),
                 tuple(sorted(f.const_req)),
-                tuple(sources), tuple(sorted(targets)), prices,
+                c.price_key[f.value],
             ))
         encoded.sort()
         return (len(arts), var_part, tuple(encoded))
