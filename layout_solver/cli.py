@@ -83,6 +83,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from layout_solver.compare import compare, format_table
+
+    try:
+        result = compare(args.model, args.target, time_limit=args.time_limit)
+    except (KeyError, FileNotFoundError, AttributeError) as exc:
+        raise ProblemError(str(exc).strip("'\"")) from exc
+    if args.json:
+        slim = {k: ({kk: vv for kk, vv in v.items() if kk not in ("transition_list", "traceback")}
+                    if isinstance(v, dict) else v) for k, v in result.items()}
+        print(format_table(result), file=sys.stderr)
+        print(json.dumps(slim))
+    else:
+        print(format_table(result))
+    failed = [side for side in ("stock", "solver") if "error" in result.get(side, {})]
+    return 1 if "solver" in failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("schema", help="print the JSON Schema of problems and solutions")
     p.add_argument("which", nargs="?", choices=["problem", "solution", "all"], default="all")
     p.set_defaults(func=cmd_schema)
+    p = sub.add_parser("compare", help="lower a model with the stock pipeline and with the solver, side by side")
+    p.add_argument("model", help="built-in zoo name or path/to/file.py:factory")
+    p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
+    p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("demo", help="solve the bundled example problems")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.set_defaults(func=cmd_demo)

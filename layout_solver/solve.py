@@ -18,7 +18,7 @@ DEFAULT_TIME_LIMIT = 10.0
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """The solver allocates millions of small acyclic objects; CPython's cyclic
     collector would rescan them over and over (measured: 2x slower at 100k ops).
     Reference counting still frees everything."""
@@ -41,7 +41,7 @@ def solve(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, workers: int
     Raises ProblemError / InfeasibleError (naming the ops and values) when the
     problem cannot be solved.
     """
-    with _gc_paused():
+    with gc_paused():
         return _solve(problem, time_limit, workers, **tuning)
 
 

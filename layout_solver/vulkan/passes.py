@@ -1,0 +1,269 @@
+"""The solver's TagMemoryMetaPass, a counting stock pass, and the validator.
+
+`SolverTagMemoryMetaPass` keeps the stock constructor, so `vulkan_preprocess`
+can build it exactly as it builds the stock pass. Both passes append a
+`PassReport` to the reports being collected (see `collect_reports`), so a
+comparison measures both sides with one cost model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import operator
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from executorch.backends.vulkan import utils
+from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
+from executorch.backends.vulkan.op_registry import get_op_features, has_impl
+from executorch.exir.pass_base import PassResult
+
+from cost_models import vulkan as vk_cost
+from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_reprs
+from layout_solver.problem import ProblemError
+from layout_solver.solve import gc_paused, solve
+from layout_solver.vulkan.rules import build_problem, is_constant_tensor, repr_label
+
+log = logging.getLogger(__name__)
+
+
+class LayoutValidationError(RuntimeError):
+    """The tagged graph breaks an op's representation rules; names the node."""
+
+
+@dataclass
+class PassReport:
+    kind: str  # "stock", "solver", or "stock-fallback"
+    transitions: list[dict] = field(default_factory=list)  # value, src, dst, bytes, cost
+    tensors_by_repr: Counter = field(default_factory=Counter)
+    pass_seconds: float = 0.0
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    notes: list[str] = field(default_factory=list)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def transition_cost(self) -> float:
+        return sum(t["cost"] for t in self.transitions)
+
+
+_reports: contextvars.ContextVar[list[PassReport] | None] = contextvars.ContextVar("layout_solver_reports", default=None)
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[list[PassReport]]:
+    """Collect the PassReports of every tagging pass run inside the block (one per delegate)."""
+    reports: list[PassReport] = []
+    token = _reports.set(reports)
+    try:
+        yield reports
+    finally:
+        _reports.reset(token)
+
+
+def _record(report: PassReport) -> None:
+    sink = _reports.get()
+    if sink is not None:
+        sink.append(report)
+
+
+def _is_clone(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and "clone" in str(node.target)
+
+
+def _census(graph_module: torch.fx.GraphModule) -> Counter:
+    return Counter(str(n.target) for n in graph_module.graph.nodes if n.op == "call_function" and not _is_clone(n))
+
+
+def reprs_of(node: torch.fx.Node) -> list[utils.TensorRepr] | None:
+    """Representations of every tensor a node produces, or None if any is untagged.
+
+    (utils.has_node_repr is False for multi-output nodes, whose spec is a tuple.)"""
+    spec = node.meta.get("spec")
+    specs = spec if isinstance(spec, (list, tuple)) else [spec]
+    found = [getattr(s, "etvk_node_repr", None) for s in specs]
+    return None if not found or any(r is None for r in found) else found
+
+
+def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
+    counts: Counter = Counter()
+    for node in graph_module.graph.nodes:
+        if node.target == operator.getitem or is_constant_tensor(node):
+            continue  # getitem aliases a tensor already counted at its producer
+        for one in reprs_of(node) or []:
+            counts[repr_label(one)] += 1
+    return counts
+
+
+def _transition_record(clone: torch.fx.Node) -> dict:
+    source = clone.args[0]
+    src = utils.get_node_repr(source)
+    src_label = repr_label(src) if isinstance(src, utils.TensorRepr) else repr_label(src.vals[0])
+    dst_label = repr_label(utils.get_node_repr(clone))
+    val = clone.meta["val"]
+    shape, dtype = [int(d) for d in val.shape], str(val.dtype).removeprefix("torch.")
+    return {"value": source.name, "src": src_label, "dst": dst_label, "bytes": vk_cost.tensor_bytes(shape, dtype),
+            "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label)}
+
+
+class CountingTagMemoryMetaPass(TagMemoryMetaPass):
+    """The stock pass, unchanged, plus a report of the clones it inserted."""
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        before = {n for n in graph_module.graph.nodes if _is_clone(n)}
+        start = time.perf_counter()
+        result = super().call(graph_module)
+        elapsed = time.perf_counter() - start
+        clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n not in before]
+        _record(PassReport("stock", [_transition_record(c) for c in clones], _tensors_by_repr(graph_module), elapsed))
+        return result
+
+
+class SolverTagMemoryMetaPass(TagMemoryMetaPass):
+    """Chooses every tensor's representation by solving one global problem."""
+
+    time_limit: float = 10.0
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        with gc_paused():  # the lowering heap is large; cyclic GC rescans would dominate
+            return self._call(graph_module)
+
+    def _call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        start = time.perf_counter()
+        before = _census(graph_module)
+        try:
+            vproblem = build_problem(graph_module, self.texture_limits, name="vulkan-delegate")
+        except ProblemError as exc:
+            # A graph the registry cannot describe: stock behaviour, said out loud.
+            warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
+            result = super().call(graph_module)
+            _record(PassReport("stock-fallback", [], _tensors_by_repr(graph_module), time.perf_counter() - start,
+                               notes=[str(exc)]))
+            return result
+        t_built = time.perf_counter()
+        solution = solve(vproblem.problem, time_limit=self.time_limit)
+        t_solved = time.perf_counter()
+        self._write_back(graph_module, vproblem, solution)
+        t_written = time.perf_counter()
+        validate(graph_module, self.texture_limits, before)
+        end = time.perf_counter()
+        clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n.meta.get("layout_solver_transition")]
+        phases = {"build": t_built - start, "solve": t_solved - t_built, "write_back": t_written - t_solved,
+                  "validate": end - t_written}
+        _record(PassReport("solver", [_transition_record(c) for c in clones], _tensors_by_repr(graph_module),
+                           end - start, solution.objective, solution.bound, solution.gap, list(solution.notes),
+                           phases))
+        return PassResult(graph_module, True)
+
+    @staticmethod
+    def _write_back(graph_module, vproblem, solution) -> None:
+        labels = solution.labels
+        node_labels: dict[torch.fx.Node, str | list[str]] = {}
+        for op in vproblem.problem.ops:
+            node = vproblem.op_node[op.id]
+            if op.id in vproblem.multi_output_ops:
+                node_labels[node] = [labels[r] for r in op.results]
+                for r in op.results:
+                    holder = vproblem.value_node[r]
+                    if holder is not node:
+                        node_labels[holder] = labels[r]
+            else:
+                node_labels[node] = labels[op.results[0]]
+        for vid, node in vproblem.value_node.items():
+            if node not in node_labels and vid in labels:
+                node_labels[node] = labels[vid]  # graph inputs and ops without an implementation
+        set_reprs(node_labels)
+        ops = {op.id: op for op in vproblem.problem.ops}
+        plans = []
+        for t in solution.transitions:
+            uses = []
+            for consumer in t.consumers:
+                op = ops[consumer]
+                mode = next(m for m in op.modes if m.name == solution.modes[consumer])
+                for vid, want, slot in zip(op.operands, mode.operands, vproblem.op_slots[consumer]):
+                    if vid == t.value and want == t.dst:
+                        uses.append(SlotUse(vproblem.op_node[consumer], slot.arg, slot.item))
+            plans.append(TransitionPlan(vproblem.value_node[t.value], t.dst, uses))
+        for clone in insert_transitions(graph_module, plans):
+            clone.meta["layout_solver_transition"] = True
+
+
+def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: Counter | None = None) -> None:
+    """Every op's representations lie in its registered sets and agree where synced."""
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or not utils.is_tensor_node(node) or is_constant_tensor(node):
+            continue
+        if not has_impl(node.target) or node.target == operator.getitem:
+            continue
+        outs = reprs_of(node)
+        if outs is None:
+            raise LayoutValidationError(f"node {node.name!r} ({node.target}) has no representation")
+        repsets = get_op_features(node.target).make_op_repsets(node, texture_limits)
+        for k, r in enumerate(outs):
+            if not repsets.get_out_repset(k).is_compatible(r):
+                raise LayoutValidationError(
+                    f"node {node.name!r}: output {k} is {repr_label(r)}, not in {repsets.get_out_repset(k)}")
+        arg_reprs = {}
+        for i, arg in enumerate(node.args):
+            registered = repsets.get_arg_repset(i)
+            if registered == utils.ANY_STORAGE_INCL_PACKED_INT8:
+                continue
+            items = [arg] if isinstance(arg, torch.fx.Node) else list(arg) if isinstance(arg, (list, tuple)) else []
+            for a in items:
+                if not isinstance(a, torch.fx.Node) or is_constant_tensor(a) or not utils.is_tensor_node(a):
+                    continue
+                if not utils.has_node_repr(a):
+                    raise LayoutValidationError(f"node {node.name!r}: argument {a.name!r} has no representation")
+                r = utils.get_node_repr(a)
+                if not isinstance(r, utils.TensorRepr) or not registered.is_compatible(r):
+                    raise LayoutValidationError(
+                        f"node {node.name!r}: argument {i} ({a.name!r}) is {r}, not in {registered}")
+                arg_reprs.setdefault(i, utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type))
+        pdi = lambda r: utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)  # noqa: E731
+        if repsets.sync_args_repr and len(set(arg_reprs.values())) > 1:
+            raise LayoutValidationError(f"node {node.name!r}: synced arguments disagree: {arg_reprs}")
+        if repsets.sync_primary_io_repr and repsets.primary_arg_idx in arg_reprs:
+            if arg_reprs[repsets.primary_arg_idx] != pdi(outs[0]):
+                raise LayoutValidationError(f"node {node.name!r}: primary input and output disagree")
+    if census_before is not None:
+        after = _census(graph_module)
+        if after != census_before:
+            raise LayoutValidationError(f"ops changed beyond transitions: {(after - census_before) + (census_before - after)}")
+
+
+@contextlib.contextmanager
+def _substituted_pass(cls) -> Iterator[None]:
+    """Scoped swap of the name vulkan_preprocess looks up at call time; restored on every exit."""
+    import executorch.backends.vulkan.vulkan_preprocess as vulkan_preprocess
+
+    original = vulkan_preprocess.TagMemoryMetaPass
+    vulkan_preprocess.TagMemoryMetaPass = cls
+    try:
+        yield
+    finally:
+        vulkan_preprocess.TagMemoryMetaPass = original
+
+
+@contextlib.contextmanager
+def solver_layouts(time_limit: float = 10.0) -> Iterator[list[PassReport]]:
+    """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
+
+    Yields the list that receives one PassReport per lowered delegate.
+    """
+    pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,), {"time_limit": time_limit})
+    with collect_reports() as reports, _substituted_pass(pass_cls):
+        yield reports
+
+
+@contextlib.contextmanager
+def stock_layouts() -> Iterator[list[PassReport]]:
+    """The stock pass, with reports (for side-by-side measurements)."""
+    with collect_reports() as reports, _substituted_pass(CountingTagMemoryMetaPass):
+        yield reports

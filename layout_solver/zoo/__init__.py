@@ -1,0 +1,1 @@
+"""Built-in model zoo (imports torch; not part of the solver core)."""

@@ -1,0 +1,39 @@
+"""Small models exercising the layout rules (used by the Vulkan and Arm tests)."""
+
+import torch
+from torch import nn
+
+
+class Mixed(nn.Module):
+    """conv (channels-packed) -> permute -> LayerNorm (multi-output) -> linear (width-packed)
+    -> cat of two branches -> a tensor too wide for any texture (buffer only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, wide):
+        y = self.conv(x).permute(0, 2, 3, 1)
+        y = self.fc(self.norm(y))
+        z = torch.cat([y, y * 2.0], dim=-1)
+        return z.sum(dim=-1), wide * 2.0 + 1.0
+
+
+def mixed():
+    return Mixed(), (torch.randn(1, 3, 8, 8), torch.randn(1, 1, 2, 70000))
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(4, 4, 3, padding=1)
+        self.b = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        return torch.relu(self.b(torch.relu(self.a(x))) + x).mean(dim=(2, 3))
+
+
+def residual():
+    return Residual(), (torch.randn(1, 4, 8, 8),)
