@@ -101,6 +101,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if "solver" in failed else 0
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    if args.target == "ethos-u55-128":
+        from cost_models import ethos_u55
+
+        try:
+            predicted = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype)
+            vela = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, exact=True) if args.exact else None
+        except ValueError as exc:
+            raise ProblemError(str(exc)) from exc
+        result = {"target": args.target, "shape": list(args.shape), "perm": list(args.perm), "dtype": args.dtype,
+                  "cycles": round(predicted.cycles, 1), "npu_ops": predicted.npu_ops, "source": predicted.source,
+                  "canonical_shape": list(predicted.canonical_shape), "canonical_perm": list(predicted.canonical_perm)}
+        if vela is not None:
+            result.update(vela_cycles=vela.cycles, vela_npu_ops=vela.npu_ops)
+    else:
+        from cost_models import vulkan
+
+        src, dst = args.src, args.dst
+        result = {"target": "vulkan", "shape": list(args.shape), "dtype": args.dtype, "src": src, "dst": dst,
+                  "cycles": None, "microseconds": round(vulkan.transition_cost(args.shape, args.dtype, src, dst), 3)}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:16} {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,6 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("cost", help="price one layout change with a target's cost model")
+    kinds = p.add_subparsers(dest="kind", required=True)
+    t = kinds.add_parser("transpose", help="Ethos-U55 transpose, or Vulkan transition (--src/--dst)")
+    t.add_argument("--target", choices=["ethos-u55-128", "vulkan"], default="ethos-u55-128")
+    t.add_argument("--shape", type=_ints, required=True)
+    t.add_argument("--perm", type=_ints, help="Ethos-U55: the permutation")
+    t.add_argument("--src", default="TEXTURE_3D:TENSOR_CHANNELS_PACKED", help="Vulkan: source representation")
+    t.add_argument("--dst", default="TEXTURE_3D:TENSOR_WIDTH_PACKED", help="Vulkan: target representation")
+    t.add_argument("--dtype", default="int8")
+    t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=cmd_cost)
     p = sub.add_parser("demo", help="solve the bundled example problems")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.set_defaults(func=cmd_demo)

@@ -35,6 +35,16 @@ class Factor:
         return ((self.src_var,) if self.src_var >= 0 else ()) + self.cons_vars
 
 
+def factor_cost(f: Factor, opt, cost) -> float:
+    """Cost of factor f when variable i takes option opt[i]; `cost(value, src, dst)` prices one transition."""
+    src = f.src_labels[opt[f.src_var]] if f.src_var >= 0 else f.src_labels[0]
+    req = set(f.const_req)
+    for var, reqs in zip(f.cons_vars, f.cons_reqs):
+        req |= reqs[opt[var]]
+    req.discard(src)
+    return sum(cost(f.value, src, dst) for dst in req)
+
+
 @dataclass
 class CompiledProblem:
     problem: Problem
@@ -67,13 +77,7 @@ class CompiledProblem:
         return c
 
     def factor_cost(self, f: Factor, opt) -> float:
-        """Cost of factor f when variable i takes option opt[i]."""
-        src = f.src_labels[opt[f.src_var]] if f.src_var >= 0 else f.src_labels[0]
-        req = set(f.const_req)
-        for var, reqs in zip(f.cons_vars, f.cons_reqs):
-            req |= reqs[opt[var]]
-        req.discard(src)
-        return sum(self.cost(f.value, src, dst) for dst in req)
+        return factor_cost(f, opt, self.cost)
 
     def var_name(self, var: int) -> str:
         if self.var_op[var] >= 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from layout_solver.model import CompiledProblem, Factor
+from layout_solver.model import CompiledProblem, Factor, factor_cost
 
 
 @dataclass(slots=True)
@@ -34,12 +34,7 @@ class Subproblem:
         return len(self.n_options)
 
     def factor_cost(self, f: Factor, opt) -> float:
-        src = f.src_labels[opt[f.src_var]] if f.src_var >= 0 else f.src_labels[0]
-        req = set(f.const_req)
-        for var, reqs in zip(f.cons_vars, f.cons_reqs):
-            req |= reqs[opt[var]]
-        req.discard(src)
-        return sum(self.cost(f.value, src, dst) for dst in req)
+        return factor_cost(f, opt, self.cost)
 
     def total(self, opt) -> float:
         return (

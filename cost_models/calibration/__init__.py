@@ -1,0 +1,1 @@
+"""Calibration of the cost models against the real tools (Vela)."""

@@ -1,0 +1,106 @@
+"""Ask Vela (ethos-u-vela) what a single TOSA operator costs on Ethos-U55.
+
+Builds a one-operator TOSA flatbuffer with tosa_serializer, compiles it with
+Vela using executorch's Ethos-U55 flags, and reads Vela's per-layer CSV.
+Results are cached on disk by (operator, shape, attributes, dtype, Vela version).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import io
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+ACCELERATOR = "ethos-u55-128"
+SYSTEM_CONFIG = "Ethos_U55_High_End_Embedded"
+MEMORY_MODE = "Shared_Sram"
+DEFAULT_CACHE = Path(os.environ.get("LAYOUT_SOLVER_VELA_CACHE", Path.home() / ".cache" / "layout-solver" / "vela"))
+
+
+class VelaUnsupported(RuntimeError):
+    """Vela cannot place this operator on the NPU as given."""
+
+
+@dataclass(frozen=True)
+class VelaMeasurement:
+    shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    dtype: str
+    npu_ops: int  # rows of Vela's per-layer table that ran on the NPU
+    cycles: int  # sum of their Op Cycles
+    rows: tuple[tuple[str, int], ...]  # (NNG operator, cycles) per row
+    vela_version: str
+
+
+@lru_cache(maxsize=None)
+def vela_version() -> str:
+    return metadata.version("ethos-u-vela")
+
+
+def _vela_ini() -> str:
+    import ethosu
+
+    root = Path(next(iter(ethosu.__path__)))
+    return str(root / "config_files" / "Arm" / "vela.ini")
+
+
+def transpose_tosa(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str = "int8") -> bytes:
+    """A TOSA 1.0 graph holding one TRANSPOSE of an input of `shape`."""
+    import tosa_serializer as ts
+
+    tosa_dtype = {"int8": ts.DType.INT8, "int16": ts.DType.INT16, "int32": ts.DType.INT32}[dtype]
+    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
+    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
+    out = graph.addIntermediate([shape[p] for p in perm], tosa_dtype)
+    attr = ts.TosaSerializerAttribute()
+    attr.TransposeAttribute(list(perm))
+    graph.addOperator(ts.Op.TRANSPOSE, ["input"], [out.name], attr)
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
+def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
+    """Compile with Vela in-process; return the per-layer rows."""
+    from ethosu.vela import vela
+
+    path = workdir / "op.tosa"
+    path.write_bytes(tosa)
+    out = workdir / "out"
+    args = [f"--accelerator-config={ACCELERATOR}", f"--config={_vela_ini()}", f"--system-config={SYSTEM_CONFIG}",
+            f"--memory-mode={MEMORY_MODE}", "--verbose-performance", f"--output-dir={out}", str(path)]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            code = vela.main(args)
+        except RuntimeError as exc:
+            raise VelaUnsupported(str(exc)) from exc
+    csv_path = out / "op_per-layer.csv"
+    if code not in (0, None) or not csv_path.exists():
+        raise RuntimeError(f"vela failed (exit {code}) on {path}")
+    with csv_path.open() as f:
+        return list(csv.DictReader(f))
+
+
+def measure_transpose(shape, perm, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> VelaMeasurement:
+    shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
+    key = hashlib.sha1(json.dumps(["TRANSPOSE", shape, perm, dtype, vela_version(), ACCELERATOR]).encode()).hexdigest()
+    cached = cache_dir / f"{key}.json" if cache_dir else None
+    if cached and cached.exists():
+        data = json.loads(cached.read_text())
+        return VelaMeasurement(tuple(data["shape"]), tuple(data["perm"]), data["dtype"], data["npu_ops"],
+                               data["cycles"], tuple(tuple(r) for r in data["rows"]), data["vela_version"])
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = run_vela(transpose_tosa(shape, perm, dtype), Path(tmp))
+    npu = [(r["NNG Operator"], int(float(r["Op Cycles"]))) for r in rows if r["Target"] == "NPU"]
+    m = VelaMeasurement(shape, perm, dtype, len(npu), sum(c for _, c in npu), tuple(npu), vela_version())
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(asdict(m)))
+    return m
