@@ -1,0 +1,120 @@
+"""Measure an Ethos-U55 lowering: TOSA transposes, Vela cycles, op placement.
+
+`lower_ethos_u(model)` quantizes (PT2E int8, EthosUQuantizer, symmetric),
+lowers with EthosUPartitioner, keeps every delegate's .tosa, runs Vela on each
+with executorch's own U55 flags and reads the per-layer tables. The TOSA
+TRANSPOSE operators (shape, permutation, dtype) are recorded by a pass
+inserted at the end of the Arm pipeline through the public
+`register_pass_insertions_after` hook; the global registry is restored on
+every exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from executorch.exir.pass_base import ExportPass, PassResult
+
+from cost_models import ethos_u55
+from cost_models.calibration.vela_runner import run_vela
+
+
+class RecordTransposes(ExportPass):
+    """Appends every tosa.TRANSPOSE (input shape, perm, dtype) to `sink`; changes nothing."""
+
+    def __init__(self, sink: list[dict]):
+        super().__init__()
+        self.sink = sink
+
+    def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and "TRANSPOSE" in str(node.target):
+                val = node.args[0].meta["val"]
+                self.sink.append({"node": node.name, "shape": [int(d) for d in val.shape],
+                                  "perm": [int(p) for p in node.args[1]],
+                                  "dtype": str(val.dtype).removeprefix("torch.")})
+        return PassResult(graph_module, False)
+
+
+@contextlib.contextmanager
+def recording_transposes() -> Iterator[list[dict]]:
+    from executorch.backends.arm._passes import arm_pass_manager as apm
+    from executorch.backends.arm._passes.ensure_unique_output_nodes_pass import EnsureUniqueOutputNodesPass
+
+    saved = copy.deepcopy(apm._registered_pass_insertions)  # the registry is global: put it back as found
+    sink: list[dict] = []
+    apm.register_pass_insertions_after(EnsureUniqueOutputNodesPass, [RecordTransposes(sink)])
+    try:
+        yield sink
+    finally:
+        apm.clear_registered_pass_insertions()
+        apm._registered_pass_insertions.update(saved)
+
+
+@dataclass
+class EthosULowering:
+    lower_seconds: float
+    transposes: list[dict]
+    vela_rows: list[dict] = field(default_factory=list)
+    cpu_ops: int = 0
+    tosa_files: list[Path] = field(default_factory=list)
+
+    @property
+    def npu_rows(self) -> list[dict]:
+        return [r for r in self.vela_rows if r["Target"] == "NPU"]
+
+    def metrics(self) -> dict:
+        transpose_rows = [r for r in self.npu_rows if r["NNG Operator"] == "Transpose"]
+        predicted = sum(ethos_u55.transpose_cost(t["shape"], t["perm"], t["dtype"]).cycles for t in self.transposes
+                        if t["dtype"] in ethos_u55.DTYPE_BYTES)
+        return {
+            "tosa_transposes": len(self.transposes),
+            "vela_transpose_rows": len(transpose_rows),
+            "vela_transpose_cycles": sum(int(float(r["Op Cycles"])) for r in transpose_rows),
+            "vela_total_cycles": sum(int(float(r["Op Cycles"])) for r in self.npu_rows),
+            "npu_ops": len(self.npu_rows),
+            "cpu_ops": self.cpu_ops,
+            "lower_seconds": round(self.lower_seconds, 3),
+            "predicted_transpose_cycles_canonical": round(predicted, 1),
+        }
+
+
+def quantize(module: torch.nn.Module, inputs: tuple, spec):
+    from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = EthosUQuantizer(spec)
+    quantizer.set_global(get_symmetric_quantization_config())
+    exported = torch.export.export(module, inputs)
+    prepared = prepare_pt2e(exported.module(check_guards=False), quantizer)  # torch 2.13: no guards
+    prepared(*inputs)
+    return torch.export.export(convert_pt2e(prepared), inputs)
+
+
+def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128") -> EthosULowering:
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(tmp)
+        quantized = quantize(module, inputs, spec)
+        start = time.perf_counter()
+        with recording_transposes() as transposes:
+            program = to_edge_transform_and_lower(quantized, partitioner=[EthosUPartitioner(spec)])
+        elapsed = time.perf_counter() - start
+        graph = program.exported_program().graph_module.graph
+        cpu_ops = sum(1 for n in graph.nodes if n.op == "call_function" and "delegate" not in str(n.target)
+                      and "getitem" not in str(n.target))
+        rows = []
+        files = sorted(Path(tmp).glob("output_tag*.tosa"))
+        for tosa in files:
+            with tempfile.TemporaryDirectory() as work:
+                rows += run_vela(tosa.read_bytes(), Path(work))
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, [])
