@@ -44,18 +44,33 @@ class RecordTransposes(ExportPass):
 
 
 @contextlib.contextmanager
-def recording_transposes() -> Iterator[list[dict]]:
-    from executorch.backends.arm._passes import arm_pass_manager as apm
-    from executorch.backends.arm._passes.ensure_unique_output_nodes_pass import EnsureUniqueOutputNodesPass
+def inserted_passes(before: dict | None = None, after: dict | None = None) -> Iterator[None]:
+    """Scoped insertion into the Arm pipeline via its public (but global) registry.
 
-    saved = copy.deepcopy(apm._registered_pass_insertions)  # the registry is global: put it back as found
-    sink: list[dict] = []
-    apm.register_pass_insertions_after(EnsureUniqueOutputNodesPass, [RecordTransposes(sink)])
+    `before` / `after` map a stock pass type to the passes to insert. The
+    registry is put back exactly as found on every exit, exceptions included.
+    """
+    from executorch.backends.arm._passes import arm_pass_manager as apm
+
+    saved = copy.deepcopy(apm._registered_pass_insertions)
     try:
-        yield sink
+        for target, passes in (before or {}).items():
+            apm.register_pass_insertions_before(target, list(passes))
+        for target, passes in (after or {}).items():
+            apm.register_pass_insertions_after(target, list(passes))
+        yield
     finally:
         apm.clear_registered_pass_insertions()
         apm._registered_pass_insertions.update(saved)
+
+
+@contextlib.contextmanager
+def recording_transposes() -> Iterator[list[dict]]:
+    from executorch.backends.arm._passes.ensure_unique_output_nodes_pass import EnsureUniqueOutputNodesPass
+
+    sink: list[dict] = []
+    with inserted_passes(after={EnsureUniqueOutputNodesPass: [RecordTransposes(sink)]}):
+        yield sink
 
 
 @dataclass
@@ -98,7 +113,10 @@ def quantize(module: torch.nn.Module, inputs: tuple, spec):
     return torch.export.export(convert_pt2e(prepared), inputs)
 
 
-def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128") -> EthosULowering:
+def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128",
+                  keep_tosa: Path | None = None) -> EthosULowering:
+    """Quantize and lower with the Arm pipeline as configured by any active context
+    (e.g. canonical_transposes()); copy each delegate's .tosa into `keep_tosa` if given."""
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
@@ -113,8 +131,13 @@ def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u
         cpu_ops = sum(1 for n in graph.nodes if n.op == "call_function" and "delegate" not in str(n.target)
                       and "getitem" not in str(n.target))
         rows = []
-        files = sorted(Path(tmp).glob("output_tag*.tosa"))
+        files = sorted(Path(tmp).glob("output_tag*.tosa"), key=lambda f: int(f.name.split("_tag")[1].split("_")[0]))
+        kept = []
         for tosa in files:
             with tempfile.TemporaryDirectory() as work:
                 rows += run_vela(tosa.read_bytes(), Path(work))
-        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, [])
+            if keep_tosa is not None:
+                keep_tosa.mkdir(parents=True, exist_ok=True)
+                kept.append(keep_tosa / tosa.name)
+                kept[-1].write_bytes(tosa.read_bytes())
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept)
