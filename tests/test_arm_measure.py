@@ -42,14 +42,14 @@ def test_canonical_write_back_is_cheaper_and_equivalent(tmp_path):
     from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:residual")
+    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention")
     before = dict(apm._registered_pass_insertions)
     with contextlib.redirect_stdout(io.StringIO()):
         stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
         with canonical_transposes() as stats:
             canon = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "canonical")
     assert dict(apm._registered_pass_insertions).keys() == before.keys()
-    assert sum(stats.values()) >= 1
+    assert stats.get("reduced_rank", 0) >= 1
     s, c = stock.metrics(), canon.metrics()
     assert c["vela_transpose_cycles"] < s["vela_transpose_cycles"]
     assert c["vela_total_cycles"] <= s["vela_total_cycles"]

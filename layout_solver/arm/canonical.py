@@ -26,12 +26,34 @@ _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute
 _VIEW = exir_ops.edge.aten.view_copy.default
 
 
+def _count(stats: dict, key: str) -> None:
+    stats[key] = stats.get(key, 0) + 1
+
+
 class CanonicalTransposePass(ArmPass):
+    """Rewrite a permute into reshape -> canonical transpose -> reshape when Vela says it is cheaper.
+
+    Merging axes is not always a win: it can leave a narrow innermost dim
+    (slower per byte), and a reshape of a delegate input is a real memory copy
+    on the NPU. So each candidate is priced exactly, as given and canonical,
+    with Vela (disk-cached, as executorch's own DecomposePermuteForU55Pass
+    probes Vela) and rewritten only if it gets cheaper.
+    """
+
     _passes_required_after: set = set()
 
     def __init__(self, stats: dict | None = None):
         super().__init__()
         self.stats = stats if stats is not None else {}
+
+    @staticmethod
+    def _vela_cycles(shape, perm, dtype: str) -> float:
+        from cost_models.calibration.vela_runner import VelaUnsupported, measure_transpose
+
+        try:
+            return float(measure_transpose(shape, perm, dtype).cycles)
+        except VelaUnsupported:
+            return float("inf")
 
     def call_operator(self, op, args, kwargs, meta, updated=False):
         if op not in _PERMUTES:
@@ -42,12 +64,19 @@ class CanonicalTransposePass(ArmPass):
         perm = [p % rank for p in perm] if rank else perm
         out_shape = [shape[p] for p in perm]
         cshape, cperm = canonical_transpose(shape, perm)
-        if is_identity(cperm):
-            self.stats["to_reshape"] = self.stats.get("to_reshape", 0) + 1
-            return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
-        if len(cperm) == rank:
+        source = getattr(getattr(x, "node", None), "op", None)
+        if source == "placeholder" or len(cperm) == rank and not is_identity(cperm):
+            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy; or nothing to merge
             return super().call_operator(op, args, kwargs, meta, updated)
-        self.stats["reduced_rank"] = self.stats.get("reduced_rank", 0) + 1
+        if is_identity(cperm):
+            _count(self.stats, "to_reshape")
+            return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
+        dtype = str(x.data.dtype).removeprefix("torch.")
+        if dtype not in ("int8", "int16") or (
+                self._vela_cycles(cshape, cperm, dtype) >= self._vela_cycles(shape, perm, dtype)):
+            _count(self.stats, "kept")
+            return super().call_operator(op, args, kwargs, meta, updated)
+        _count(self.stats, "reduced_rank")
         flat = super().call_operator(_VIEW, (x, list(cshape)), {}, meta, True)
         moved = super().call_operator(op, (flat, list(cperm)), {}, meta, True)
         return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)

@@ -37,3 +37,18 @@ class Residual(nn.Module):
 
 def residual():
     return Residual(), (torch.randn(1, 4, 8, 8),)
+
+
+def attention():
+    """One pre-norm attention block (the ViT's rank-5 qkv head split), 16 tokens of width 32."""
+    from layout_solver.zoo.models import Attention
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = Attention(32, 2)
+
+        def forward(self, x):
+            return x + self.attn(x)
+
+    return Tiny(), (torch.randn(1, 16, 32),)
