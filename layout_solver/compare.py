@@ -21,10 +21,9 @@ def compare(model: str, target: str, time_limit: float = 10.0) -> dict:
     if target == "vulkan":
         return compare_vulkan(model, time_limit)
     if target == "ethos-u55-128":
-        from layout_solver.problem import ProblemError
+        from layout_solver.arm.compare import compare_ethos_u
 
-        raise ProblemError("--target ethos-u55-128: the solver-driven TOSA stage is not implemented yet; "
-                           "benchmarks/bench_arm_stock.py measures the stock lowering")
+        return compare_ethos_u(model, time_limit)
     raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
 
 

@@ -51,8 +51,3 @@ def test_console_script_installed(tmp_path):
     result = subprocess.run([sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
                             capture_output=True, text=True)
     assert result.returncode in (0, 3), result.stderr
-
-
-def test_compare_arm_says_it_is_not_there_yet(capsys):
-    assert main(["compare", "resnet8", "--target", "ethos-u55-128"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err

@@ -1,0 +1,261 @@
+"""Arm TOSA graph (before InsertConstShapesPass) -> layout problem.
+
+A label is a dim order: the value is stored physically as
+`logical.permute(order)`. At this stage layout-sensitive TOSA ops (CONV2D,
+DEPTHWISE_CONV2D, pooling, ...) already read NHWC *logical* tensors, wrapped
+by permute_copy pairs; so:
+
+* permute_copy(p) is free bookkeeping: input order a gives output order
+  inv(p)[a], no data moves;
+* elementwise ops (add, sub, mul, TABLE, per-tensor RESCALE, clamp, ...) run
+  in any order common to all operands (ranks already matched);
+* sum.dim_IntList with keepdim runs in any order with its axes remapped; a
+  reduction whose axis is not innermost is priced as the transpose Vela inserts;
+* TOSA SLICE runs in any order with its start and size lists permuted;
+* everything else (convs, pooling, views, matmuls, ...) wants the identity
+  order; an op this module does not know is pinned there with a warning;
+* graph inputs and outputs keep the delegate contract (identity);
+  parameters are placeholders too and are treated like inputs.
+
+A transition is a transpose priced by cost_models.ethos_u55 (cheapest form).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from cost_models import ethos_u55
+from layout_solver.problem import Problem
+
+log = logging.getLogger(__name__)
+
+MAX_DOMAIN = 6
+ELEMENTWISE = {"add.Tensor", "sub.Tensor", "mul.Tensor", "TABLE.default", "CLAMP.default", "maximum.default",
+               "minimum.default", "neg.default", "abs.default", "clamp.default", "relu.default", "where.self",
+               "eq.Tensor", "ge.Tensor", "gt.Tensor", "bitwise_and.Tensor", "logical_and.default"}
+REDUCTIONS = {"sum.dim_IntList", "amax.default", "amin.default", "mean.dim"}
+# Ops pinned to the identity order on purpose (no warning).
+PINNED = {"CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MAX_POOL2D.default",
+          "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "RESIZE.default", "MATMUL.default",
+          "view_copy.default", "cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "PAD.default",
+          "SLICE.default",
+          "repeat.default", "GATHER.default", "SCATTER.default", "CONST_SHAPE.default", "argmax.default",
+          "_to_dim_order_copy.default", "CAST.default", "RESHAPE.default", "SLICE.default", "CONCAT.default",
+          "TRANSPOSE.default", "RESCALE.default", "index_select.default", "full.default", "unsqueeze_copy.default",
+          "squeeze_copy.dims", "expand_copy.default", "alias_copy.default", "clone.default"}
+PERMUTES = {"permute_copy.default", "permute.default"}
+
+
+def short_target(node: torch.fx.Node) -> str:
+    """'aten.permute_copy.default' -> 'permute_copy.default'; builtins keep their name."""
+    name = getattr(node.target, "__name__", str(node.target))
+    return ".".join(name.split(".")[-2:])
+
+
+def order_label(order) -> str:
+    return ",".join(str(i) for i in order)
+
+
+def label_order(label: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in label.split(",")) if label else ()
+
+
+def compose(a, b) -> tuple[int, ...]:
+    """a[b]: the order of transpose(transpose(x, a), b)."""
+    return tuple(a[i] for i in b)
+
+
+def inverse(p) -> tuple[int, ...]:
+    inv = [0] * len(p)
+    for i, x in enumerate(p):
+        inv[x] = i
+    return tuple(inv)
+
+
+def _val(node) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _dtype(val) -> str:
+    return str(val.dtype).removeprefix("torch.")
+
+
+@dataclass
+class ArmProblem:
+    problem: Problem
+    value_node: dict[str, torch.fx.Node]
+    op_node: dict[str, torch.fx.Node]
+    op_kind: dict[str, str]  # "permute", "elementwise", "reduction", "pinned", "output"
+    op_slots: dict[str, list[int]]  # op id -> arg index of each operand
+    pinned_unknown: list[str]
+
+
+def op_kind(node: torch.fx.Node) -> str:
+    target = short_target(node)
+    if target in PERMUTES:
+        return "permute"
+    if target == "RESCALE.default":
+        scale = node.args[2] if len(node.args) > 2 else None
+        return "elementwise" if isinstance(scale, (list, tuple)) and len(scale) == 1 else "pinned"
+    if target in ELEMENTWISE:
+        return "elementwise"
+    if target == "SLICE.default":
+        return "reorder"  # start and size lists follow the order
+    if target in REDUCTIONS:
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        return "reduction" if keepdim else "pinned"
+    return "pinned"
+
+
+def _operand_slots(node: torch.fx.Node, kind: str) -> list[int]:
+    """Arg indices of the tensor operands whose layout matters."""
+    slots = [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and _val(a) is not None]
+    if short_target(node) == "TABLE.default":
+        slots = slots[:1]  # the lookup table is not laid out like the input
+    return slots
+
+
+def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> ArmProblem:
+    nodes = [n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function") and _val(n) is not None]
+    rank = {n: _val(n).dim() for n in nodes}
+    identity = {n: tuple(range(rank[n])) for n in nodes}
+    kinds = {n: op_kind(n) for n in nodes if n.op == "call_function"}
+    slots = {n: _operand_slots(n, kinds[n]) for n in kinds}
+
+    # Candidate orders: identity, those that make each permute free, spread along elementwise chains.
+    domain: dict[torch.fx.Node, list[tuple[int, ...]]] = {n: [identity[n]] for n in nodes}
+
+    def offer(node, order) -> bool:
+        if node in domain and order not in domain[node] and len(domain[node]) < MAX_DOMAIN:
+            domain[node].append(order)
+            return True
+        return False
+
+    for n, kind in kinds.items():
+        if kind == "permute":
+            perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+            offer(n.args[0], perm)
+            offer(n, inverse(perm))
+    for _ in range(4):  # propagate through free permutes and elementwise chains
+        changed = False
+        for n, kind in kinds.items():
+            if kind == "permute":
+                perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+                for a in list(domain[n.args[0]]):
+                    changed |= offer(n, compose(inverse(perm), a))
+                for b in list(domain[n]):
+                    changed |= offer(n.args[0], compose(perm, b))
+            elif kind in ("elementwise", "reduction", "reorder"):
+                group = [n] + [n.args[i] for i in slots[n] if rank.get(n.args[i]) == rank[n]]
+                for member in group:
+                    for order in list(domain.get(member, [])):
+                        for other in group:
+                            if other.op != "placeholder":
+                                changed |= offer(other, order)
+        if not changed:
+            break
+
+    values, ops, costs = [], [], []
+    value_node, op_node, op_kinds, op_slots = {}, {}, {}, {}
+    pinned_unknown = []
+    wanted: dict[torch.fx.Node, set] = {n: set() for n in nodes}
+    modes_of: dict[torch.fx.Node, list[dict]] = {}
+
+    for n, kind in kinds.items():
+        operands = [n.args[i] for i in slots[n]]
+        if any(o not in domain for o in operands):
+            kind = "pinned"
+        if kind == "pinned" and short_target(n) not in PINNED and short_target(n) not in ELEMENTWISE \
+                and short_target(n) not in REDUCTIONS and short_target(n) != "getitem":
+            pinned_unknown.append(f"{n.name} ({short_target(n)})")
+        if kind == "pinned":
+            # Every tensor it reads, list arguments (cat) included, must be in identity order.
+            operands = list(dict.fromkeys(a for a in n.all_input_nodes if a in domain))
+        modes = []
+        if kind == "permute":
+            perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+            for a in domain[n.args[0]]:
+                out = compose(inverse(perm), a)
+                if out in domain[n]:
+                    modes.append({"name": order_label(a), "operands": [order_label(a)],
+                                  "results": [order_label(out)], "cost": 0.0})
+        elif kind in ("elementwise", "reduction", "reorder") and all(rank[o] == rank[n] for o in operands):
+            for order in domain[n]:
+                if not all(order in domain[o] or o.op == "placeholder" for o in operands):
+                    continue
+                cost = _reduction_mode_cost(n, order) if kind == "reduction" else 0.0
+                modes.append({"name": order_label(order), "operands": [order_label(order)] * len(operands),
+                              "results": [order_label(order)], "cost": round(cost, 1)})
+        if not modes:
+            kind = "pinned"
+            operands = list(dict.fromkeys(a for a in n.all_input_nodes if a in domain))
+            modes = [{"name": "identity", "operands": [order_label(identity[o]) for o in operands],
+                      "results": [order_label(identity[n])], "cost": 0.0}]
+        for m in modes:
+            for o, lab in zip(operands, m["operands"]):
+                wanted[o].add(label_order(lab))
+        modes_of[n] = modes
+        ops.append({"id": n.name, "target": short_target(n), "operands": [o.name for o in operands],
+                    "results": [n.name], "modes": modes})
+        op_node[n.name], op_kinds[n.name], op_slots[n.name] = n, kind, slots[n]
+
+    output = next(n for n in graph_module.graph.nodes if n.op == "output")
+    outs = [a for a in output.all_input_nodes if a in domain]
+    for k, o in enumerate(outs):
+        ops.append({"id": f"output#{k}", "target": "output", "operands": [o.name], "results": [],
+                    "modes": [{"name": "contract", "operands": [order_label(identity[o])], "results": []}]})
+        wanted[o].add(identity[o])
+
+    for n in nodes:
+        produced = {label_order(m["results"][0]) for m in modes_of.get(n, [])} if n.op != "placeholder" \
+            else {identity[n]}
+        labels = [order_label(o) for o in dict.fromkeys(list(produced) + sorted(wanted[n]) + [identity[n]])]
+        val = _val(n)
+        shape, dtype = [int(d) for d in val.shape], _dtype(val)
+        is_input = n.op == "placeholder"
+        values.append({"id": n.name, "shape": shape, "dtype": dtype,
+                       "size_bytes": int(val.numel() * val.element_size()),
+                       # Parameters are placeholders too: priced like inputs (conservative; Vela
+                       # would fold their transposes), never re-laid out in memory.
+                       "kind": "input" if is_input else "activation",
+                       "domain": labels, "fixed": order_label(identity[n]) if is_input else None})
+        value_node[n.name] = n
+        for src in produced:
+            for dst in wanted[n]:
+                if src != dst:
+                    costs.append({"value": n.name, "src": order_label(src), "dst": order_label(dst),
+                                  "cost": round(_transition_cycles(shape, src, dst, dtype), 1)})
+    if pinned_unknown:
+        warnings.warn("layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
+                      + ", ".join(pinned_unknown[:10]) + (" ..." if len(pinned_unknown) > 10 else ""), stacklevel=2)
+    problem = Problem.model_validate({"name": name, "values": values, "ops": ops, "transition_costs": costs,
+                                      "default_cost_per_byte": 0.0})
+    return ArmProblem(problem, value_node, op_node, op_kinds, op_slots, pinned_unknown)
+
+
+def _transition_cycles(logical_shape, src, dst, dtype: str) -> float:
+    """Cycles to turn a value stored in order src into order dst: one transpose of the physical tensor."""
+    physical = [logical_shape[i] for i in src]
+    perm = compose(inverse(src), dst)
+    if dtype not in ethos_u55.DTYPE_BYTES:
+        return float(ethos_u55.DTYPE_BYTES.get("int32", 4) * len(physical))
+    return ethos_u55.transpose_cost(physical, perm, dtype).cycles
+
+
+def _reduction_mode_cost(node, order) -> float:
+    """Vela reduces along the innermost axis natively; other axes cost it a transpose."""
+    val = _val(node.args[0])
+    dims = node.args[1] if len(node.args) > 1 else []
+    dims = [d % val.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    physical_axes = {order.index(d) for d in dims}
+    if physical_axes == {val.dim() - 1} or len(physical_axes) == 0:
+        return 0.0
+    shape = [int(val.shape[i]) for i in order]
+    last = max(physical_axes)
+    perm = [i for i in range(val.dim()) if i != last] + [last]
+    return ethos_u55.transpose_cost(shape, perm, _dtype(val)).cycles if _dtype(val) in ethos_u55.DTYPE_BYTES else 0.0

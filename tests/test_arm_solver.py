@@ -1,0 +1,61 @@
+"""Arm: the solver's TOSA memory-format stage inside a real Ethos-U55 lowering."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("executorch.backends.arm")
+
+import executorch.backends.arm._passes as arm_passes  # noqa: E402
+from executorch.backends.arm._passes import arm_pass_manager as apm  # noqa: E402
+
+from layout_solver.arm import rules, solver_layouts  # noqa: E402
+
+TINY = Path(__file__).parent / "models" / "tiny.py"
+
+
+def test_scoped_changes_restored_on_every_exit():
+    manager, registry = arm_passes.ArmPassManager, dict(apm._registered_pass_insertions)
+    with pytest.raises(RuntimeError, match="boom"):
+        with solver_layouts():
+            assert arm_passes.ArmPassManager is not manager and apm._registered_pass_insertions
+            raise RuntimeError("boom")
+    assert arm_passes.ArmPassManager is manager
+    assert dict(apm._registered_pass_insertions).keys() == registry.keys()
+
+
+@pytest.mark.parametrize("factory", ["residual", "attention"])
+def test_compare_cli_solver_beats_stock_and_is_equivalent(factory, capsys):
+    from layout_solver.cli import main
+
+    assert main(["compare", f"{TINY}:{factory}", "--target", "ethos-u55-128", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    keys = {"tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "npu_ops", "cpu_ops", "lower_seconds"}
+    assert keys <= set(result["stock"]) and keys <= set(result["solver"])
+    assert {"solve_seconds", "objective", "bound", "gap"} <= set(result["solver"])
+    assert result["equivalent"] is True and result["max_abs_diff"] == 0.0
+    assert result["solver"]["vela_total_cycles"] <= result["stock"]["vela_total_cycles"]
+    assert result["solver"]["vela_transpose_cycles"] <= result["stock"]["vela_transpose_cycles"]
+    assert result["solver"]["gap"] == 0
+
+
+def test_unknown_op_is_pinned_with_a_warning(monkeypatch, tmp_path):
+    import contextlib
+    import io
+
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.measure import lower_ethos_u
+    from layout_solver.zoo.models import build
+
+    monkeypatch.setattr(rules, "ELEMENTWISE", rules.ELEMENTWISE - {"add.Tensor"})  # now unknown to the rules
+    module, inputs = build(f"{TINY}:residual")
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("always")
+        stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
+        with solver_layouts() as reports:
+            solver = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "solver")
+    assert any("pinned to the identity order" in str(w.message) and "add.Tensor" in str(w.message) for w in caught)
+    assert any("add.Tensor" in p for r in reports for p in r.pinned_unknown)
+    assert compare_lowerings(stock.tosa_files, solver.tosa_files).equivalent
