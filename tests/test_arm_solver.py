@@ -26,7 +26,7 @@ def test_scoped_changes_restored_on_every_exit():
     assert dict(apm._registered_pass_insertions).keys() == registry.keys()
 
 
-@pytest.mark.parametrize("factory", ["residual", "attention"])
+@pytest.mark.parametrize("factory", ["residual", "attention", "cat_pad"])
 def test_compare_cli_solver_beats_stock_and_is_equivalent(factory, capsys):
     from layout_solver.cli import main
 

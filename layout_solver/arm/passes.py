@@ -43,16 +43,21 @@ def _fake_empty(like: torch.Tensor, shape) -> torch.Tensor:
         return torch.empty([int(d) for d in shape], dtype=like.dtype)
 
 
-def _permuted_list(graph: torch.fx.Graph, arg, order, before: torch.fx.Node):
-    """A per-axis list argument in physical order; a CONST_SHAPE node gets a permuted copy."""
+def _permuted_list(graph: torch.fx.Graph, arg, order, before: torch.fx.Node, pairs: bool = False):
+    """A per-axis list argument in physical order (pairs: two entries per axis, as PAD's lo/hi);
+    a CONST_SHAPE node gets a permuted copy."""
+    def permute(values):
+        if pairs:
+            return [v for i in order for v in (values[2 * i], values[2 * i + 1])]
+        return [values[i] for i in order]
+
     if isinstance(arg, torch.fx.Node):
-        values = arg.args[0]
         with graph.inserting_before(before):
-            copy = graph.create_node("call_function", arg.target, ([values[i] for i in order], *arg.args[1:]),
+            copy = graph.create_node("call_function", arg.target, (permute(arg.args[0]), *arg.args[1:]),
                                      dict(arg.kwargs))
         copy.meta = dict(arg.meta)
         return copy
-    return [arg[i] for i in order]
+    return permute(arg)
 
 
 class SolverLayoutPass(ArmPass):
@@ -136,9 +141,15 @@ class SolverLayoutPass(ArmPass):
                     dims = node.args[1] if isinstance(node.args[1], (list, tuple)) else [node.args[1]]
                     remapped = [mine.index(d % len(mine)) for d in dims]
                     node.args = (node.args[0], remapped, *node.args[2:])
+                elif kind == "reorder" and "PAD" in str(node.target):  # PAD(input, [lo, hi] per axis)
+                    node.args = (node.args[0], _permuted_list(graph, node.args[1], mine, node, pairs=True),
+                                 *node.args[2:])
                 elif kind == "reorder":  # SLICE(input, start, size): per-axis lists follow the order
                     node.args = (node.args[0], *(_permuted_list(graph, a, mine, node) for a in node.args[1:3]),
                                  *node.args[3:])
+                elif kind == "concat":  # cat(tensors, dim)
+                    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+                    node.args = (node.args[0], mine.index(dim % len(mine)), *node.args[2:])
                 node.meta["val"] = _fake_empty(val, [val.shape[i] for i in mine])
         for node in removed:
             node.replace_all_uses_with(physical[node.name])

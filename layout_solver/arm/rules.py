@@ -11,7 +11,8 @@ by permute_copy pairs; so:
   in any order common to all operands (ranks already matched);
 * sum.dim_IntList with keepdim runs in any order with its axes remapped; a
   reduction whose axis is not innermost is priced as the transpose Vela inserts;
-* TOSA SLICE runs in any order with its start and size lists permuted;
+* TOSA SLICE and PAD run in any order with their per-axis lists permuted,
+  cat in any order common to its inputs with its axis remapped;
 * everything else (convs, pooling, views, matmuls, ...) wants the identity
   order; an op this module does not know is pinned there with a warning;
 * graph inputs and outputs keep the delegate contract (identity);
@@ -41,8 +42,7 @@ REDUCTIONS = {"sum.dim_IntList", "amax.default", "amin.default", "mean.dim"}
 # Ops pinned to the identity order on purpose (no warning).
 PINNED = {"CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MAX_POOL2D.default",
           "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "RESIZE.default", "MATMUL.default",
-          "view_copy.default", "cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "PAD.default",
-          "SLICE.default",
+          "view_copy.default", "slice_copy.Tensor", "constant_pad_nd.default",
           "repeat.default", "GATHER.default", "SCATTER.default", "CONST_SHAPE.default", "argmax.default",
           "_to_dim_order_copy.default", "CAST.default", "RESHAPE.default", "SLICE.default", "CONCAT.default",
           "TRANSPOSE.default", "RESCALE.default", "index_select.default", "full.default", "unsqueeze_copy.default",
@@ -104,12 +104,21 @@ def op_kind(node: torch.fx.Node) -> str:
         return "elementwise" if isinstance(scale, (list, tuple)) and len(scale) == 1 else "pinned"
     if target in ELEMENTWISE:
         return "elementwise"
-    if target == "SLICE.default":
-        return "reorder"  # start and size lists follow the order
+    if target in ("SLICE.default", "PAD.default"):
+        return "reorder"  # per-axis argument lists follow the order
+    if target == "cat.default":
+        return "concat"  # the concat axis is remapped
     if target in REDUCTIONS:
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
         return "reduction" if keepdim else "pinned"
     return "pinned"
+
+
+def _operands(node: torch.fx.Node, kind: str) -> list[torch.fx.Node]:
+    """The tensor operands whose layout matters (cat: the list entries)."""
+    if kind == "concat":
+        return [a for a in node.args[0] if isinstance(a, torch.fx.Node) and _val(a) is not None]
+    return [node.args[i] for i in _operand_slots(node, kind)]
 
 
 def _operand_slots(node: torch.fx.Node, kind: str) -> list[int]:
@@ -150,8 +159,8 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> Arm
                     changed |= offer(n, compose(inverse(perm), a))
                 for b in list(domain[n]):
                     changed |= offer(n.args[0], compose(perm, b))
-            elif kind in ("elementwise", "reduction", "reorder"):
-                group = [n] + [n.args[i] for i in slots[n] if rank.get(n.args[i]) == rank[n]]
+            elif kind in ("elementwise", "reduction", "reorder", "concat"):
+                group = [n] + [a for a in _operands(n, kind) if rank.get(a) == rank[n]]
                 for member in group:
                     for order in list(domain.get(member, [])):
                         for other in group:
@@ -167,7 +176,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> Arm
     modes_of: dict[torch.fx.Node, list[dict]] = {}
 
     for n, kind in kinds.items():
-        operands = [n.args[i] for i in slots[n]]
+        operands = _operands(n, kind)
         if any(o not in domain for o in operands):
             kind = "pinned"
         if kind == "pinned" and short_target(n) not in PINNED and short_target(n) not in ELEMENTWISE \
@@ -184,7 +193,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> Arm
                 if out in domain[n]:
                     modes.append({"name": order_label(a), "operands": [order_label(a)],
                                   "results": [order_label(out)], "cost": 0.0})
-        elif kind in ("elementwise", "reduction", "reorder") and all(rank[o] == rank[n] for o in operands):
+        elif kind in ("elementwise", "reduction", "reorder", "concat") and all(rank[o] == rank[n] for o in operands):
             for order in domain[n]:
                 if not all(order in domain[o] or o.op == "placeholder" for o in operands):
                     continue

@@ -52,3 +52,21 @@ def attention():
             return x + self.attn(x)
 
     return Tiny(), (torch.randn(1, 16, 32),)
+
+
+class CatPad(nn.Module):
+    """Two conv branches concatenated on channels, zero-padded, then another conv (cat and PAD rules)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 4, 1)
+        self.c = nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        y = torch.cat([torch.relu(self.a(x)), torch.relu(self.b(x))], dim=1)
+        y = torch.nn.functional.pad(y * 0.5, (1, 1, 1, 1))
+        return self.c(y)
+
+
+def cat_pad():
+    return CatPad(), (torch.randn(1, 3, 8, 8),)
