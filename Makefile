@@ -13,8 +13,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
+# A quick zoo: three small models on both targets, stock versus solver, side by side.
 demo: $(STAMP)
-	$(VENV)/bin/layout-solver demo
+	$(VENV)/bin/layout-solver zoo --models resnet8,ds_cnn,mobilenet_v1_025 --target ethos-u55-128,vulkan --jobs 2 --out zoo-out/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

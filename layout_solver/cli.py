@@ -136,6 +136,23 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_zoo(args: argparse.Namespace) -> int:
+    from layout_solver.zoo.models import ZOO
+    from layout_solver.zoo.runner import TARGETS, run_zoo
+
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in TARGETS]
+    models = [m.strip() for m in args.models.split(",")] if args.models else list(ZOO)
+    missing = [m for m in models if m not in ZOO and ":" not in m]
+    if unknown or missing:
+        raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
+    out = Path(args.out)
+    results = run_zoo(models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address)
+    print((out / "report.md").read_text())
+    print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_cost)
+    p = sub.add_parser("zoo", help="stock versus solver on many models and targets, in parallel, resumable")
+    p.add_argument("--target", default="ethos-u55-128,vulkan", help="comma-separated targets")
+    p.add_argument("--models", help="comma-separated zoo names or path.py:factory (default: the whole zoo)")
+    p.add_argument("--jobs", type=int, default=2, help="worker processes (default %(default)s)")
+    p.add_argument("--executor", choices=["local", "ray"], default="local")
+    p.add_argument("--address", help="with --executor ray: join this cluster instead of starting one")
+    p.add_argument("--out", default="zoo-out", help="output directory (default %(default)s)")
+    p.set_defaults(func=cmd_zoo)
     p = sub.add_parser("demo", help="solve the bundled example problems")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.set_defaults(func=cmd_demo)

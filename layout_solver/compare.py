@@ -75,6 +75,8 @@ def compare_vulkan(model: str, time_limit: float = 10.0) -> dict:
                 bound=round(sum(r.bound or 0.0 for r in reports), 3),
                 gap=max((r.gap or 0.0 for r in reports), default=0.0),
                 fallbacks=[n for r in reports if r.kind == "stock-fallback" for n in r.notes],
+                problem_ops=sum(r.problem_ops for r in reports),
+                solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
                 phase_seconds={k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)
                                for k in ("build", "solve", "write_back", "validate")},
             )

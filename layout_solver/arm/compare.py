@@ -45,6 +45,7 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                     bound=round(sum(r.bound for r in reports), 1),
                     gap=max((r.gap for r in reports), default=0.0),
                     pinned_unknown=[p for r in reports for p in r.pinned_unknown],
+                    problem_ops=sum(r.problem_ops for r in reports),
                 )
             result[side] = metrics
         if len(lowerings) == 2:

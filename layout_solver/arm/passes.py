@@ -35,6 +35,7 @@ class TosaPassReport:
     permutes_removed: int
     pinned_unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problem_ops: int = 0
 
 
 def _fake_empty(like: torch.Tensor, shape) -> torch.Tensor:
@@ -80,7 +81,7 @@ class SolverLayoutPass(ArmPass):
             graph_module.recompile()
             self.reports.append(TosaPassReport(solution.objective, solution.bound, solution.gap, solve_seconds,
                                                time.perf_counter() - start, written, removed,
-                                               arm.pinned_unknown, list(solution.notes)))
+                                               arm.pinned_unknown, list(solution.notes), len(arm.problem.ops)))
         return PassResult(graph_module, True)
 
     @staticmethod

@@ -48,6 +48,7 @@ class PassReport:
     gap: float | None = None
     notes: list[str] = field(default_factory=list)
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    problem_ops: int = 0
 
     @property
     def transition_cost(self) -> float:
@@ -159,7 +160,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                   "validate": end - t_written}
         _record(PassReport("solver", [_transition_record(c) for c in clones], _tensors_by_repr(graph_module),
                            end - start, solution.objective, solution.bound, solution.gap, list(solution.notes),
-                           phases))
+                           phases, len(vproblem.problem.ops)))
         return PassResult(graph_module, True)
 
     @staticmethod

@@ -309,3 +309,100 @@ def _load_factory(spec: str) -> Factory:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(math.prod(p.shape) for p in model.parameters())
+
+
+# ------------------------------------------------- more zoo architectures -----
+
+
+class MobileViTBlock(nn.Module):
+    """MobileViT-style: local conv, unfold to patches, transformer over patches, fold back, fuse."""
+
+    def __init__(self, channels: int, dim: int, depth: int = 2, patch: int = 2, heads: int = 2):
+        super().__init__()
+        self.patch = patch
+        self.local = nn.Sequential(conv_bn(channels, channels, 3, act=nn.SiLU), nn.Conv2d(channels, dim, 1))
+        self.blocks = nn.Sequential(*[Block(dim, heads, mlp=2) for _ in range(depth)])
+        self.proj = conv_bn(dim, channels, 1, act=nn.SiLU)
+        self.fuse = conv_bn(2 * channels, channels, 3, act=nn.SiLU)
+
+    def forward(self, x):
+        y = self.local(x)
+        b, d, h, w = y.shape
+        p = self.patch
+        # (B, D, H, W) -> (B*p*p, H/p*W/p, D): tokens per patch position
+        y = y.reshape(b, d, h // p, p, w // p, p).permute(0, 3, 5, 2, 4, 1).reshape(b * p * p, (h // p) * (w // p), d)
+        y = self.blocks(y)
+        y = y.reshape(b, p, p, h // p, w // p, d).permute(0, 5, 3, 1, 4, 2).reshape(b, d, h, w)
+        return self.fuse(torch.cat([x, self.proj(y)], dim=1))
+
+
+def mobilevit_like():
+    model = nn.Sequential(conv_bn(3, 16, 3, 2, act=nn.SiLU), InvertedResidual(16, 24, 2, 4),
+                          MobileViTBlock(24, 48), InvertedResidual(24, 32, 2, 4), MobileViTBlock(32, 64),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    return model, (torch.randn(1, 3, 64, 64),)
+
+
+class WindowBlock(nn.Module):
+    """Swin-style block: attention inside non-overlapping windows of a token grid."""
+
+    def __init__(self, dim: int, heads: int, window: int, grid: int):
+        super().__init__()
+        self.window, self.grid = window, grid
+        self.norm1, self.attn = nn.LayerNorm(dim), Attention(dim, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x):
+        b, n, c = x.shape
+        g, w = self.grid, self.window
+        h = self.norm1(x).reshape(b, g // w, w, g // w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, w * w, c)
+        h = self.attn(h).reshape(b, g // w, g // w, w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(b, n, c)
+        x = x + h
+        return x + self.mlp(self.norm2(x))
+
+
+class SwinLike(nn.Module):
+    def __init__(self, image: int = 64, patch: int = 4, dim: int = 48, depth: int = 2, window: int = 4):
+        super().__init__()
+        self.grid = image // patch
+        self.embed = nn.Conv2d(3, dim, patch, patch)
+        self.blocks = nn.Sequential(*[WindowBlock(dim, 3, window, self.grid) for _ in range(depth)])
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.embed(x).flatten(2).transpose(1, 2)
+        return self.head(self.norm(self.blocks(x)).mean(dim=1))
+
+
+def swin_like():
+    return SwinLike(), (torch.randn(1, 3, 64, 64),)
+
+
+class UNetLike(nn.Module):
+    """Two-level U-Net: conv encoder, nearest upsampling decoder with skip concatenations."""
+
+    def __init__(self, c: int = 16, classes: int = 4):
+        super().__init__()
+        self.enc1 = nn.Sequential(conv_bn(3, c, 3), conv_bn(c, c, 3))
+        self.enc2 = nn.Sequential(nn.MaxPool2d(2), conv_bn(c, 2 * c, 3), conv_bn(2 * c, 2 * c, 3))
+        self.mid = nn.Sequential(nn.MaxPool2d(2), conv_bn(2 * c, 4 * c, 3))
+        self.dec2 = nn.Sequential(conv_bn(6 * c, 2 * c, 3))
+        self.dec1 = nn.Sequential(conv_bn(3 * c, c, 3))
+        self.out = nn.Conv2d(c, classes, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(e1)
+        m = self.mid(e2)
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2.0, mode="nearest"), e2], dim=1))
+        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2.0, mode="nearest"), e1], dim=1))
+        return self.out(d1)
+
+
+def unet_like():
+    return UNetLike(), (torch.randn(1, 3, 64, 64),)
+
+
+ZOO.update({"mobilevit_like": mobilevit_like, "swin_like": swin_like, "unet_like": unet_like})
+TRANSFORMERS += ["mobilevit_like", "swin_like"]

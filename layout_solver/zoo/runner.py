@@ -1,0 +1,251 @@
+"""Batch analysis of a model zoo: stock versus solver for every model x target.
+
+Each (model, target) is one job: `layout_solver.compare.compare(model, target)`
+in a worker process (a local process pool, or Ray tasks on a local or remote
+cluster). Results are cached as JSON under OUT/cache, keyed by model, target
+and the versions of every tool that can change a number, so a rerun resumes
+where the last one stopped; a job that fails is recorded with its error and
+the others go on. OUT gets results.csv, report.md and PNG plots.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+from multiprocessing import get_context
+from pathlib import Path
+
+TARGETS = ("ethos-u55-128", "vulkan")
+TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "ortools")
+
+
+@dataclass(frozen=True)
+class Job:
+    model: str
+    target: str
+
+
+@lru_cache(maxsize=None)
+def tool_versions() -> dict[str, str]:
+    versions = {}
+    for tool in TOOLS:
+        try:
+            versions[tool] = metadata.version(tool)
+        except metadata.PackageNotFoundError:
+            versions[tool] = "absent"
+    return versions
+
+
+def _source_digest() -> str:
+    """Changes to the solver's own code invalidate cached results too."""
+    root = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha1()
+    for package in ("layout_solver", "cost_models", "graph_io"):
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def job_key(job: Job) -> str:
+    payload = json.dumps({"model": job.model, "target": job.target, "tools": tool_versions(),
+                          "source": _source_digest()}, sort_keys=True)
+    return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def run_job(job: Job) -> dict:
+    """Runs in a worker: never raises, a failure becomes a record."""
+    from layout_solver.compare import compare
+
+    start = time.perf_counter()
+    try:
+        result = compare(job.model, job.target)
+        failed = [s for s in ("stock", "solver") if "error" in result.get(s, {})]
+        status = "ok" if not failed else f"{'+'.join(failed)} failed"
+    except Exception as exc:
+        result = {"model": job.model, "target": job.target,
+                  "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500], "traceback": traceback.format_exc()}
+        status = "error"
+    result["status"] = status
+    result["wall_seconds"] = round(time.perf_counter() - start, 2)
+    return result
+
+
+def _worker_init() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+
+
+def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
+    # spawn: torch and executorch are not fork-safe once initialised
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+        futures = {pool.submit(run_job, job): job for job in jobs}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> Iterable[tuple[Job, dict]]:
+    import ray
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:  # a local cluster, started and stopped by this command
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=1)(run_job)
+        pending = {remote.remote(job): job for job in jobs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                yield pending.pop(ref), ray.get(ref)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, executor: str = "local",
+            address: str | None = None, log: Callable[[str], None] = print) -> list[dict]:
+    from tqdm import tqdm
+
+    cache = out / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    todo, results = [], []
+    for model in models:
+        for target in targets:
+            job = Job(model, target)
+            path = cache / f"{job_key(job)}.json"
+            if path.exists():
+                results.append(json.loads(path.read_text()))
+                log(f"[cached] {model} on {target}: {results[-1]['status']}")
+            else:
+                todo.append(job)
+    run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs)
+    with tqdm(total=len(todo), desc="zoo", unit="job", file=sys.stderr, disable=not todo) as bar:
+        for job, result in run:
+            (cache / f"{job_key(job)}.json").write_text(json.dumps(result))
+            results.append(result)
+            bar.update(1)
+            tqdm.write(f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s",
+                       file=sys.stderr)
+    results.sort(key=lambda r: (r["model"], r["target"]))
+    write_outputs(results, out)
+    return results
+
+
+ROW_FIELDS = {
+    "ethos-u55-128": ["tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "npu_ops", "cpu_ops",
+                      "lower_seconds"],
+    "vulkan": ["transitions", "transition_cost", "lower_seconds", "pass_seconds"],
+}
+
+
+def rows(results: list[dict]) -> list[dict]:
+    out = []
+    for r in results:
+        row = {"model": r["model"], "target": r["target"], "status": r["status"],
+               "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or ""}
+        for side in ("stock", "solver"):
+            for key in ROW_FIELDS.get(r["target"], []):
+                row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
+        solver = r.get("solver", {})
+        row.update(solve_seconds=solver.get("solve_seconds", ""), problem_ops=solver.get("problem_ops", ""),
+                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""))
+        out.append(row)
+    return out
+
+
+def write_outputs(results: list[dict], out: Path) -> None:
+    table = rows(results)
+    fields = list(dict.fromkeys(k for row in table for k in row))
+    with (out / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(table)
+    (out / "report.md").write_text(report_markdown(table))
+    plot(table, out)
+
+
+def report_markdown(table: list[dict]) -> str:
+    lines = ["# Zoo report: stock executorch versus layout-solver", ""]
+    arm = [r for r in table if r["target"] == "ethos-u55-128"]
+    vk = [r for r in table if r["target"] == "vulkan"]
+    if arm:
+        lines += ["## Ethos-U55 (ethos-u55-128, Vela cycle estimates)", "",
+                  "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
+                  "| solver | lower s stock / solver | solve s | equivalent |", "|" + "---|" * 10]
+        for r in arm:
+            lines.append(f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
+                         f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
+                         f"{r['stock_vela_total_cycles']} | {r['solver_vela_total_cycles']} | "
+                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
+                         f"{r['equivalent']} |")
+        lines.append("")
+    if vk:
+        lines += ["## Vulkan (transitions = clone dispatches; cost in modelled microseconds)", "",
+                  "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
+                  "lower s stock / solver | gap |", "|" + "---|" * 7]
+        for r in vk:
+            ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""  # noqa: E731
+            lines.append(f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
+                         f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
+                         f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
+                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} |")
+        lines.append("")
+    failures = [r for r in table if r["status"] != "ok"]
+    if failures:
+        lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
+    lines += ["Plots: `transpose_cycles.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
+    return "\n".join(lines)
+
+
+def plot(table: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def bars(rows_, stock_key, solver_key, title, ylabel, path):
+        rows_ = [r for r in rows_ if isinstance(r[stock_key], (int, float)) and isinstance(r[solver_key], (int, float))]
+        fig, ax = plt.subplots(figsize=(max(6, len(rows_) * 0.9), 4))
+        xs = range(len(rows_))
+        ax.bar([x - 0.2 for x in xs], [r[stock_key] for r in rows_], 0.4, label="stock")
+        ax.bar([x + 0.2 for x in xs], [r[solver_key] for r in rows_], 0.4, label="layout-solver")
+        ax.set_xticks(list(xs), [r["model"] for r in rows_], rotation=30, ha="right")
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    bars([r for r in table if r["target"] == "ethos-u55-128"], "stock_vela_transpose_cycles",
+         "solver_vela_transpose_cycles", "Ethos-U55: Vela transpose cycles", "cycles", out / "transpose_cycles.png")
+    bars([r for r in table if r["target"] == "vulkan"], "stock_transitions", "solver_transitions",
+         "Vulkan: layout transitions", "clone dispatches", out / "transitions.png")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for target, marker in (("ethos-u55-128", "o"), ("vulkan", "s")):
+        pts = [(r["problem_ops"], r["solve_seconds"]) for r in table
+               if r["target"] == target and isinstance(r["problem_ops"], int) and isinstance(r["solve_seconds"], float)]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=target)
+    ax.set_xlabel("ops in the layout problem")
+    ax.set_ylabel("solve time (s)")
+    ax.set_title("Solve time against graph size")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "solve_time_vs_size.png", dpi=120)
+    plt.close(fig)

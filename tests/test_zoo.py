@@ -1,0 +1,37 @@
+"""Batch analysis: parallel, resumable, failure-tolerant, on local processes and on Ray."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from layout_solver.zoo.runner import run_zoo
+
+TINY = Path(__file__).parent / "models" / "tiny.py"
+
+
+def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
+    models = [f"{TINY}:residual", f"{TINY}:no_such_factory"]
+    results = run_zoo(models, ["vulkan", "ethos-u55-128"], tmp_path, jobs=2, log=lambda _: None)
+    by = {(Path(r["model"]).name, r["target"]): r for r in results}
+    assert by[("tiny.py:residual", "vulkan")]["status"] == "ok"
+    assert by[("tiny.py:residual", "ethos-u55-128")]["status"] == "ok"
+    assert by[("tiny.py:residual", "ethos-u55-128")]["equivalent"] is True
+    failed = by[("tiny.py:no_such_factory", "vulkan")]
+    assert failed["status"] != "ok" and "no_such_factory" in (failed.get("error") or failed["stock"]["error"])
+    for name in ("results.csv", "report.md", "transpose_cycles.png", "transitions.png", "solve_time_vs_size.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    with (tmp_path / "results.csv").open() as f:
+        assert len(list(csv.DictReader(f))) == 4
+    # Resume: everything comes from the cache, nothing is lowered again.
+    logged = []
+    again = run_zoo(models, ["vulkan", "ethos-u55-128"], tmp_path, jobs=2, log=logged.append)
+    assert len(logged) == 4 and all(line.startswith("[cached]") for line in logged)
+    assert [r["status"] for r in again] == [r["status"] for r in results]
+
+
+def test_ray_executor_on_a_local_cluster(tmp_path):
+    pytest.importorskip("ray")
+    results = run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=2, executor="ray", log=lambda _: None)
+    assert [r["status"] for r in results] == ["ok"]
+    assert results[0]["solver"]["transitions"] <= results[0]["stock"]["transitions"]
