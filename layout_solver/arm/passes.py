@@ -114,7 +114,7 @@ class SolverLayoutPass(ArmPass):
 
         for node in list(graph.nodes):
             if node.op == "output":
-                for k, arg in enumerate(node.all_input_nodes):
+                for arg in node.all_input_nodes:
                     if arg.name in order:
                         want = tuple(range(len(order[arg.name])))
                         node.replace_input_with(arg, read_as(arg.name, want, node))

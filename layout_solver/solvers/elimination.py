@@ -51,7 +51,7 @@ def _factor_table(sub: Subproblem, f) -> tuple[tuple[int, ...], np.ndarray]:
         src_index = np.zeros([1] * ndim, dtype=int)
     shape = tuple(sub.n_options[v] for v in scope)
     table = np.zeros(shape, dtype=float)
-    for i, label in enumerate(targets):
+    for i in range(len(targets)):
         present = ((mask >> np.uint64(i)) & np.uint64(1)).astype(bool)
         table = table + np.where(present, price[src_index, i], 0.0)
     return scope, np.broadcast_to(table, shape).copy()
@@ -96,7 +96,7 @@ def solve_by_elimination(sub: Subproblem, max_table: int = MAX_TABLE) -> SubResu
         else:
             constant += float(reduced)
         remaining.discard(v)
-    for scope, table in tables:  # only scope-free leftovers can remain
+    for _, table in tables:  # only scope-free leftovers can remain
         constant += float(table)
     options = [0] * n
     for v, rest, argmin in reversed(eliminated):

@@ -45,8 +45,9 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
+@lru_cache(maxsize=None)
 def _source_digest() -> str:
-    """Changes to the solver's own code invalidate cached results too."""
+    """Changes to the solver's own code invalidate cached results too (read once per run)."""
     root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha1()
     for package in ("layout_solver", "cost_models", "graph_io"):
