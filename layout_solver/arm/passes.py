@@ -9,6 +9,7 @@ remaining transpose its cheapest form.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,14 @@ class TosaPassReport:
     pinned_unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problem_ops: int = 0
+
+
+def _constant_placeholders(program) -> set[str]:
+    """Names of placeholders that are parameters, buffers or lifted constants."""
+    if program is None:
+        return set()
+    sig = program.graph_signature
+    return set(sig.inputs_to_parameters) | set(sig.inputs_to_buffers) | set(sig.inputs_to_lifted_tensor_constants)
 
 
 def _fake_empty(like: torch.Tensor, shape) -> torch.Tensor:
@@ -72,7 +81,7 @@ class SolverLayoutPass(ArmPass):
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         with gc_paused():
             start = time.perf_counter()
-            arm = build_problem(graph_module)
+            arm = build_problem(graph_module, constants=_constant_placeholders(_current_program.get()))
             t0 = time.perf_counter()
             solution = solve(arm.problem, time_limit=self.time_limit)
             solve_seconds = time.perf_counter() - t0
@@ -175,8 +184,7 @@ def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True) -> Iter
 
     reports: list[TosaPassReport] = []
     with contextlib.ExitStack() as stack:
-        if replace_stock:
-            stack.enter_context(skipping_stock_propagation())
+        stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [SolverLayoutPass(reports, time_limit),
                                                                             CanonicalTransposePass()]}))
         yield reports
@@ -187,10 +195,16 @@ def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True) -> Iter
 REPLACED_STOCK_PASSES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
 
+# The exported program the Arm pipeline is transforming, so the solver pass can
+# tell parameters and constants (whose transposes fold) from real inputs.
+_current_program: contextvars.ContextVar = contextvars.ContextVar("layout_solver_arm_program", default=None)
+
+
 @contextlib.contextmanager
 def skipping_stock_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
     """Scoped substitution of ArmPassManager (tosa/backend.py imports the name lazily) by a
-    subclass that also skips the replaced stock passes; restored on every exit."""
+    subclass that skips the replaced stock passes (none if `names` is empty) and exposes the
+    exported program to the solver pass; restored on every exit."""
     import executorch.backends.arm._passes as arm_passes
 
     skipped = tuple(getattr(arm_passes, n) for n in names)
@@ -201,6 +215,13 @@ def skipping_stock_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
             # The user's own skip rules (from the compile spec) stay in force.
             self._skip_pass_types = tuple(set(super().configure_skip_passes()) | set(skipped))
             return self._skip_pass_types
+
+        def transform_to_backend_pipeline(self, exported_program, graph_module):
+            token = _current_program.set(exported_program)
+            try:
+                return super().transform_to_backend_pipeline(exported_program, graph_module)
+            finally:
+                _current_program.reset(token)
 
     arm_passes.ArmPassManager = SolverArmPassManager
     try:

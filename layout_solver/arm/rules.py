@@ -16,7 +16,8 @@ by permute_copy pairs; so:
 * everything else (convs, pooling, views, matmuls, ...) wants the identity
   order; an op this module does not know is pinned there with a warning;
 * graph inputs and outputs keep the delegate contract (identity);
-  parameters are placeholders too and are treated like inputs.
+  parameters, buffers and lifted constants keep their stored order, and
+  transposing one is free (folded at compile time).
 
 A transition is a transpose priced by cost_models.ethos_u55 (cheapest form).
 """
@@ -129,7 +130,11 @@ def _operand_slots(node: torch.fx.Node, kind: str) -> list[int]:
     return slots
 
 
-def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> ArmProblem:
+def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
+                  constants: set[str] | None = None) -> ArmProblem:
+    """`constants`: placeholder names that are parameters/buffers/lifted constants (their
+    transposes are folded at compile time, so free); other placeholders are delegate inputs."""
+    constants = constants or set()
     nodes = [n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function") and _val(n) is not None]
     rank = {n: _val(n).dim() for n in nodes}
     identity = {n: tuple(range(rank[n])) for n in nodes}
@@ -229,9 +234,8 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa") -> Arm
         is_input = n.op == "placeholder"
         values.append({"id": n.name, "shape": shape, "dtype": dtype,
                        "size_bytes": int(val.numel() * val.element_size()),
-                       # Parameters are placeholders too: priced like inputs (conservative; Vela
-                       # would fold their transposes), never re-laid out in memory.
-                       "kind": "input" if is_input else "activation",
+                       # Constants keep their stored order; transposing one folds at compile time.
+                       "kind": ("constant" if n.name in constants else "input") if is_input else "activation",
                        "domain": labels, "fixed": order_label(identity[n]) if is_input else None})
         value_node[n.name] = n
         for src in produced:
