@@ -93,3 +93,25 @@ def test_cost_cli_json(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["cycles"] > 0 and result["vela_cycles"] == 12288  # Vela on the canonical (16, 2048) swap
     assert result["canonical_perm"] == [1, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape_and_perm(), st.data())
+def test_view_orders_are_pure_reshapes(case, data):
+    """Whatever order view_output_order proposes really moves no data."""
+    from layout_solver.arm.rules import view_output_order
+
+    shape, order_in = case
+    n = math.prod(shape)
+    # a random regrouping of the same elements
+    out = list(shape)
+    if len(out) >= 2 and data.draw(st.booleans()):
+        k = data.draw(st.integers(0, len(out) - 2))
+        out[k:k + 2] = [out[k] * out[k + 1]]
+    order_out = view_output_order(shape, out, order_in)
+    if order_out is not None:
+        x = np.arange(n)
+        assert np.array_equal(x.reshape(shape).transpose(order_in).ravel(),
+                              x.reshape(out).transpose(order_out).ravel())
+    if list(order_in) == sorted(order_in):
+        assert order_out == tuple(range(len(out)))  # the identity always works

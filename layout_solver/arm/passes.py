@@ -157,6 +157,8 @@ class SolverLayoutPass(ArmPass):
                 elif kind == "reorder":  # SLICE(input, start, size): per-axis lists follow the order
                     node.args = (node.args[0], *(_permuted_list(graph, a, mine, node) for a in node.args[1:3]),
                                  *node.args[3:])
+                elif kind == "view":  # a pure reshape of the physical tensor
+                    node.args = (node.args[0], [int(val.shape[i]) for i in mine], *node.args[2:])
                 elif kind == "concat":  # cat(tensors, dim)
                     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
                     node.args = (node.args[0], mine.index(dim % len(mine)), *node.args[2:])

@@ -11,6 +11,8 @@ by permute_copy pairs; so:
   in any order common to all operands (ranks already matched);
 * sum.dim_IntList with keepdim runs in any order with its axes remapped; a
   reduction whose axis is not innermost is priced as the transpose Vela inserts;
+* view_copy is free in every pair of orders that keeps it a pure reshape
+  (whole reshape groups moved together; checked exactly on index arrays);
 * TOSA SLICE and PAD run in any order with their per-axis lists permuted,
   cat in any order common to its inputs with its axis remapped;
 * everything else (convs, pooling, views, matmuls, ...) wants the identity
@@ -28,6 +30,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from cost_models import ethos_u55
@@ -43,7 +46,7 @@ REDUCTIONS = {"sum.dim_IntList", "amax.default", "amin.default", "mean.dim"}
 # Ops pinned to the identity order on purpose (no warning).
 PINNED = {"CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MAX_POOL2D.default",
           "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "RESIZE.default", "MATMUL.default",
-          "view_copy.default", "slice_copy.Tensor", "constant_pad_nd.default",
+          "slice_copy.Tensor", "constant_pad_nd.default",
           "repeat.default", "GATHER.default", "SCATTER.default", "CONST_SHAPE.default", "argmax.default",
           "_to_dim_order_copy.default", "CAST.default", "RESHAPE.default", "SLICE.default", "CONCAT.default",
           "TRANSPOSE.default", "RESCALE.default", "index_select.default", "full.default", "unsqueeze_copy.default",
@@ -109,10 +112,74 @@ def op_kind(node: torch.fx.Node) -> str:
         return "reorder"  # per-axis argument lists follow the order
     if target == "cat.default":
         return "concat"  # the concat axis is remapped
+    if target == "view_copy.default":
+        return "view"  # free in the orders that keep it a pure reshape
     if target in REDUCTIONS:
         keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
         return "reduction" if keepdim else "pinned"
     return "pinned"
+
+
+VIEW_CHECK_LIMIT = 1 << 20  # elements; larger views stay in the identity order
+
+
+def _reshape_groups(s_in, s_out) -> list[tuple[list[int], list[int]]] | None:
+    """Pair contiguous runs of input and output axes with equal element counts."""
+    groups, i, j = [], 0, 0
+    while i < len(s_in) or j < len(s_out):
+        gi, gj = [], []
+        pi = pj = 1
+        while True:
+            if pi <= pj and i < len(s_in):
+                pi *= s_in[i]
+                gi.append(i)
+                i += 1
+            elif j < len(s_out):
+                pj *= s_out[j]
+                gj.append(j)
+                j += 1
+            else:
+                return None
+            if pi == pj and (i == len(s_in) or s_in[i] != 1 or j == len(s_out)) and \
+                    (j == len(s_out) or s_out[j] != 1 or i == len(s_in)):
+                break
+        groups.append((gi, gj))
+    return groups
+
+
+def view_output_order(s_in, s_out, order_in) -> tuple[int, ...] | None:
+    """The output order in which reshaping s_in -> s_out moves no data, given the input order.
+
+    Proposed from the reshape's axis groups, then checked exactly on index arrays."""
+    s_in, s_out = [int(d) for d in s_in], [int(d) for d in s_out]
+    if list(order_in) == list(range(len(s_in))):
+        return tuple(range(len(s_out)))  # a view of a row-major tensor is always a pure reshape
+    n = 1
+    for d in s_in:
+        n *= d
+    if n > VIEW_CHECK_LIMIT or n == 0:
+        return None
+    groups = _reshape_groups(s_in, s_out)
+    if groups is None:
+        return None
+    group_of = {a: g for g, (gi, _) in enumerate(groups) for a in gi}
+    sequence = []
+    for a in order_in:  # group sequence in physical order, axes of a group kept contiguous and ascending
+        g = group_of[a]
+        if not sequence or sequence[-1][0] != g:
+            sequence.append((g, [a]))
+        else:
+            sequence[-1][1].append(a)
+    if len({g for g, _ in sequence}) != len(sequence) or any(axes != sorted(axes) for _, axes in sequence):
+        return None
+    order_out = tuple(b for g, _ in sequence for b in groups[g][1])
+    if sorted(order_out) != list(range(len(s_out))):
+        return None
+    index = np.arange(n)
+    if not np.array_equal(index.reshape(s_in).transpose(order_in).ravel(),
+                          index.reshape(s_out).transpose(order_out).ravel()):
+        return None
+    return order_out
 
 
 def _operands(node: torch.fx.Node, kind: str) -> list[torch.fx.Node]:
@@ -164,6 +231,16 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
                     changed |= offer(n, compose(inverse(perm), a))
                 for b in list(domain[n]):
                     changed |= offer(n.args[0], compose(perm, b))
+            elif kind == "view":
+                s_in, s_out = list(_val(n.args[0]).shape), list(_val(n).shape)
+                for a in list(domain.get(n.args[0], [])):
+                    b = view_output_order(s_in, s_out, a)
+                    if b is not None:
+                        changed |= offer(n, b)
+                for b in list(domain[n]):
+                    a = view_output_order(s_out, s_in, b)
+                    if a is not None and n.args[0].op != "placeholder":
+                        changed |= offer(n.args[0], a)
             elif kind in ("elementwise", "reduction", "reorder", "concat"):
                 group = [n] + [a for a in _operands(n, kind) if rank.get(a) == rank[n]]
                 for member in group:
@@ -198,6 +275,13 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
                 if out in domain[n]:
                     modes.append({"name": order_label(a), "operands": [order_label(a)],
                                   "results": [order_label(out)], "cost": 0.0})
+        elif kind == "view" and operands:
+            s_in, s_out = list(_val(operands[0]).shape), list(_val(n).shape)
+            for a in domain[operands[0]]:
+                b = view_output_order(s_in, s_out, a)
+                if b is not None and b in domain[n]:
+                    modes.append({"name": order_label(a), "operands": [order_label(a)],
+                                  "results": [order_label(b)], "cost": 0.0})
         elif kind in ("elementwise", "reduction", "reorder", "concat") and all(rank[o] == rank[n] for o in operands):
             for order in domain[n]:
                 if not all(order in domain[o] or o.op == "placeholder" for o in operands):
