@@ -15,10 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.compare import compare_ethos_u  # noqa: E402
-from layout_solver.zoo.models import CNNS  # noqa: E402
-
-ARM_ZOO = CNNS + ["vit_small", "edgetam_like", "convnext_stack"]
-TRANSFORMERS = ["vit_small", "edgetam_like", "convnext_stack"]
+from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS  # noqa: E402
 
 
 def main() -> None:
@@ -43,7 +40,7 @@ def main() -> None:
               f"| {s['vela_total_cycles']:,} | {o['vela_total_cycles']:,} | {tot:+.1%} | {s['lower_seconds']:.1f} | "
               f"{o['lower_seconds']:.1f} | {o['solve_seconds']:.3f} | {o['gap']:.2%} | {r['equivalent']} |", flush=True)
     ok = {n: r for n, r in results.items() if "error" not in r.get("stock", {}) and "error" not in r.get("solver", {})}
-    group = [n for n in ok if n in TRANSFORMERS]
+    group = [n for n in ok if n in ARM_TRANSFORMERS]
     stock_t = sum(ok[n]["stock"]["vela_transpose_cycles"] for n in group)
     solver_t = sum(ok[n]["solver"]["vela_transpose_cycles"] for n in group)
     print()

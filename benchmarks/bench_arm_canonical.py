@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import logging
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -21,17 +19,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from layout_solver.arm.canonical import canonical_transposes  # noqa: E402
 from layout_solver.arm.equivalence import compare_lowerings  # noqa: E402
 from layout_solver.arm.measure import lower_ethos_u  # noqa: E402
-from layout_solver.zoo.models import CNNS, build  # noqa: E402
-
-ARM_ZOO = CNNS + ["vit_small", "edgetam_like", "convnext_stack"]
+from layout_solver.compare import quiet  # noqa: E402
+from layout_solver.zoo.models import ARM_ZOO, build  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    logging.getLogger().setLevel(logging.WARNING)
+    quiet()
     print("| model | stock transposes (TOSA / Vela rows) | canonical | stock transpose cycles | canonical | "
           "change | stock total cycles | canonical | stock lower s | canonical | equivalent |")
     print("|" + "---|" * 11, flush=True)

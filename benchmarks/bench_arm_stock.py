@@ -8,25 +8,21 @@ and the cost model's cycles for the same transposes in their cheapest (canonical
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
-import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.measure import lower_ethos_u  # noqa: E402
-from layout_solver.zoo.models import CNNS, ZOO, build  # noqa: E402
-
-ARM_ZOO = CNNS + ["vit_small", "edgetam_like", "convnext_stack"]
+from layout_solver.compare import quiet  # noqa: E402
+from layout_solver.zoo.models import ARM_ZOO, ZOO, build  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    warnings.filterwarnings("ignore")
-    logging.getLogger().setLevel(logging.WARNING)
+    quiet()
     cols = ["tosa_transposes", "vela_transpose_rows", "vela_transpose_cycles", "vela_total_cycles", "npu_ops",
             "cpu_ops", "lower_seconds", "predicted_transpose_cycles_canonical"]
     print("| model | " + " | ".join(cols) + " | transpose % |")

@@ -30,7 +30,6 @@ from functools import lru_cache
 from importlib import resources
 
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "bool": 1}
-BRICK_BYTES = 16
 
 
 def canonical_transpose(shape, perm) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -148,6 +147,3 @@ def transpose_cost(shape, perm, dtype: str = "int8", params: EthosU55Params | No
     rate = entry.w_in * g_in + entry.w_out * g_out + entry.w_const
     return TransposeCost(nbytes * rate, entry.ops, cshape, cperm, "model")
 
-
-def transpose_cycles(shape, perm, dtype: str = "int8") -> float:
-    return transpose_cost(shape, perm, dtype).cycles

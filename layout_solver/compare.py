@@ -27,7 +27,7 @@ def compare(model: str, target: str, time_limit: float = 10.0) -> dict:
     raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
 
 
-def _quiet() -> None:
+def quiet() -> None:
     # executorch's Vulkan pass logs every transition at INFO on the root logger.
     logging.getLogger().setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", category=FutureWarning)
@@ -42,7 +42,7 @@ def compare_vulkan(model: str, time_limit: float = 10.0) -> dict:
     from layout_solver.vulkan import solver_layouts, stock_layouts
     from layout_solver.zoo.models import build
 
-    _quiet()
+    quiet()
     module, inputs = build(model)
     sides = {}
     for side, context in (("stock", stock_layouts), ("solver", lambda: solver_layouts(time_limit))):

@@ -79,11 +79,6 @@ class CompiledProblem:
     def factor_cost(self, f: Factor, opt) -> float:
         return factor_cost(f, opt, self.cost)
 
-    def var_name(self, var: int) -> str:
-        if self.var_op[var] >= 0:
-            return f"op {self.problem.ops[self.var_op[var]].id!r}"
-        return f"value {self.problem.values[self.var_value[var]].id!r}"
-
 
 def compile_problem(problem: Problem) -> CompiledProblem:
     label_ids: dict[str, int] = {}

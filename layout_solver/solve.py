@@ -56,9 +56,9 @@ def _solve(problem: Problem, time_limit: float, workers: int, **tuning) -> Solut
     stats = decomposer.stats
     if not stats.proven:
         # Time ran out somewhere: never hand back worse than the greedy answer.
-        everything = list(range(compiled.n_vars))
-        fallback = greedy(restrict(compiled, everything, compiled.factors, {}))
-        current = restrict(compiled, everything, compiled.factors, {}).total(options)
+        whole = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+        fallback = greedy(whole)
+        current = whole.total(options)
         if fallback.value < current:
             options = fallback.options
             notes.append("time limit reached: returning the greedy answer, which beat the partial search")

@@ -17,13 +17,24 @@ TINY = Path(__file__).parent / "models" / "tiny.py"
 
 
 def test_scoped_changes_restored_on_every_exit():
-    manager, registry = arm_passes.ArmPassManager, dict(apm._registered_pass_insertions)
-    with pytest.raises(RuntimeError, match="boom"):
-        with solver_layouts():
-            assert arm_passes.ArmPassManager is not manager and apm._registered_pass_insertions
-            raise RuntimeError("boom")
-    assert arm_passes.ArmPassManager is manager
-    assert dict(apm._registered_pass_insertions).keys() == registry.keys()
+    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+
+    from layout_solver.arm.measure import RecordTransposes
+
+    users_pass = RecordTransposes([])  # a pass the user registered before us
+    apm.register_pass_insertions_after(InsertConstShapesPass, [users_pass])
+    try:
+        manager = arm_passes.ArmPassManager
+        with pytest.raises(RuntimeError, match="boom"):
+            with solver_layouts():
+                assert arm_passes.ArmPassManager is not manager
+                assert len(apm._registered_pass_insertions[InsertConstShapesPass].before_passes) == 2
+                raise RuntimeError("boom")
+        assert arm_passes.ArmPassManager is manager
+        restored = apm._registered_pass_insertions[InsertConstShapesPass]
+        assert restored.before_passes == [] and restored.after_passes[0] is users_pass  # the user's own object
+    finally:
+        apm.clear_registered_pass_insertions()
 
 
 @pytest.mark.parametrize("factory", ["residual", "attention", "cat_pad"])

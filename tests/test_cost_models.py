@@ -115,3 +115,12 @@ def test_view_orders_are_pure_reshapes(case, data):
                               x.reshape(out).transpose(order_out).ravel())
     if list(order_in) == sorted(order_in):
         assert order_out == tuple(range(len(out)))  # the identity always works
+
+
+def test_view_orders_found_when_groups_move_whole():
+    """A view is free when the input order moves whole reshape groups: [2,3,4] (1,2,0) -> [2,12] (1,0)."""
+    from layout_solver.arm.rules import view_output_order
+
+    assert view_output_order((2, 3, 4), (2, 12), (1, 2, 0)) == (1, 0)
+    assert view_output_order((2, 12), (2, 3, 4), (1, 0)) == (1, 2, 0)
+    assert view_output_order((2, 3, 4), (2, 12), (0, 2, 1)) is None  # splits a group: data would move

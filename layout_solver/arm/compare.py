@@ -14,10 +14,10 @@ from layout_solver.arm.passes import solver_layouts
 
 
 def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u55-128") -> dict:
-    from layout_solver.compare import _quiet
+    from layout_solver.compare import quiet
     from layout_solver.zoo.models import build
 
-    _quiet()
+    quiet()
     module, inputs = build(model)
     result: dict = {"model": model, "target": target}
     with tempfile.TemporaryDirectory() as tmp:

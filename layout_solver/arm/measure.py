@@ -12,7 +12,7 @@ every exit.
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -52,7 +52,9 @@ def inserted_passes(before: dict | None = None, after: dict | None = None) -> It
     """
     from executorch.backends.arm._passes import arm_pass_manager as apm
 
-    saved = copy.deepcopy(apm._registered_pass_insertions)
+    # Copy the containers, keep the user's own pass instances.
+    saved = {target: dataclasses.replace(ins, before_passes=list(ins.before_passes), after_passes=list(ins.after_passes))
+             for target, ins in apm._registered_pass_insertions.items()}
     try:
         for target, passes in (before or {}).items():
             apm.register_pass_insertions_before(target, list(passes))

@@ -26,6 +26,7 @@ A transition is a transpose priced by cost_models.ethos_u55 (cheapest form).
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from dataclasses import dataclass
@@ -94,8 +95,7 @@ class ArmProblem:
     problem: Problem
     value_node: dict[str, torch.fx.Node]
     op_node: dict[str, torch.fx.Node]
-    op_kind: dict[str, str]  # "permute", "elementwise", "reduction", "pinned", "output"
-    op_slots: dict[str, list[int]]  # op id -> arg index of each operand
+    op_kind: dict[str, str]  # "permute", "elementwise", "reduction", "reorder", "concat", "view", "pinned"
     pinned_unknown: list[str]
 
 
@@ -151,7 +151,14 @@ def view_output_order(s_in, s_out, order_in) -> tuple[int, ...] | None:
     """The output order in which reshaping s_in -> s_out moves no data, given the input order.
 
     Proposed from the reshape's axis groups, then checked exactly on index arrays."""
-    s_in, s_out = [int(d) for d in s_in], [int(d) for d in s_out]
+    return _view_output_order(tuple(int(d) for d in s_in), tuple(int(d) for d in s_out), tuple(order_in))
+
+
+@functools.lru_cache(maxsize=4096)
+def _view_output_order(s_in, s_out, order_in) -> tuple[int, ...] | None:
+    # Cached: the domain propagation and the mode building ask the same questions,
+    # and each exact check builds index arrays of up to VIEW_CHECK_LIMIT elements.
+    s_in, s_out = list(s_in), list(s_out)
     if list(order_in) == list(range(len(s_in))):
         return tuple(range(len(s_out)))  # a view of a row-major tensor is always a pure reshape
     n = 1
@@ -186,15 +193,16 @@ def _operands(node: torch.fx.Node, kind: str) -> list[torch.fx.Node]:
     """The tensor operands whose layout matters (cat: the list entries)."""
     if kind == "concat":
         return [a for a in node.args[0] if isinstance(a, torch.fx.Node) and _val(a) is not None]
-    return [node.args[i] for i in _operand_slots(node, kind)]
-
-
-def _operand_slots(node: torch.fx.Node, kind: str) -> list[int]:
-    """Arg indices of the tensor operands whose layout matters."""
-    slots = [i for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node) and _val(a) is not None]
+    operands = [a for a in node.args if isinstance(a, torch.fx.Node) and _val(a) is not None]
     if short_target(node) == "TABLE.default":
-        slots = slots[:1]  # the lookup table is not laid out like the input
-    return slots
+        operands = operands[:1]  # the lookup table is not laid out like the input
+    return operands
+
+
+def _perm(node: torch.fx.Node) -> tuple[int, ...]:
+    """A permute node's permutation with negative axes normalised."""
+    rank = max(_val(node).dim(), 1)
+    return tuple(int(p) % rank for p in node.args[1])
 
 
 def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
@@ -206,7 +214,6 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
     rank = {n: _val(n).dim() for n in nodes}
     identity = {n: tuple(range(rank[n])) for n in nodes}
     kinds = {n: op_kind(n) for n in nodes if n.op == "call_function"}
-    slots = {n: _operand_slots(n, kinds[n]) for n in kinds}
 
     # Candidate orders: identity, those that make each permute free, spread along elementwise chains.
     domain: dict[torch.fx.Node, list[tuple[int, ...]]] = {n: [identity[n]] for n in nodes}
@@ -219,14 +226,14 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
 
     for n, kind in kinds.items():
         if kind == "permute":
-            perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+            perm = _perm(n)
             offer(n.args[0], perm)
             offer(n, inverse(perm))
     for _ in range(4):  # propagate through free permutes and elementwise chains
         changed = False
         for n, kind in kinds.items():
             if kind == "permute":
-                perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+                perm = _perm(n)
                 for a in list(domain[n.args[0]]):
                     changed |= offer(n, compose(inverse(perm), a))
                 for b in list(domain[n]):
@@ -252,7 +259,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
             break
 
     values, ops, costs = [], [], []
-    value_node, op_node, op_kinds, op_slots = {}, {}, {}, {}
+    value_node, op_node, op_kinds = {}, {}, {}
     pinned_unknown = []
     wanted: dict[torch.fx.Node, set] = {n: set() for n in nodes}
     modes_of: dict[torch.fx.Node, list[dict]] = {}
@@ -269,7 +276,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
             operands = list(dict.fromkeys(a for a in n.all_input_nodes if a in domain))
         modes = []
         if kind == "permute":
-            perm = tuple(int(p) % max(rank[n], 1) for p in n.args[1])
+            perm = _perm(n)
             for a in domain[n.args[0]]:
                 out = compose(inverse(perm), a)
                 if out in domain[n]:
@@ -300,7 +307,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
         modes_of[n] = modes
         ops.append({"id": n.name, "target": short_target(n), "operands": [o.name for o in operands],
                     "results": [n.name], "modes": modes})
-        op_node[n.name], op_kinds[n.name], op_slots[n.name] = n, kind, slots[n]
+        op_node[n.name], op_kinds[n.name] = n, kind
 
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
     outs = [a for a in output.all_input_nodes if a in domain]
@@ -332,7 +339,7 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
                       + ", ".join(pinned_unknown[:10]) + (" ..." if len(pinned_unknown) > 10 else ""), stacklevel=2)
     problem = Problem.model_validate({"name": name, "values": values, "ops": ops, "transition_costs": costs,
                                       "default_cost_per_byte": 0.0})
-    return ArmProblem(problem, value_node, op_node, op_kinds, op_slots, pinned_unknown)
+    return ArmProblem(problem, value_node, op_node, op_kinds, pinned_unknown)
 
 
 def _transition_cycles(logical_shape, src, dst, dtype: str) -> float:
