@@ -113,13 +113,16 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from cost_models import ethos_u55
 
         try:
-            predicted = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype)
-            vela = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, exact=True) if args.exact else None
+            predicted = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, form=args.form)
+            vela = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, exact=True, form=args.form) \
+                if args.exact else None
         except ValueError as exc:
             raise ProblemError(str(exc)) from exc
         result = {"target": args.target, "shape": list(args.shape), "perm": list(args.perm), "dtype": args.dtype,
-                  "cycles": round(predicted.cycles, 1), "npu_ops": predicted.npu_ops, "source": predicted.source,
-                  "canonical_shape": list(predicted.canonical_shape), "canonical_perm": list(predicted.canonical_perm)}
+                  "form": args.form, "cycles": round(predicted.cycles, 1), "npu_ops": predicted.npu_ops,
+                  "source": predicted.source, "priced_shape": list(predicted.shape),
+                  "priced_perm": list(predicted.perm), "canonical_shape": list(predicted.canonical_shape),
+                  "canonical_perm": list(predicted.canonical_perm)}
         if vela is not None:
             result.update(vela_cycles=vela.cycles, vela_npu_ops=vela.npu_ops)
     else:
@@ -180,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--src", default="TEXTURE_3D:TENSOR_CHANNELS_PACKED", help="Vulkan: source representation")
     t.add_argument("--dst", default="TEXTURE_3D:TENSOR_WIDTH_PACKED", help="Vulkan: target representation")
     t.add_argument("--dtype", default="int8")
+    t.add_argument("--form", choices=["cheapest", "as_given"], default="cheapest",
+                   help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given")
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_cost)

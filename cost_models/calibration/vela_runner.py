@@ -67,6 +67,31 @@ def transpose_tosa(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str = "
     return graph.serialize()
 
 
+def rescale_then_transpose_tosa(shape: tuple[int, ...], dtype_in: str, dtype_out: str) -> bytes:
+    """RESCALE (per tensor) feeding a TRANSPOSE: Vela cannot fuse the RESCALE anywhere, so it runs standalone."""
+    import tosa_serializer as ts
+
+    types = {"int8": ts.DType.INT8, "int16": ts.DType.INT16, "int32": ts.DType.INT32}
+    din, dout = types[dtype_in], types[dtype_out]
+    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
+    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), din, data=None))
+    consts = [graph.addConst([1], ts.DType.INT32, [1 << 30], name="multiplier"),
+              graph.addConst([1], ts.DType.INT8, [30], name="shift"),
+              graph.addConst([1], din, [0], name="input_zp"), graph.addConst([1], dout, [0], name="output_zp")]
+    scaled = graph.addIntermediate(list(shape), dout)
+    attr = ts.TosaSerializerAttribute()
+    attr.RescaleAttribute(scale32=True, rounding_mode=ts.RoundingMode.SINGLE_ROUND, per_channel=False,
+                          input_unsigned=False, output_unsigned=False)
+    graph.addOperator(ts.Op.RESCALE, ["input"] + [c.name for c in consts], [scaled.name], attr)
+    perm = list(range(len(shape) - 3)) + [len(shape) - 2, len(shape) - 3, len(shape) - 1]
+    out = graph.addIntermediate([shape[p] for p in perm], dout)
+    attr = ts.TosaSerializerAttribute()
+    attr.TransposeAttribute(perm)
+    graph.addOperator(ts.Op.TRANSPOSE, [scaled.name], [out.name], attr)
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
 def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
     """Compile with Vela in-process; return the per-layer rows."""
     from ethosu.vela import vela

@@ -5,7 +5,11 @@ transpose (unit dims dropped, input axes that stay adjacent merged), framed
 by two RESHAPEs, which Vela folds away. Vela prices the canonical form far
 lower: the ViT's rank-5 (0,2,3,1,4) of [1,36,3,3,64] is 10 NPU ops as given
 and 1 op as (1,0,2) of [36,9,64]. A permute that is an identity in memory
-becomes a single reshape.
+becomes a single reshape. When the canonical form only drops unit axes,
+Vela moves the reshape back past the transpose, so the form that would run
+is the original shape with its unit axes kept in place; that form is written
+directly (permute, then a reshape). The candidates are
+cost_models.ethos_u55.materialisations().
 
 The rewrite is exact (tests check it against numpy on random shapes and
 permutations) and local, so it runs after the solver's assignment or, on its
@@ -20,7 +24,7 @@ from collections.abc import Iterator
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
 
-from cost_models.ethos_u55 import canonical_transpose, is_identity
+from cost_models.ethos_u55 import is_identity, materialisations
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
 _VIEW = exir_ops.edge.aten.view_copy.default
@@ -63,22 +67,27 @@ class CanonicalTransposePass(ArmPass):
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
         out_shape = [shape[p] for p in perm]
-        cshape, cperm = canonical_transpose(shape, perm)
         source = getattr(getattr(x, "node", None), "op", None)
-        if source == "placeholder" or len(cperm) == rank and not is_identity(cperm):
-            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy; or nothing to merge
+        forms = materialisations(shape, perm)[1:]
+        if source == "placeholder" or not forms:
+            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy; or nothing to gain
             return super().call_operator(op, args, kwargs, meta, updated)
-        if is_identity(cperm):
+        fshape, fperm = forms[0]
+        if is_identity(fperm):
             _count(self.stats, "to_reshape")
             return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
         dtype = str(x.data.dtype).removeprefix("torch.")
-        if dtype not in ("int8", "int16") or (
-                self._vela_cycles(cshape, cperm, dtype) >= self._vela_cycles(shape, perm, dtype)):
+        if dtype not in ("int8", "int16", "int32") or (
+                self._vela_cycles(fshape, fperm, dtype) >= self._vela_cycles(shape, perm, dtype)):
             _count(self.stats, "kept")
             return super().call_operator(op, args, kwargs, meta, updated)
+        if list(fshape) == shape:  # the same shape with the unit axes left in place
+            _count(self.stats, "unit_axes_fixed")
+            moved = super().call_operator(op, (x, list(fperm)), {}, meta, True)
+            return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)
         _count(self.stats, "reduced_rank")
-        flat = super().call_operator(_VIEW, (x, list(cshape)), {}, meta, True)
-        moved = super().call_operator(op, (flat, list(cperm)), {}, meta, True)
+        flat = super().call_operator(_VIEW, (x, list(fshape)), {}, meta, True)
+        moved = super().call_operator(op, (flat, list(fperm)), {}, meta, True)
         return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)
 
 

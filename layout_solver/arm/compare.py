@@ -36,7 +36,6 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                                 "traceback": traceback.format_exc(limit=4)}
                 continue
             metrics = lowerings[side].metrics()
-            metrics.pop("predicted_transpose_cycles_canonical", None)
             if side == "solver":
                 metrics.update(
                     solve_seconds=round(sum(r.solve_seconds for r in reports), 4),

@@ -6,7 +6,10 @@ with executorch's own U55 flags and reads the per-layer tables. The TOSA
 TRANSPOSE operators (shape, permutation, dtype) are recorded by a pass
 inserted at the end of the Arm pipeline through the public
 `register_pass_insertions_after` hook; the global registry is restored on
-every exit.
+every exit. The TOSA files Vela compiled are also read back (`tosa_ops`), so
+the cost model's prediction for the whole lowering
+(`cost_models.ethos_u55.graph_transposes`) can be set against Vela's Transpose
+rows.
 """
 
 from __future__ import annotations
@@ -41,6 +44,43 @@ class RecordTransposes(ExportPass):
                                   "perm": [int(p) for p in node.args[1]],
                                   "dtype": str(val.dtype).removeprefix("torch.")})
         return PassResult(graph_module, False)
+
+
+_TOSA_DTYPES = {3: "int8", 4: "int16", 5: "int32", 1: "bool"}
+
+
+def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
+    """Every operator of a TOSA flatbuffer, with what the U55 transpose accounting needs."""
+    from tosa.Op import Op
+    from tosa.ReduceSumAttribute import ReduceSumAttribute
+    from tosa.TosaGraph import TosaGraph
+    from tosa.TransposeAttribute import TransposeAttribute
+
+    names = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
+    text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
+    graph = TosaGraph.GetRootAs(tosa, 0)
+    found = []
+    for r in range(graph.RegionsLength()):
+        region = graph.Regions(r)
+        for b in range(region.BlocksLength()):
+            block = region.Blocks(b)
+            tensors = {text(block.Tensors(t).Name()): block.Tensors(t) for t in range(block.TensorsLength())}
+            for o in range(block.OperatorsLength()):
+                op = block.Operators(o)
+                inputs = tuple(text(op.Inputs(i)) for i in range(op.InputsLength()))
+                shapes = tuple(tuple(int(d) for d in tensors[t].ShapeAsNumpy()) if t in tensors and
+                               not tensors[t].ShapeIsNone() else () for t in inputs)
+                first = tensors.get(inputs[0]) if inputs else None
+                extra = {}
+                if op.Op() in (Op.TRANSPOSE, Op.REDUCE_SUM):
+                    attr = TransposeAttribute() if op.Op() == Op.TRANSPOSE else ReduceSumAttribute()
+                    attr.Init(op.Attribute().Bytes, op.Attribute().Pos)
+                    extra = {"perm": tuple(int(p) for p in attr.PermsAsNumpy())} if op.Op() == Op.TRANSPOSE \
+                        else {"axis": int(attr.Axis())}
+                found.append(ethos_u55.TosaOp(
+                    names.get(op.Op(), str(op.Op())), inputs, tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
+                    shapes, _TOSA_DTYPES.get(first.Type(), "other") if first is not None else "other", **extra))
+    return found
 
 
 @contextlib.contextmanager
@@ -82,6 +122,7 @@ class EthosULowering:
     vela_rows: list[dict] = field(default_factory=list)
     cpu_ops: int = 0
     tosa_files: list[Path] = field(default_factory=list)
+    tosa_ops: list[list] = field(default_factory=list)  # per delegate: its TOSA operators, read back
 
     @property
     def npu_rows(self) -> list[dict]:
@@ -89,8 +130,6 @@ class EthosULowering:
 
     def metrics(self) -> dict:
         transpose_rows = [r for r in self.npu_rows if r["NNG Operator"] == "Transpose"]
-        predicted = sum(ethos_u55.transpose_cost(t["shape"], t["perm"], t["dtype"]).cycles for t in self.transposes
-                        if t["dtype"] in ethos_u55.DTYPE_BYTES)
         return {
             "tosa_transposes": len(self.transposes),
             "vela_transpose_rows": len(transpose_rows),
@@ -99,7 +138,8 @@ class EthosULowering:
             "npu_ops": len(self.npu_rows),
             "cpu_ops": self.cpu_ops,
             "lower_seconds": round(self.lower_seconds, 3),
-            "predicted_transpose_cycles_canonical": round(predicted, 1),
+            "predicted_transpose_cycles": round(sum(t.cycles for ops in self.tosa_ops
+                                                    for t in ethos_u55.graph_transposes(ops)), 1),
         }
 
 
@@ -134,12 +174,13 @@ def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u
                       and "getitem" not in str(n.target))
         rows = []
         files = sorted(Path(tmp).glob("output_tag*.tosa"), key=lambda f: int(f.name.split("_tag")[1].split("_")[0]))
-        kept = []
+        kept, graphs = [], []
         for tosa in files:
+            graphs.append(tosa_ops(tosa.read_bytes()))
             with tempfile.TemporaryDirectory() as work:
                 rows += run_vela(tosa.read_bytes(), Path(work))
             if keep_tosa is not None:
                 keep_tosa.mkdir(parents=True, exist_ok=True)
                 kept.append(keep_tosa / tosa.name)
                 kept[-1].write_bytes(tosa.read_bytes())
-        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept)
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs)

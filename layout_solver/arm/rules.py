@@ -21,7 +21,10 @@ by permute_copy pairs; so:
   parameters, buffers and lifted constants keep their stored order, and
   transposing one is free (folded at compile time).
 
-A transition is a transpose priced by cost_models.ethos_u55 (cheapest form).
+A transition is a transpose priced by cost_models.ethos_u55: in its cheapest
+form, except on a delegate input, where CanonicalTransposePass leaves it as
+written; plus the cost of a RESCALE it stops Vela from fusing into a compute
+op (a standalone RESCALE costs several times the transpose).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ PINNED = {"CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.defaul
           "TRANSPOSE.default", "RESCALE.default", "index_select.default", "full.default", "unsqueeze_copy.default",
           "squeeze_copy.dims", "expand_copy.default", "alias_copy.default", "clone.default"}
 PERMUTES = {"permute_copy.default", "permute.default"}
+# Ops whose output a following RESCALE folds into, and ops whose input a preceding RESCALE folds into.
+FUSES_OUTPUT_RESCALE = {"CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MATMUL.default",
+                        "MAX_POOL2D.default", "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "add.Tensor",
+                        "sub.Tensor", "mul.Tensor", "sum.dim_IntList", "TABLE.default"}
+FUSES_INPUT_RESCALE = {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum.default", "minimum.default"}
 
 
 def short_target(node: torch.fx.Node) -> str:
@@ -329,11 +337,15 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
                        "kind": ("constant" if n.name in constants else "input") if is_input else "activation",
                        "domain": labels, "fixed": order_label(identity[n]) if is_input else None})
         value_node[n.name] = n
+        # CanonicalTransposePass never reshapes a delegate input (Vela would add a MemoryCopy), so a
+        # transpose there runs as written.
+        form = "as_given" if is_input and n.name not in constants else "cheapest"
+        fusion_loss = _rescale_fusion_loss(n) if any(src != dst for src in produced for dst in wanted[n]) else 0.0
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
                     costs.append({"value": n.name, "src": order_label(src), "dst": order_label(dst),
-                                  "cost": round(_transition_cycles(shape, src, dst, dtype), 1)})
+                                  "cost": round(_transition_cycles(shape, src, dst, dtype, form) + fusion_loss, 1)})
     if pinned_unknown:
         warnings.warn("layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
                       + ", ".join(pinned_unknown[:10]) + (" ..." if len(pinned_unknown) > 10 else ""), stacklevel=2)
@@ -342,24 +354,70 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
     return ArmProblem(problem, value_node, op_node, op_kinds, pinned_unknown)
 
 
-def _transition_cycles(logical_shape, src, dst, dtype: str) -> float:
+def _transition_cycles(logical_shape, src, dst, dtype: str, form: str = "cheapest") -> float:
     """Cycles to turn a value stored in order src into order dst: one transpose of the physical tensor."""
     physical = [logical_shape[i] for i in src]
     perm = compose(inverse(src), dst)
     if dtype not in ethos_u55.DTYPE_BYTES:
         return float(ethos_u55.DTYPE_BYTES.get("int32", 4) * len(physical))
-    return ethos_u55.transpose_cost(physical, perm, dtype).cycles
+    return ethos_u55.transpose_cost(physical, perm, dtype, form=form).cycles
+
+
+def _is(node, targets) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and short_target(node) in targets
+
+
+def _fuses_back(rescale) -> bool:
+    producer = rescale.args[0]
+    return _is(producer, FUSES_OUTPUT_RESCALE) and len(producer.users) == 1
+
+
+def _fuses_forward(rescale) -> bool:
+    return len(rescale.users) == 1 and _is(next(iter(rescale.users)), FUSES_INPUT_RESCALE)
+
+
+def _rescale_fusion_loss(node) -> float:
+    """Cycles Vela loses when a transpose goes on this value: RESCALEs around it stop fusing.
+
+    Vela folds a RESCALE into its producer's output or its consumer's input,
+    never into a transpose. int32 values only live between a compute op and
+    the RESCALEs folded into it, so a transpose there unfolds all of them
+    (the op's own input and output RESCALEs). On an int8/int16 value, a
+    transpose after a RESCALE breaks its forward fusion and one before it the
+    backward fusion; that costs only when it was the RESCALE's only way to fuse.
+    """
+    def standalone(rescale) -> float:
+        src, out = _val(rescale.args[0]), _val(rescale)
+        return ethos_u55.standalone_rescale_cycles(out.numel(), _dtype(src), _dtype(out))
+
+    rescale = {"RESCALE.default"}
+    if _dtype(_val(node)) == "int32":
+        unfolded = {u for u in node.users if _is(u, rescale)}
+        if _is(node, rescale):
+            unfolded.add(node)
+        if _is(node, FUSES_OUTPUT_RESCALE):
+            unfolded |= {a for a in node.all_input_nodes if _is(a, rescale)}
+        return sum(standalone(r) for r in unfolded)
+    loss = 0.0
+    if _is(node, rescale) and _fuses_forward(node) and not _fuses_back(node):
+        loss += standalone(node)
+    for user in node.users:
+        if _is(user, rescale) and _fuses_back(user) and not _fuses_forward(user):
+            loss += standalone(user)
+    return loss
 
 
 def _reduction_mode_cost(node, order) -> float:
-    """Vela reduces along the innermost axis natively; other axes cost it a transpose."""
+    """Vela reduces along the innermost axis natively; for any other axis it inserts a transpose first."""
     val = _val(node.args[0])
+    dtype = _dtype(val)
+    if dtype not in ethos_u55.DTYPE_BYTES:
+        return 0.0
     dims = node.args[1] if len(node.args) > 1 else []
     dims = [d % val.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
-    physical_axes = {order.index(d) for d in dims}
-    if physical_axes == {val.dim() - 1} or len(physical_axes) == 0:
-        return 0.0
     shape = [int(val.shape[i]) for i in order]
-    last = max(physical_axes)
-    perm = [i for i in range(val.dim()) if i != last] + [last]
-    return ethos_u55.transpose_cost(shape, perm, _dtype(val)).cycles if _dtype(val) in ethos_u55.DTYPE_BYTES else 0.0
+    total = 0.0
+    for axis in sorted(order.index(d) for d in dims):  # one REDUCE_SUM per axis
+        total += ethos_u55.reduce_sum_cycles(shape, axis, dtype)
+        shape[axis] = 1
+    return total
