@@ -409,7 +409,8 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
       pre-reshape shape with the unit axes left in place.
     * Two TRANSPOSEs in a row on a single path are merged into one.
     * A TRANSPOSE that moves no data becomes a reshape (no Transpose row).
-    * REDUCE_SUM along any but the innermost axis transposes its input first.
+    * REDUCE_SUM along any but the innermost axis transposes its input first
+      (the input of a RESCALE folded into it, when there is one).
     * MATMUL transposes its second operand (N, C, W) to (N, W, C).
     """
     writer = {t: op for op in ops for t in op.outputs}
@@ -452,8 +453,12 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
             shape = op.input_shapes[0]
             axis = op.axis % len(shape)
             view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))
-            found.append(GraphTranspose(op.outputs[0], "reduce_sum", view, (0, 2, 1), op.dtype,
-                                        reduce_sum_cycles(shape, axis, op.dtype, params)))
+            # Vela folds a RESCALE feeding the reduction into it first, so the transpose moves the narrower data.
+            source = writer.get(op.inputs[0])
+            dtype = source.dtype if source is not None and source.op == "RESCALE" and single_path(op.inputs[0]) \
+                and source.dtype in DTYPE_BYTES else op.dtype
+            found.append(GraphTranspose(op.outputs[0], "reduce_sum", view, (0, 2, 1), dtype,
+                                        reduce_sum_cycles(shape, axis, dtype, params)))
         elif op.op == "MATMUL":
             b = op.input_shapes[1]
             view = (math.prod(b[:-2]), b[-2], b[-1])

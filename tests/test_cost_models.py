@@ -155,6 +155,11 @@ def test_graph_transposes_follow_velas_rewrites():
     found = {t.reason: t for t in ethos_u55.graph_transposes(graph)}
     assert set(found) == {"matmul operand", "reduce_sum"}  # the merged pair moves no data
     assert found["matmul operand"].shape == (3, 64, 36) and found["reduce_sum"].shape == (1, 196, 64)
+    # A RESCALE feeding the reduction is folded into it first: the inserted transpose moves int8 data.
+    folded = ethos_u55.graph_transposes([op("RESCALE", ("q",), ("s",), ((1, 48, 576),), "int8"),
+                                         op("REDUCE_SUM", ("s",), ("rs",), ((1, 48, 576),), "int32", axis=1)])
+    assert [t.dtype for t in folded] == ["int8"]
+    assert folded[0].cycles == pytest.approx(measure_transpose((1, 48, 576), (0, 2, 1), "int8").cycles, rel=0.02)
     graph[2] = op("ADD", ("t", "t"), ("u",), ((3, 36, 64),), "int8")
     moved = [t for t in ethos_u55.graph_transposes(graph) if t.origin == "t"][0]
     assert moved.reason == "transpose after a unit-axis reshape"

@@ -408,9 +408,15 @@ def _rescale_fusion_loss(node) -> float:
 
 
 def _reduction_mode_cost(node, order) -> float:
-    """Vela reduces along the innermost axis natively; for any other axis it inserts a transpose first."""
+    """Vela reduces along the innermost axis natively; for any other axis it inserts a transpose first.
+
+    A RESCALE feeding the reduction is folded into it before that, so the
+    transpose moves the RESCALE's input (int8 rather than int32).
+    """
     val = _val(node.args[0])
-    dtype = _dtype(val)
+    source = node.args[0]
+    folded = _is(source, {"RESCALE.default"}) and len(source.users) == 1
+    dtype = _dtype(_val(source.args[0]) if folded else val)
     if dtype not in ethos_u55.DTYPE_BYTES:
         return 0.0
     dims = node.args[1] if len(node.args) > 1 else []
