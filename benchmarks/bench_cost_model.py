@@ -1,45 +1,38 @@
 """Ethos-U55 cost model on whole lowerings: predicted transpose cycles versus Vela's Transpose rows.
 
 Run: .venv/bin/python benchmarks/bench_cost_model.py [--models a,b]
-Per model, the stock lowering and the solver's: every delegate's TOSA file is read back, the cost
-model prices its TRANSPOSE ops as written and the transposes Vela inserts for REDUCE_SUM, and the
-sum is set against the cycles of the Transpose rows in Vela 5.1's per-layer table (ethos-u55-128).
+Per model, the stock lowering and the solver's (layout-solver compare): every delegate's TOSA file is
+read back, the cost model prices its TRANSPOSE ops as Vela compiles them and the transposes Vela
+inserts for REDUCE_SUM and MATMUL, and the sum is set against the cycles of the Transpose rows in
+Vela 5.1's per-layer table (ethos-u55-128).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.arm.measure import lower_ethos_u  # noqa: E402
-from layout_solver.arm.passes import solver_layouts  # noqa: E402
-from layout_solver.compare import quiet  # noqa: E402
-from layout_solver.zoo.models import ZOO, build  # noqa: E402
+from layout_solver.arm.compare import compare_ethos_u  # noqa: E402
+from layout_solver.zoo.models import ZOO  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ZOO))
     args = parser.parse_args()
-    quiet()
     print("| model | lowering | TOSA transposes | Vela Transpose rows | Vela transpose cycles | predicted | error "
           "| Vela total cycles |")
     print("|" + "---|" * 8, flush=True)
     worst = 0.0
     for name in args.models.split(","):
+        result = compare_ethos_u(name)
         for side in ("stock", "solver"):
-            module, inputs = build(name)
-            scope = solver_layouts() if side == "solver" else contextlib.nullcontext()
-            try:
-                with scope, contextlib.redirect_stdout(io.StringIO()):  # Vela prints its summaries
-                    m = lower_ethos_u(module, inputs).metrics()
-            except Exception as exc:  # recorded, the rest go on
-                print(f"| {name} | {side} | failed: {type(exc).__name__}: {str(exc)[:200]} |", flush=True)
+            m = result[side]
+            if "error" in m:
+                print(f"| {name} | {side} | failed: {m['error'][:200]} |", flush=True)
                 continue
             vela, predicted = m["vela_transpose_cycles"], m["predicted_transpose_cycles"]
             error = abs(predicted - vela) / vela if vela else float(predicted > 0)

@@ -56,7 +56,7 @@ def transpose_tosa(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str = "
     """A TOSA 1.0 graph holding one TRANSPOSE of an input of `shape`."""
     import tosa_serializer as ts
 
-    tosa_dtype = {"int8": ts.DType.INT8, "int16": ts.DType.INT16, "int32": ts.DType.INT32}[dtype]
+    tosa_dtype = getattr(ts.DType, dtype.upper())
     graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
     graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
     out = graph.addIntermediate([shape[p] for p in perm], tosa_dtype)
@@ -71,8 +71,7 @@ def rescale_then_transpose_tosa(shape: tuple[int, ...], dtype_in: str, dtype_out
     """RESCALE (per tensor) feeding a TRANSPOSE: Vela cannot fuse the RESCALE anywhere, so it runs standalone."""
     import tosa_serializer as ts
 
-    types = {"int8": ts.DType.INT8, "int16": ts.DType.INT16, "int32": ts.DType.INT32}
-    din, dout = types[dtype_in], types[dtype_out]
+    din, dout = getattr(ts.DType, dtype_in.upper()), getattr(ts.DType, dtype_out.upper())
     graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
     graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), din, data=None))
     consts = [graph.addConst([1], ts.DType.INT32, [1 << 30], name="multiplier"),

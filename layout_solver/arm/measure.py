@@ -46,17 +46,16 @@ class RecordTransposes(ExportPass):
         return PassResult(graph_module, False)
 
 
-_TOSA_DTYPES = {3: "int8", 4: "int16", 5: "int32", 1: "bool"}
-
-
 def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
     """Every operator of a TOSA flatbuffer, with what the U55 transpose accounting needs."""
+    from tosa.DType import DType
     from tosa.Op import Op
     from tosa.ReduceSumAttribute import ReduceSumAttribute
     from tosa.TosaGraph import TosaGraph
     from tosa.TransposeAttribute import TransposeAttribute
 
     names = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
+    dtypes = {v: k.lower() for k, v in vars(DType).items() if not k.startswith("_")}
     text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
     graph = TosaGraph.GetRootAs(tosa, 0)
     found = []
@@ -79,7 +78,7 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
                         else {"axis": int(attr.Axis())}
                 found.append(ethos_u55.TosaOp(
                     names.get(op.Op(), str(op.Op())), inputs, tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
-                    shapes, _TOSA_DTYPES.get(first.Type(), "other") if first is not None else "other", **extra))
+                    shapes, dtypes.get(first.Type(), "other") if first is not None else "other", **extra))
     return found
 
 
