@@ -1,17 +1,30 @@
-"""Vulkan costs: layout transitions (clone dispatches) and op modes.
+"""Vulkan costs: layout transitions (clone dispatches) and op modes, in microseconds.
 
 A representation is (storage, memory layout), written "TEXTURE_3D:TENSOR_CHANNELS_PACKED".
-Pure functions of shapes, dtypes and representations; parameters come from
-`data/vulkan_v<N>.json`, where each one's meaning is written down.
+Pure functions of shapes, dtypes and representations. The numbers come from a
+*profile* (a JSON file, `VulkanProfile`):
+
+* `data/vulkan_v1.json`, "mobile-gpu": a parametric model of a mid-range mobile
+  GPU whose parameters are assumptions, not measurements (`measured: false`);
+* `data/vulkan_lavapipe.json`: measured on Mesa lavapipe by
+  `layout-solver calibrate vulkan` (the device and the command are in the file);
+* any file the user writes with that command on their own device.
+
+A measured profile prices a transition by its (source, target) pair and an op
+mode by the op's class and its output representation, each as a fixed
+overhead plus a rate per MiB; what it did not measure falls back to the
+parametric model.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
 
 MIB = 1024 * 1024
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1,
@@ -22,25 +35,74 @@ _PACKED_DIM = {
     "PACKED_INT8_4W4C": 2, "PACKED_INT8_4H4W": 0, "PACKED_INT8_4W": 0, "PACKED_INT8_4C1W": 2,
     "PACKED_INT8_CONV2D": 2,
 }
+BUILT_IN = {"mobile-gpu": "vulkan_v1.json", "lavapipe": "vulkan_lavapipe.json"}
+DEFAULT_PROFILE = "mobile-gpu"
 
 
-@dataclass(frozen=True)
-class VulkanParams:
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Parameter(_Strict):
+    value: float = Field(ge=0)
+    meaning: str = ""
+
+
+class Linear(_Strict):
+    """overhead_us + us_per_mib * MiB, fitted on `points` measurements."""
+
+    overhead_us: float = Field(ge=0)
+    us_per_mib: float = Field(ge=0)
+    points: int = 0
+
+    def at(self, nbytes: float) -> float:
+        return self.overhead_us + self.us_per_mib * nbytes / MIB
+
+
+class VulkanProfile(_Strict):
+    """One device's costs. `parameters` is the parametric fallback; the tables are measurements."""
+
     version: int
-    dispatch_overhead_us: float
-    read_us_per_mib: float
-    write_us_per_mib: float
-    storage_change_factor: float
-    packed_dim_change_factor: float
-    int8_repack_factor: float
-    buffer_op_penalty_per_mib: float
+    name: str = "custom"
+    device: str = "unspecified"
+    measured: bool = False
+    command: str = ""
+    description: str = ""
+    parameters: dict[str, Parameter]
+    transitions: dict[str, Linear] = Field(default_factory=dict)  # "SRC->DST"
+    op_modes: dict[str, dict[str, Linear]] = Field(default_factory=dict)  # op class -> output label -> cost
+    notes: list[str] = Field(default_factory=list)
+
+    def param(self, key: str) -> float:
+        return self.parameters[key].value
+
+    # Identity hashing: profiles key the cost caches, and two loads are two profiles.
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
 
 
-@lru_cache(maxsize=None)
-def load_params(version: int = 1) -> VulkanParams:
-    text = (resources.files("cost_models") / "data" / f"vulkan_v{version}.json").read_text()
+def load_profile(profile: str | Path | VulkanProfile | None = None) -> VulkanProfile:
+    """A profile by built-in name ("mobile-gpu", "lavapipe"), by path, or as given; None is the default."""
+    if isinstance(profile, VulkanProfile):
+        return profile
+    return _load(str(profile if profile is not None else DEFAULT_PROFILE))
+
+
+@lru_cache(maxsize=16)
+def _load(key: str) -> VulkanProfile:
+    if key in BUILT_IN:
+        text = (resources.files("cost_models") / "data" / BUILT_IN[key]).read_text()
+    else:
+        path = Path(key).expanduser()
+        if not path.is_file():
+            raise ValueError(f"no Vulkan cost profile {key!r}: not a built-in ({', '.join(BUILT_IN)}) nor a file")
+        text = path.read_text()
     data = json.loads(text)
-    return VulkanParams(version=data["version"], **{k: float(v["value"]) for k, v in data["parameters"].items()})
+    data.setdefault("name", key if key in BUILT_IN else Path(key).stem)
+    return VulkanProfile.model_validate(data)
 
 
 def split_repr(representation: str) -> tuple[str, str]:
@@ -54,29 +116,45 @@ def tensor_bytes(shape: tuple[int, ...] | list[int], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
 
 
-def transition_cost(shape, dtype: str, src: str, dst: str, params: VulkanParams | None = None) -> float:
+def transition_cost(shape, dtype: str, src: str, dst: str, profile: VulkanProfile | None = None) -> float:
     """Microseconds for one clone from representation `src` to `dst` (0 if equal)."""
     if src == dst:
         return 0.0
-    return _transition_cost(tuple(shape), dtype, src, dst, params or load_params())
+    return _transition_cost(tuple(shape), dtype, src, dst, profile or load_profile())
 
 
 @lru_cache(maxsize=65536)
-def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: VulkanParams) -> float:
+def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: VulkanProfile) -> float:
+    nbytes = tensor_bytes(shape, dtype)
+    measured = p.transitions.get(f"{src}->{dst}")
+    if measured is not None:
+        return measured.at(nbytes)
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
-    mib = tensor_bytes(shape, dtype) / MIB
     factor = 1.0
     if s_storage != d_storage:
-        factor *= p.storage_change_factor
+        factor *= p.param("storage_change_factor")
     if _PACKED_DIM[s_layout] != _PACKED_DIM[d_layout]:
-        factor *= p.packed_dim_change_factor
+        factor *= p.param("packed_dim_change_factor")
     if s_layout.startswith("PACKED_INT8") or d_layout.startswith("PACKED_INT8"):
-        factor *= p.int8_repack_factor
-    return p.dispatch_overhead_us + factor * mib * (p.read_us_per_mib + p.write_us_per_mib)
+        factor *= p.param("int8_repack_factor")
+    return p.param("dispatch_overhead_us") + factor * nbytes / MIB * (p.param("read_us_per_mib") +
+                                                                       p.param("write_us_per_mib"))
 
 
-def op_mode_cost(output_bytes: int, output_storage: str, params: VulkanParams | None = None) -> float:
-    """Extra microseconds for running an op with its output in `output_storage` (textures are the baseline)."""
-    p = params or load_params()
-    return p.buffer_op_penalty_per_mib * output_bytes / MIB if output_storage == "BUFFER" else 0.0
+def op_mode_cost(op_class: str | None, output_bytes: int, output_label: str,
+                 profile: VulkanProfile | None = None) -> float:
+    """Microseconds for one op of `op_class` writing `output_bytes` in `output_label`.
+
+    Measured where the profile has the (class, label) pair. Otherwise only the
+    difference between storages counts (textures are the baseline, a buffer
+    pays `buffer_op_penalty_per_mib`): constant terms do not change a choice.
+    """
+    p = profile or load_profile()
+    table = p.op_modes.get(op_class or "")
+    if table:
+        # A label the calibration could not run the op in is priced as the dearest one it could.
+        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes))
+        return measured.at(output_bytes)
+    storage = output_label.partition(":")[0]
+    return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

@@ -32,9 +32,12 @@ class SlotUse:
 
 @dataclass
 class TransitionPlan:
+    """Clone `source` into `target`, through the representations in `via` first, for `uses`."""
+
     source: torch.fx.Node
     target: str
     uses: list[SlotUse]
+    via: tuple[str, ...] = ()
 
 
 def set_reprs(node_labels: dict[torch.fx.Node, str | list[str]]) -> None:
@@ -50,12 +53,15 @@ def insert_transitions(graph_module: torch.fx.GraphModule, plans: list[Transitio
     clones = []
     for plan in plans:
         first = min((u.consumer for u in plan.uses), key=order.__getitem__)
-        with graph_module.graph.inserting_before(first):
-            clone = graph_module.graph.create_node("call_function", exir_ops.edge.aten.clone.default, (plan.source,))
-        clone.meta["val"] = plan.source.meta["val"]
-        clone.meta["spec"] = TensorSpec.from_tensor(clone.meta["val"])
-        clone.meta["spec"].const = False
-        utils.set_node_repr(clone, to_repr(plan.target))
+        clone = plan.source
+        for label in (*plan.via, plan.target):
+            with graph_module.graph.inserting_before(first):
+                clone = graph_module.graph.create_node("call_function", exir_ops.edge.aten.clone.default, (clone,))
+            clone.meta["val"] = plan.source.meta["val"]
+            clone.meta["spec"] = TensorSpec.from_tensor(clone.meta["val"])
+            clone.meta["spec"].const = False
+            utils.set_node_repr(clone, to_repr(label))
+            clones.append(clone)
         for use in plan.uses:
             args = list(use.consumer.args)
             if use.item is None:
@@ -67,5 +73,4 @@ def insert_transitions(graph_module: torch.fx.GraphModule, plans: list[Transitio
                 items[use.item] = clone
                 args[use.arg] = type(args[use.arg])(items) if isinstance(args[use.arg], tuple) else items
             use.consumer.args = tuple(args)
-        clones.append(clone)
     return clones

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from importlib import resources
 from pathlib import Path
@@ -86,10 +87,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from layout_solver.compare import compare, format_table
 
+    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+
+    options = _vulkan_options(args) if args.target == "vulkan" else {}
+    if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
+        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
     try:
-        result = compare(args.model, args.target, time_limit=args.time_limit)
+        result = compare(args.model, args.target, time_limit=args.time_limit, **options)
     except (KeyError, FileNotFoundError, AttributeError) as exc:
         raise ProblemError(str(exc).strip("'\"")) from exc
+    except VulkanRuntimeUnavailable as exc:
+        raise ProblemError(str(exc)) from exc
     if args.json:
         slim = {k: ({kk: vv for kk, vv in v.items() if kk not in ("transition_list", "traceback")}
                     if isinstance(v, dict) else v) for k, v in result.items()}
@@ -98,7 +106,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         print(format_table(result))
     failed = [side for side in ("stock", "solver") if "error" in result.get(side, {})]
-    return 1 if "solver" in failed else 0
+    crashed = args.target == "vulkan" and args.execute and result.get("stock", {}).get("executed") \
+        and not result.get("solver", {}).get("executed")
+    return 1 if "solver" in failed or crashed else 0
+
+
+def _vulkan_options(args: argparse.Namespace) -> dict:
+    """compare()'s Vulkan keywords from --execute / --vulkan-runtime / --cost-profile, checked up front."""
+    from cost_models.vulkan import load_profile
+
+    if args.cost_profile:
+        try:
+            load_profile(args.cost_profile)
+        except (ValueError, OSError) as exc:
+            raise ProblemError(str(exc)) from exc
+    options = {"cost_profile": args.cost_profile} if args.cost_profile else {}
+    if args.execute:
+        options.update(execute=True, runtime=args.vulkan_runtime)
+    elif args.vulkan_runtime:
+        raise ProblemError("--vulkan-runtime needs --execute")
+    return options
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -129,8 +156,13 @@ def cmd_cost(args: argparse.Namespace) -> int:
         from cost_models import vulkan
 
         src, dst = args.src, args.dst
+        try:
+            profile = vulkan.load_profile(args.cost_profile)
+            microseconds = vulkan.transition_cost(args.shape, args.dtype, src, dst, profile)
+        except ValueError as exc:
+            raise ProblemError(str(exc)) from exc
         result = {"target": "vulkan", "shape": list(args.shape), "dtype": args.dtype, "src": src, "dst": dst,
-                  "cycles": None, "microseconds": round(vulkan.transition_cost(args.shape, args.dtype, src, dst), 3)}
+                  "profile": profile.name, "cycles": None, "microseconds": round(microseconds, 3)}
     if args.json:
         print(json.dumps(result))
     else:
@@ -150,10 +182,62 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if unknown or missing:
         raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
     out = Path(args.out)
-    results = run_zoo(models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address)
+    options = {"vulkan": _vulkan_options(args)} if "vulkan" in targets else {}
+    if options.get("vulkan", {}).get("execute"):
+        from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
+
+        try:
+            probe(args.vulkan_runtime)
+        except VulkanRuntimeUnavailable as exc:
+            raise ProblemError(str(exc)) from exc
+        if args.jobs > 1:
+            print("layout-solver: --execute with --jobs > 1 times programs while other jobs share the cores; "
+                  "use --jobs 1 for run times you compare", file=sys.stderr)
+    results = run_zoo(models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address,
+                      options=options)
     print((out / "report.md").read_text())
     print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
     return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+RUNTIME_ENV = "LAYOUT_SOLVER_VULKAN_RUNTIME"
+
+
+def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--execute", action="store_true",
+                   help="Vulkan: run stock and solver programs on the Vulkan device against eager, and time them")
+    p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
+    p.add_argument("--cost-profile", help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
+                                          "written by `calibrate vulkan` (default mobile-gpu)")
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from layout_solver.vulkan.calibrate import PROBES, calibrate
+    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
+
+    ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
+    unknown = sorted(set(ops or []) - set(PROBES))
+    if unknown:
+        raise ProblemError(f"unknown op classes {unknown}; known: {', '.join(PROBES)}")
+    if not 1 <= args.sizes <= 3 or args.rounds < 3:
+        raise ProblemError("--sizes takes 1 to 3, --rounds at least 3")
+    out = Path(args.out)
+    if not out.parent.is_dir():
+        raise ProblemError(f"cannot write {out}: {out.parent} is not a directory")
+    try:
+        probe(args.vulkan_runtime)
+    except VulkanRuntimeUnavailable as exc:
+        raise ProblemError(str(exc)) from exc
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    profile = calibrate(args.vulkan_runtime, ops=ops, sizes=args.sizes, rounds=args.rounds,
+                        transitions=not args.no_transitions, log=log,
+                        command=shlex.join(["layout-solver", *sys.argv[1:]]))
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(profile.model_dump_json(indent=1) + "\n")
+    tmp.replace(out)
+    print(f"profile for {profile.device}: {sum(len(t) for t in profile.op_modes.values())} op modes, "
+          f"{len(profile.transitions)} transitions -> {out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    _add_vulkan_arguments(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
     kinds = p.add_subparsers(dest="kind", required=True)
@@ -186,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--form", choices=["cheapest", "as_given"], default="cheapest",
                    help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given")
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
+    t.add_argument("--cost-profile", help="Vulkan: built-in profile name (mobile-gpu, lavapipe) or profile file")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_cost)
     p = sub.add_parser("zoo", help="stock versus solver on many models and targets, in parallel, resumable")
@@ -195,7 +281,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "ray"], default="local")
     p.add_argument("--address", help="with --executor ray: join this cluster instead of starting one")
     p.add_argument("--out", default="zoo-out", help="output directory (default %(default)s)")
+    _add_vulkan_arguments(p)
     p.set_defaults(func=cmd_zoo)
+    p = sub.add_parser("calibrate", help="measure a device's cost profile")
+    kinds = p.add_subparsers(dest="kind", required=True)
+    c = kinds.add_parser("vulkan", help="op-mode and transition costs on the present Vulkan device")
+    c.add_argument("--out", default="vulkan_profile.json", help="profile file to write (default %(default)s)")
+    c.add_argument("--vulkan-runtime", help=f"the Vulkan runtime plugin (default ${RUNTIME_ENV})")
+    c.add_argument("--ops", help="comma-separated op classes (default: all)")
+    c.add_argument("--sizes", type=int, default=3, help="tensor sizes per op class, 1-3 (default %(default)s)")
+    c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
+    c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
+    c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("demo", help="solve the bundled example problems")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.set_defaults(func=cmd_demo)

@@ -17,9 +17,11 @@ from collections import Counter
 TARGETS = ("vulkan", "ethos-u55-128")
 
 
-def compare(model: str, target: str, time_limit: float = 10.0) -> dict:
+def compare(model: str, target: str, time_limit: float = 10.0, **options) -> dict:
+    """Stock versus solver on `target`; `options` go to the target's comparison (Vulkan: execute, runtime,
+    cost_profile)."""
     if target == "vulkan":
-        return compare_vulkan(model, time_limit)
+        return compare_vulkan(model, time_limit, **options)
     if target == "ethos-u55-128":
         from layout_solver.arm.compare import compare_ethos_u
 
@@ -34,24 +36,28 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
 
 
-def compare_vulkan(model: str, time_limit: float = 10.0) -> dict:
-    import torch
-    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, runtime: str | None = None,
+                   cost_profile: str | None = None, rounds: int = 15) -> dict:
+    """Lower `model` with the stock TagMemoryMetaPass and with the solver; with `execute`, run both on the
+    Vulkan device (runtime plugin `runtime` or $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager.
 
+    Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
+    """
     from layout_solver.vulkan import solver_layouts, stock_layouts
+    from layout_solver.vulkan.runtime import probe
     from layout_solver.zoo.models import build
 
     quiet()
+    if execute:
+        probe(runtime)
     module, inputs = build(model)
     sides = {}
-    for side, context in (("stock", stock_layouts), ("solver", lambda: solver_layouts(time_limit))):
-        exported = torch.export.export(module, inputs)
+    buffers = {}
+    contexts = (("stock", lambda: stock_layouts(cost_profile)), ("solver", lambda: solver_layouts(time_limit, cost_profile)))
+    for side, context in contexts:
         start = time.perf_counter()
         try:
-            with context() as reports:
-                program = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
-                program.to_executorch()
+            buffers[side], reports = lower_vulkan(module, inputs, context)
         except Exception as exc:  # recorded, not fatal: e.g. upstream fake-mode failures
             sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                            "traceback": traceback.format_exc(limit=4)}
@@ -67,6 +73,7 @@ def compare_vulkan(model: str, time_limit: float = 10.0) -> dict:
             "lower_seconds": round(elapsed, 3),
             "pass_seconds": round(sum(r.pass_seconds for r in reports), 4),
             "delegates": len(reports),
+            "modelled_us": round(sum(r.modelled_us for r in reports), 3),
             "transition_list": [t for r in reports for t in r.transitions],
         }
         if side == "solver":
@@ -81,7 +88,62 @@ def compare_vulkan(model: str, time_limit: float = 10.0) -> dict:
                                for k in ("build", "solve", "write_back", "validate")},
             )
         sides[side] = record
-    return {"model": model, "target": "vulkan", **sides}
+    result = {"model": model, "target": "vulkan", "cost_profile": cost_profile or "mobile-gpu", **sides}
+    if execute and buffers:
+        result.update(execute_on_device(module, inputs, buffers, sides, runtime, rounds))
+    return result
+
+
+def lower_vulkan(module, inputs: tuple, context) -> tuple[bytes, list]:
+    """One Vulkan lowering of a fresh export inside `context()` (stock_layouts or solver_layouts):
+    the program's bytes and the tagging passes' reports."""
+    import torch
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    exported = torch.export.export(module, inputs)
+    with context() as reports:
+        program = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
+        return program.to_executorch().buffer, reports
+
+
+def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, runtime, rounds: int) -> dict:
+    """Run each lowered side on the Vulkan device; adds executed / max_abs_diff_vs_eager / run_ms per side."""
+    import numpy as np
+    import torch
+
+    from layout_solver.vulkan.runtime import execute
+
+    with torch.no_grad():
+        expected = [t.detach().numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs))
+                    if isinstance(t, torch.Tensor)]
+    ran = execute(buffers, inputs, runtime=runtime, rounds=rounds)
+    for side, outcome in ran.items():
+        record = sides[side]
+        record["executed"] = outcome.executed
+        record["run_ms"] = round(outcome.run_ms, 3) if outcome.run_ms is not None else None
+        if outcome.executed:
+            shapes_match = len(outcome.outputs) == len(expected) and all(
+                o.shape == e.shape for o, e in zip(outcome.outputs, expected))
+            record["max_abs_diff_vs_eager"] = (
+                float(max((np.abs(o.astype(np.float64) - e).max() for o, e in zip(outcome.outputs, expected)),
+                          default=0.0)) if shapes_match else None)
+            if not shapes_match:
+                record["execute_error"] = "the program's outputs do not have the eager model's shapes"
+        else:
+            record["max_abs_diff_vs_eager"] = None
+        if outcome.error:
+            record["execute_error"] = outcome.error
+    extra: dict = {}
+    stock, solver = ran.get("stock"), ran.get("solver")
+    if stock and solver and stock.run_ms and solver.run_ms:
+        extra["run_ratio"] = round(solver.run_ms / stock.run_ms, 4)
+        extra["measured_delta_us"] = round((solver.run_ms - stock.run_ms) * 1000.0, 1)
+        extra["predicted_delta_us"] = round(sides["solver"]["modelled_us"] - sides["stock"]["modelled_us"], 1)
+    if stock and solver and stock.executed and solver.executed:
+        extra["max_abs_diff_stock_vs_solver"] = float(max(
+            (np.abs(a.astype(np.float64) - b).max() for a, b in zip(stock.outputs, solver.outputs)), default=0.0))
+    return extra
 
 
 def format_table(result: dict) -> str:
@@ -101,7 +163,8 @@ def format_table(result: dict) -> str:
         if record.get("tensors_by_repr"):
             lines.append(f"{side} tensors by representation: " +
                          ", ".join(f"{k} {v}" for k, v in record["tensors_by_repr"].items()))
-    for key in ("equivalent", "max_abs_diff"):
+    for key in ("equivalent", "max_abs_diff", "run_ratio", "measured_delta_us", "predicted_delta_us",
+                "max_abs_diff_stock_vs_solver"):
         if key in result:
             lines.append(f"{key}: {result[key]}")
     return "\n".join(lines)

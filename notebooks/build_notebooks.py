@@ -88,13 +88,15 @@ VULKAN = [
     "        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])\n"
     "    return problems\n\nproblems = {m: capture(m) for m in MODELS}\n"
     "{m: [len(p.ops) for p in ps] for m, ps in problems.items()}",
-    "base = vk.load_params()\n\ndef repriced(problem, params):\n"
+    "base = vk.load_profile('mobile-gpu')\n\ndef scaled(field, s):\n"
+    "    p = dict(base.parameters)\n    p[field] = p[field].model_copy(update={'value': p[field].value * s})\n"
+    "    return base.model_copy(update={'parameters': p})\n\ndef repriced(problem, params):\n"
     "    values = {v.id: v for v in problem.values}\n"
     "    costs = [t.model_copy(update={'cost': round(vk.transition_cost(values[t.value].shape, values[t.value].dtype, "
     "t.src, t.dst, params), 3)}) for t in problem.transition_costs]\n"
     "    return problem.model_copy(update={'transition_costs': costs})\n\n"
     "def study(field, scales):\n    rows = []\n    for s in scales:\n"
-    "        params = dataclasses.replace(base, **{field: getattr(base, field) * s})\n"
+    "        params = scaled(field, s)\n"
     "        for m, ps in problems.items():\n            sols = [solve(repriced(p, params)) for p in ps]\n"
     "            rows.append((s, m, sum(len(x.transitions) for x in sols), sum(x.objective for x in sols)))\n"
     "    return rows",
@@ -107,6 +109,35 @@ VULKAN = [
     "    ax.set_title(f); ax.set_xlabel('scale'); ax.set_ylabel('transitions')\naxes[0].legend(); fig.tight_layout()",
     "md:Transitions that appear only at extreme scales mark answers that depend on the parameter; flat lines are "
     "robust. With the shipped parameters (scale 1) the zoo needs no transition at all.",
+]
+
+VULKAN_DEVICE = [
+    "md:# Vulkan on the device: predicted against measured program time\n\n"
+    "Lowers zoo models with the stock TagMemoryMetaPass and with the solver (priced by the `lavapipe` profile, "
+    "measured by `layout-solver calibrate vulkan`), runs both programs on the present Vulkan device "
+    "(`LAYOUT_SOLVER_VULKAN_RUNTIME` names the runtime plugin) and sets the profile's predicted change in run time "
+    "against the measured one. `LAYOUT_SOLVER_FULL=1` uses the whole zoo; "
+    "`benchmarks/bench_vulkan_runtime.py` is the same comparison as a table.",
+    "import os, logging, warnings\nimport matplotlib.pyplot as plt\n"
+    "warnings.filterwarnings('ignore'); logging.getLogger().setLevel(logging.WARNING)\n"
+    "from layout_solver.compare import compare_vulkan\nfrom layout_solver.zoo.models import ZOO\n"
+    "FULL = os.environ.get('LAYOUT_SOLVER_FULL') == '1'\n"
+    "MODELS = list(ZOO) if FULL else ['ds_cnn', 'resnet8']\n"
+    "results = {m: compare_vulkan(m, execute=True, cost_profile='lavapipe', rounds=21 if FULL else 9) for m in MODELS}\n"
+    "for m, r in results.items():\n"
+    "    print(f\"{m:16} stock {r['stock']['run_ms']:8.2f} ms  solver {r['solver']['run_ms']:8.2f} ms  \"\n"
+    "          f\"measured {r['measured_delta_us']:9.0f} us  predicted {r['predicted_delta_us']:9.0f} us\")",
+    "fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))\n"
+    "xs = [r['predicted_delta_us'] for r in results.values()]; ys = [r['measured_delta_us'] for r in results.values()]\n"
+    "ax1.scatter(xs, ys)\nfor m, x, y in zip(results, xs, ys):\n    ax1.annotate(m, (x, y), fontsize=8)\n"
+    "lim = max(1.0, *map(abs, xs + ys)) * 1.1\nax1.plot([-lim, lim], [-lim, lim], 'k--', lw=0.8)\n"
+    "ax1.set_xlabel('predicted change solver - stock (us)'); ax1.set_ylabel('measured change (us)')\n"
+    "ax1.set_title('predicted against measured')\n"
+    "idx = range(len(results))\n"
+    "ax2.bar([i - 0.2 for i in idx], [r['stock']['run_ms'] for r in results.values()], 0.4, label='stock')\n"
+    "ax2.bar([i + 0.2 for i in idx], [r['solver']['run_ms'] for r in results.values()], 0.4, label='layout-solver')\n"
+    "ax2.set_xticks(list(idx), list(results), rotation=30, ha='right'); ax2.set_ylabel('median ms'); ax2.legend()\n"
+    "ax2.set_title('run time on the device'); fig.tight_layout()",
 ]
 
 ZOO_REPORT = [
@@ -125,6 +156,7 @@ ZOO_REPORT = [
 ]
 
 if __name__ == "__main__":
-    for name, cells in (("calibrate_ethos_u55", CALIBRATE), ("vulkan_cost_model", VULKAN), ("zoo_report", ZOO_REPORT)):
+    for name, cells in (("calibrate_ethos_u55", CALIBRATE), ("vulkan_cost_model", VULKAN),
+                        ("vulkan_device", VULKAN_DEVICE), ("zoo_report", ZOO_REPORT)):
         nbformat.write(notebook(cells), HERE / f"{name}.ipynb")
         print("wrote", HERE / f"{name}.ipynb")

@@ -175,7 +175,7 @@ def test_vulkan_transition_costs():
     both = vulkan.transition_cost(shape, "float32", "TEXTURE_3D:TENSOR_CHANNELS_PACKED", "BUFFER:TENSOR_WIDTH_PACKED")
     assert same == 0 < pack < both
     assert vulkan.transition_cost((1, 1, 1, 1), "float32", "BUFFER:TENSOR_WIDTH_PACKED",
-                                  "TEXTURE_3D:TENSOR_WIDTH_PACKED") >= vulkan.load_params().dispatch_overhead_us
+                                  "TEXTURE_3D:TENSOR_WIDTH_PACKED") >= vulkan.load_profile().param("dispatch_overhead_us")
     with pytest.raises(ValueError):
         vulkan.split_repr("TEXTURE_3D:SIDEWAYS")
 
@@ -229,3 +229,34 @@ def test_view_orders_found_when_groups_move_whole():
     assert view_output_order((2, 3, 4), (2, 12), (1, 2, 0)) == (1, 0)
     assert view_output_order((2, 12), (2, 3, 4), (1, 0)) == (1, 2, 0)
     assert view_output_order((2, 3, 4), (2, 12), (0, 2, 1)) is None  # splits a group: data would move
+
+
+def test_vulkan_profiles_measured_and_assumed():
+    """The mobile profile says it is assumptions; the lavapipe one was measured, names its device and command,
+    and its measured pairs price what the parametric model would have guessed."""
+    mobile, lavapipe = vulkan.load_profile("mobile-gpu"), vulkan.load_profile("lavapipe")
+    assert not mobile.measured and "assumptions" in mobile.description
+    assert lavapipe.measured and "llvmpipe" in lavapipe.device and lavapipe.command.startswith("layout-solver calibrate")
+    assert lavapipe.op_modes and lavapipe.transitions
+    key = next(iter(lavapipe.transitions))
+    src, dst = key.split("->")
+    nbytes = 4 * 32 * 32 * 32
+    assert vulkan.transition_cost((32, 32, 32), "float32", src, dst, lavapipe) == pytest.approx(
+        lavapipe.transitions[key].at(nbytes))
+    op, table = next(iter(lavapipe.op_modes.items()))
+    label = next(iter(table))
+    assert vulkan.op_mode_cost(op, nbytes, label, lavapipe) == pytest.approx(table[label].at(nbytes))
+    # An unmeasured class keeps the storage tie-breaker only; an unmeasured label of a measured class
+    # is priced as the dearest measured one, never as free.
+    assert vulkan.op_mode_cost("no-such-class", nbytes, "TEXTURE_3D:TENSOR_WIDTH_PACKED", lavapipe) == 0.0
+    assert vulkan.op_mode_cost(op, nbytes, "BUFFER:PACKED_INT8_4W4C", lavapipe) == max(
+        c.at(nbytes) for c in table.values())
+
+
+def test_vulkan_profile_from_a_file_and_bad_names(tmp_path):
+    profile = vulkan.load_profile("mobile-gpu").model_copy(update={"name": "mine"})
+    path = tmp_path / "mine.json"
+    path.write_text(profile.model_dump_json())
+    assert vulkan.load_profile(str(path)).parameters == profile.parameters
+    with pytest.raises(ValueError, match="no Vulkan cost profile"):
+        vulkan.load_profile("no-such-profile")

@@ -142,3 +142,58 @@ def test_compare_unknown_model_is_a_clear_error(capsys):
 
     assert main(["compare", "no_such_model", "--target", "vulkan"]) == 2
     assert "unknown model 'no_such_model'" in capsys.readouterr().err
+
+
+def test_runtime_rules_for_views_clones_and_buffer_transitions():
+    """Where the runtime's C++ is stricter (or looser) than the registry's sets, the problem follows the runtime."""
+    tex_w, tex_c = "TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED"
+    buf_w, buf_c = "BUFFER:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_CHANNELS_PACKED"
+    view = rules._view_pairs([tex_w, tex_c, buf_w, buf_c], [tex_w, buf_c])
+    assert (tex_c, tex_w) in view and (buf_w, buf_c) in view  # packing may change inside a view
+    assert all(rules.storage_of(a) == rules.storage_of(b) for a, b in view)  # storage may not
+    clone = rules._clone_pairs([tex_w, buf_w], [tex_c, buf_c])
+    assert (buf_w, buf_c) not in clone and {(tex_w, tex_c), (tex_w, buf_c), (buf_w, tex_c)} <= set(clone)
+    route, cost = rules.transition_route((1, 8, 4, 4), "float32", buf_w, buf_c, [tex_w, tex_c])
+    assert len(route) == 2 and route[0].startswith("TEXTURE_3D") and route[1] == buf_c and cost > 0
+    assert rules.transition_route((1, 8, 4, 4), "float32", buf_w, buf_c, [])[1] == rules.UNROUTABLE_COST
+    # PACKED_INT8 layouts only for 8-bit tensors
+    from executorch.backends.vulkan import utils
+
+    assert not any("PACKED_INT8" in lab for lab in rules.repset_labels(utils.ANY_STORAGE_INCL_PACKED_INT8, "float32"))
+    assert any("PACKED_INT8" in lab for lab in rules.repset_labels(utils.ANY_STORAGE_INCL_PACKED_INT8, "int8"))
+
+
+def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules():
+    """The issue's reproduction: every view reads its input in its own storage; a view between storages
+    (what once crashed the driver) is refused by the validator, which reads the runtime rules on its own."""
+    captured = {}
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def _call(self, gm):
+            result = super()._call(gm)
+            captured["gm"] = gm
+            captured["problem"] = rules.build_problem(gm, self.texture_limits).problem
+            return result
+
+    class Repro(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 2, stride=2)
+
+        def forward(self, x):
+            return self.conv(x).flatten(2).transpose(1, 2).reshape(1, 4, 4, 2, 8).permute(0, 2, 3, 1, 4)
+
+    with vk_passes.collect_reports(), vk_passes._substituted_pass(Capture):
+        to_edge_transform_and_lower(torch.export.export(Repro().eval(), (torch.randn(1, 3, 8, 8),)),
+                                    partitioner=[VulkanPartitioner()])
+    views = [op for op in captured["problem"].ops if "view_copy" in op.target]
+    assert views and all(len(op.operands) == 1 for op in views)
+    assert all(rules.storage_of(m.operands[0]) == rules.storage_of(m.results[0]) for op in views for m in op.modes)
+    from executorch.backends.vulkan import utils
+
+    gm = captured["gm"]
+    view = next(n for n in gm.graph.nodes if "view_copy" in str(n.target))
+    flipped = "BUFFER" if utils.get_node_repr(view).storage_type.name == "TEXTURE_3D" else "TEXTURE_3D"
+    utils.set_node_repr(view, rules.label_repr(f"{flipped}:TENSOR_WIDTH_PACKED"))
+    with pytest.raises(LayoutValidationError, match="View.cpp"):
+        validate(gm, utils.DEFAULT_TEXTURE_LIMITS)

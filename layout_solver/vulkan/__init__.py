@@ -5,14 +5,8 @@
         program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()])
 """
 
-from layout_solver.vulkan.passes import (
-    LayoutValidationError,
-    PassReport,
-    SolverTagMemoryMetaPass,
-    solver_layouts,
-    stock_layouts,
-    validate,
-)
+from layout_solver.vulkan.passes import PassReport, SolverTagMemoryMetaPass, solver_layouts, stock_layouts
+from layout_solver.vulkan.validate import LayoutValidationError, validate
 
 __all__ = ["LayoutValidationError", "PassReport", "SolverTagMemoryMetaPass", "solver_layouts", "stock_layouts",
            "validate"]

@@ -17,24 +17,22 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from executorch.backends.vulkan import utils
 from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
-from executorch.backends.vulkan.op_registry import get_op_features, has_impl
+from executorch.backends.vulkan.op_registry import has_impl
 from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_reprs
 from layout_solver.problem import ProblemError
 from layout_solver.solve import gc_paused, solve
-from layout_solver.vulkan.rules import build_problem, is_constant_tensor, repr_label
+from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class, repr_label
+from layout_solver.vulkan.validate import reprs_of, validate
 
 log = logging.getLogger(__name__)
-
-
-class LayoutValidationError(RuntimeError):
-    """The tagged graph breaks an op's representation rules; names the node."""
 
 
 @dataclass
@@ -49,6 +47,7 @@ class PassReport:
     notes: list[str] = field(default_factory=list)
     phase_seconds: dict[str, float] = field(default_factory=dict)
     problem_ops: int = 0
+    modelled_us: float = 0.0  # modelled_cost() of the tagged graph
 
     @property
     def transition_cost(self) -> float:
@@ -83,16 +82,6 @@ def _census(graph_module: torch.fx.GraphModule) -> Counter:
     return Counter(str(n.target) for n in graph_module.graph.nodes if n.op == "call_function" and not _is_clone(n))
 
 
-def reprs_of(node: torch.fx.Node) -> list[utils.TensorRepr] | None:
-    """Representations of every tensor a node produces, or None if any is untagged.
-
-    (utils.has_node_repr is False for multi-output nodes, whose spec is a tuple.)"""
-    spec = node.meta.get("spec")
-    specs = spec if isinstance(spec, (list, tuple)) else [spec]
-    found = [getattr(s, "etvk_node_repr", None) for s in specs]
-    return None if not found or any(r is None for r in found) else found
-
-
 def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
     counts: Counter = Counter()
     for node in graph_module.graph.nodes:
@@ -103,7 +92,7 @@ def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
     return counts
 
 
-def _transition_record(clone: torch.fx.Node) -> dict:
+def _transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | None) -> dict:
     source = clone.args[0]
     src = utils.get_node_repr(source)
     src_label = repr_label(src) if isinstance(src, utils.TensorRepr) else repr_label(src.vals[0])
@@ -111,11 +100,35 @@ def _transition_record(clone: torch.fx.Node) -> dict:
     val = clone.meta["val"]
     shape, dtype = [int(d) for d in val.shape], str(val.dtype).removeprefix("torch.")
     return {"value": source.name, "src": src_label, "dst": dst_label, "bytes": vk_cost.tensor_bytes(shape, dtype),
-            "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label)}
+            "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label, profile)}
+
+
+def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> float:
+    """The profile's price of a tagged graph: every op in its representation, every transition.
+
+    Both sides of a comparison are priced by this one function, so their
+    difference is the model's prediction of the change in run time.
+    """
+    total = 0.0
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
+            continue
+        if is_constant_tensor(node) or not utils.is_tensor_node(node):
+            continue
+        if _is_clone(node):
+            total += _transition_record(node, profile)["cost"]
+            continue
+        for r, val in zip(reprs_of(node) or [], node.meta["val"] if isinstance(node.meta["val"], (list, tuple))
+                          else [node.meta["val"]]):
+            nbytes = vk_cost.tensor_bytes([int(d) for d in val.shape], str(val.dtype).removeprefix("torch."))
+            total += vk_cost.op_mode_cost(op_class(node), nbytes, repr_label(r), profile)
+    return total
 
 
 class CountingTagMemoryMetaPass(TagMemoryMetaPass):
     """The stock pass, unchanged, plus a report of the clones it inserted."""
+
+    cost_profile: vk_cost.VulkanProfile | None = None
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         before = {n for n in graph_module.graph.nodes if _is_clone(n)}
@@ -123,7 +136,9 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
         result = super().call(graph_module)
         elapsed = time.perf_counter() - start
         clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n not in before]
-        _record(PassReport("stock", [_transition_record(c) for c in clones], _tensors_by_repr(graph_module), elapsed))
+        _record(PassReport("stock", [_transition_record(c, self.cost_profile) for c in clones],
+                           _tensors_by_repr(graph_module), elapsed,
+                           modelled_us=modelled_cost(graph_module, self.cost_profile)))
         return result
 
 
@@ -131,6 +146,10 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
     """Chooses every tensor's representation by solving one global problem."""
 
     time_limit: float = 10.0
+    cost_profile: vk_cost.VulkanProfile | None = None  # None: the default profile
+
+    def constrain(self, vproblem) -> None:
+        """Hook for subclasses (calibration pins representations); the solver adds no constraint."""
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         with gc_paused():  # the lowering heap is large; cyclic GC rescans would dominate
@@ -140,13 +159,15 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
         start = time.perf_counter()
         before = _census(graph_module)
         try:
-            vproblem = build_problem(graph_module, self.texture_limits, name="vulkan-delegate")
+            vproblem = build_problem(graph_module, self.texture_limits, name="vulkan-delegate",
+                                     profile=self.cost_profile)
+            self.constrain(vproblem)
         except ProblemError as exc:
             # A graph the registry cannot describe: stock behaviour, said out loud.
             warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
             result = super().call(graph_module)
             _record(PassReport("stock-fallback", [], _tensors_by_repr(graph_module), time.perf_counter() - start,
-                               notes=[str(exc)]))
+                               notes=[str(exc)], modelled_us=modelled_cost(graph_module, self.cost_profile)))
             return result
         t_built = time.perf_counter()
         solution = solve(vproblem.problem, time_limit=self.time_limit)
@@ -158,9 +179,10 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
         clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n.meta.get("layout_solver_transition")]
         phases = {"build": t_built - start, "solve": t_solved - t_built, "write_back": t_written - t_solved,
                   "validate": end - t_written}
-        _record(PassReport("solver", [_transition_record(c) for c in clones], _tensors_by_repr(graph_module),
-                           end - start, solution.objective, solution.bound, solution.gap, list(solution.notes),
-                           phases, len(vproblem.problem.ops)))
+        _record(PassReport("solver", [_transition_record(c, self.cost_profile) for c in clones],
+                           _tensors_by_repr(graph_module), end - start, solution.objective, solution.bound, solution.gap,
+                           list(solution.notes), phases, len(vproblem.problem.ops),
+                           modelled_cost(graph_module, self.cost_profile)))
         return PassResult(graph_module, True)
 
     @staticmethod
@@ -191,52 +213,10 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                 for vid, want, slot in zip(op.operands, mode.operands, vproblem.op_slots[consumer]):
                     if vid == t.value and want == t.dst:
                         uses.append(SlotUse(vproblem.op_node[consumer], slot.arg, slot.item))
-            plans.append(TransitionPlan(vproblem.value_node[t.value], t.dst, uses))
+            via = tuple(vproblem.routes.get((t.value, t.src, t.dst), [t.dst])[:-1])
+            plans.append(TransitionPlan(vproblem.value_node[t.value], t.dst, uses, via))
         for clone in insert_transitions(graph_module, plans):
             clone.meta["layout_solver_transition"] = True
-
-
-def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: Counter | None = None) -> None:
-    """Every op's representations lie in its registered sets and agree where synced."""
-    for node in graph_module.graph.nodes:
-        if node.op != "call_function" or not utils.is_tensor_node(node) or is_constant_tensor(node):
-            continue
-        if not has_impl(node.target) or node.target == operator.getitem:
-            continue
-        outs = reprs_of(node)
-        if outs is None:
-            raise LayoutValidationError(f"node {node.name!r} ({node.target}) has no representation")
-        repsets = get_op_features(node.target).make_op_repsets(node, texture_limits)
-        for k, r in enumerate(outs):
-            if not repsets.get_out_repset(k).is_compatible(r):
-                raise LayoutValidationError(
-                    f"node {node.name!r}: output {k} is {repr_label(r)}, not in {repsets.get_out_repset(k)}")
-        arg_reprs = {}
-        for i, arg in enumerate(node.args):
-            registered = repsets.get_arg_repset(i)
-            if registered == utils.ANY_STORAGE_INCL_PACKED_INT8:
-                continue
-            items = [arg] if isinstance(arg, torch.fx.Node) else list(arg) if isinstance(arg, (list, tuple)) else []
-            for a in items:
-                if not isinstance(a, torch.fx.Node) or is_constant_tensor(a) or not utils.is_tensor_node(a):
-                    continue
-                if not utils.has_node_repr(a):
-                    raise LayoutValidationError(f"node {node.name!r}: argument {a.name!r} has no representation")
-                r = utils.get_node_repr(a)
-                if not isinstance(r, utils.TensorRepr) or not registered.is_compatible(r):
-                    raise LayoutValidationError(
-                        f"node {node.name!r}: argument {i} ({a.name!r}) is {r}, not in {registered}")
-                arg_reprs.setdefault(i, utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type))
-        pdi = lambda r: utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)  # noqa: E731
-        if repsets.sync_args_repr and len(set(arg_reprs.values())) > 1:
-            raise LayoutValidationError(f"node {node.name!r}: synced arguments disagree: {arg_reprs}")
-        if repsets.sync_primary_io_repr and repsets.primary_arg_idx in arg_reprs:
-            if arg_reprs[repsets.primary_arg_idx] != pdi(outs[0]):
-                raise LayoutValidationError(f"node {node.name!r}: primary input and output disagree")
-    if census_before is not None:
-        after = _census(graph_module)
-        if after != census_before:
-            raise LayoutValidationError(f"ops changed beyond transitions: {(after - census_before) + (census_before - after)}")
 
 
 @contextlib.contextmanager
@@ -253,18 +233,26 @@ def _substituted_pass(cls) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0) -> Iterator[list[PassReport]]:
+def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.VulkanProfile | None = None
+                   ) -> Iterator[list[PassReport]]:
     """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
 
-    Yields the list that receives one PassReport per lowered delegate.
+    `cost_profile` prices transitions and op modes: a built-in name ("mobile-gpu",
+    the default; "lavapipe"), a profile file written by `layout-solver calibrate
+    vulkan`, or a VulkanProfile. Yields the list that receives one PassReport
+    per lowered delegate.
     """
-    pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,), {"time_limit": time_limit})
+    profile = vk_cost.load_profile(cost_profile)
+    pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,),
+                    {"time_limit": time_limit, "cost_profile": profile})
     with collect_reports() as reports, _substituted_pass(pass_cls):
         yield reports
 
 
 @contextlib.contextmanager
-def stock_layouts() -> Iterator[list[PassReport]]:
-    """The stock pass, with reports (for side-by-side measurements)."""
-    with collect_reports() as reports, _substituted_pass(CountingTagMemoryMetaPass):
+def stock_layouts(cost_profile: str | Path | vk_cost.VulkanProfile | None = None) -> Iterator[list[PassReport]]:
+    """The stock pass, with reports priced by `cost_profile` (for side-by-side measurements)."""
+    pass_cls = type("CountingTagMemoryMetaPass", (CountingTagMemoryMetaPass,),
+                    {"cost_profile": vk_cost.load_profile(cost_profile)})
+    with collect_reports() as reports, _substituted_pass(pass_cls):
         yield reports

@@ -29,6 +29,7 @@ import torch
 from executorch.backends.vulkan import utils
 from executorch.backends.vulkan.op_registry import get_op_features, has_impl
 from executorch.backends.vulkan.serialization.vulkan_graph_schema import VkMemoryLayout, VkStorageType
+from executorch.exir.dialects._ops import ops as exir_ops
 
 from cost_models import vulkan as vk_cost
 from layout_solver.problem import Problem, ProblemError
@@ -49,11 +50,72 @@ def label_repr(label: str) -> utils.TensorRepr:
     return utils.TensorRepr(VkStorageType[storage], VkMemoryLayout[layout])
 
 
-def repset_labels(repset: utils.TensorRepSet) -> list[str]:
-    """Labels of a repset, textures first (the stock preference), then buffers."""
+def repset_labels(repset: utils.TensorRepSet, dtype: str | None = None) -> list[str]:
+    """Labels of a repset, textures first (the stock preference), then buffers.
+
+    With a dtype, the PACKED_INT8_* layouts are kept only for 8-bit tensors: the
+    registry lists them in its "any" sets for every dtype, the runtime packs
+    only int8 data in them.
+    """
     tex = sorted(repset.valid_texture_layouts, key=lambda lay: lay.value)
     buf = sorted(repset.valid_buffer_layouts, key=lambda lay: lay.value)
+    if dtype is not None and dtype not in ("int8", "uint8"):
+        buf = [lay for lay in buf if not lay.name.startswith("PACKED_INT8")]
     return [f"TEXTURE_3D:{lay.name}" for lay in tex] + [f"BUFFER:{lay.name}" for lay in buf]
+
+
+def storage_of(label: str) -> str:
+    return label.partition(":")[0]
+
+
+# Where the runtime's C++ differs from the registry's sets, the runtime wins.
+# Each rule maps (input labels, output labels) of a one-input op to its legal
+# (input, output) pairs; the registry still supplies both label sets.
+def _view_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
+    # View.cpp picks the shader from the output's storage (view_buffer or the
+    # texture view) and binds the input the same way, so storage must agree;
+    # both shaders take the input's and the output's packed dim / layout as
+    # specialization constants, so the packing may change for free (the
+    # registry's sync rule would forbid that and cost a clone).
+    return [(a, b) for a in ins for b in outs if storage_of(a) == storage_of(b)]
+
+
+def _clone_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
+    # Clone.cpp: texture->texture (a view when the layouts differ), texture<->buffer;
+    # buffer->buffer only when the layout is unchanged ("not supported yet").
+    return [(a, b) for a in ins for b in outs
+            if not (storage_of(a) == storage_of(b) == "BUFFER" and a != b)]
+
+
+# Op classes a device profile prices separately (`layout-solver calibrate vulkan`
+# measures one representative of each in every representation it may take).
+OP_CLASSES: dict[object, str] = {
+    **{t: "unary" for t in (exir_ops.edge.aten.relu.default, exir_ops.edge.aten.gelu.default,
+                            exir_ops.edge.aten.sigmoid.default, exir_ops.edge.aten.hardswish.default,
+                            exir_ops.edge.aten.tanh.default, exir_ops.edge.aten.hardtanh.default,
+                            exir_ops.edge.aten.clamp.default, exir_ops.edge.aten.sqrt.default,
+                            exir_ops.edge.aten.rsqrt.default, exir_ops.edge.aten.exp.default,
+                            exir_ops.edge.aten.neg.default, exir_ops.edge.aten.abs.default)},
+    **{t: "binary" for t in (exir_ops.edge.aten.add.Tensor, exir_ops.edge.aten.sub.Tensor,
+                             exir_ops.edge.aten.mul.Tensor, exir_ops.edge.aten.div.Tensor)},
+    exir_ops.edge.aten.permute_copy.default: "permute",
+    exir_ops.edge.aten.view_copy.default: "view",
+    exir_ops.edge.aten._softmax.default: "softmax",
+    exir_ops.edge.aten.native_layer_norm.default: "layer_norm",
+    exir_ops.edge.aten.linear.default: "linear",
+    exir_ops.edge.aten.bmm.default: "matmul",
+    exir_ops.edge.aten.mm.default: "matmul",
+}
+
+
+def op_class(node: torch.fx.Node) -> str | None:
+    return OP_CLASSES.get(node.target)
+
+
+RUNTIME_PAIR_RULES = {
+    exir_ops.edge.aten.view_copy.default: _view_pairs,
+    exir_ops.edge.aten.clone.default: _clone_pairs,
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,10 +139,27 @@ class VulkanProblem:
     op_node: dict[str, torch.fx.Node]
     op_slots: dict[str, list[Slot]]  # op id -> operand slots, aligned with Op.operands
     multi_output_ops: dict[str, list[str]] = field(default_factory=dict)  # op id -> result value ids
+    # (value, src, dst) -> the representations of the clones that make it, where that is more than one
+    routes: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
 
 
 def is_constant_tensor(node) -> bool:
     return isinstance(node, torch.fx.Node) and bool(node.meta.get("etvk_tensorref", False))
+
+
+def storage_free_args(features, node: torch.fx.Node) -> set[int]:
+    """Argument positions the op registers as NO_STORAGE: it prepacks them or never binds them.
+
+    Read from the op's own registration (before OpRepSets widens NO_STORAGE to
+    ANY_STORAGE_INCL_PACKED_INT8, which is also what an unconstrained *tensor*
+    slot such as view_copy's input looks like afterwards: the two must not be
+    confused, or the view's input escapes its storage rule).
+    """
+    inputs = features.inputs_storage
+    if features.pick_io_storage_fn is not None:
+        inputs = utils.TensorRepSetList(features.pick_io_storage_fn(node)[0])
+    # Past the end of a per-argument list the registry answers set(): nothing registered.
+    return {i for i in range(len(node.args)) if not isinstance(inputs[i], utils.TensorRepSet) or inputs[i].is_empty()}
 
 
 def _tensor_value_node(node) -> bool:
@@ -91,7 +170,13 @@ def _dtype_name(val) -> str:
     return str(val.dtype).removeprefix("torch.")
 
 
-def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str = "vulkan") -> VulkanProblem:
+def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str = "vulkan",
+                  profile: vk_cost.VulkanProfile | str | None = None) -> VulkanProblem:
+    """The layout problem of a Vulkan edge graph, priced with `profile` (a VulkanProfile, a name or a path).
+
+    Raises ProblemError naming the node the registry cannot describe.
+    """
+    profile = vk_cost.load_profile(profile)
     graph = graph_module.graph
     values: dict[str, dict] = {}
     value_node: dict[str, torch.fx.Node] = {}
@@ -127,7 +212,9 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
         if node.target == operator.getitem:
             continue  # aliases a result of its source op, registered with that op
         try:
-            repsets = get_op_features(node.target).make_op_repsets(node, texture_limits)
+            features = get_op_features(node.target)
+            repsets = features.make_op_repsets(node, texture_limits)
+            storage_free = storage_free_args(features, node)
         except Exception as exc:  # the registry could not describe this node
             raise ProblemError(f"node {node.name!r} ({node.target}): the Vulkan op registry cannot describe it: {exc}",
                                ops=[node.name]) from exc
@@ -161,18 +248,25 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
             if not items:
                 continue
             registered = repsets.get_arg_repset(i)
-            labels = repset_labels(registered)
+            labels = repset_labels(registered, _dtype_name(items[0][1].meta["val"]))
             if not labels:
                 raise ProblemError(f"node {node.name!r}: no legal representation for argument {i}", ops=[node.name])
-            if registered == utils.ANY_STORAGE_INCL_PACKED_INT8:
-                continue  # registry places no constraint (NO_STORAGE arg): reads it as it is
+            if i in storage_free:
+                continue  # registered NO_STORAGE (prepacked or non-tensor): read as it is
             for item, a in items:
                 operands.append(value_of(a))
                 slots.append(Slot(i, item))
                 slot_sets.append(labels)
                 slot_arg.append(i)
-        result_sets = [repset_labels(repsets.get_out_repset(k)) for k in range(len(results))]
-        modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results)
+        result_sets = [repset_labels(repsets.get_out_repset(k), values[r]["dtype"]) for k, r in enumerate(results)]
+        pair_rule = RUNTIME_PAIR_RULES.get(node.target)
+        if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
+            price = functools.partial(_mode, values=values, results=results, op_class=op_class(node), profile=profile)
+            modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
+        else:
+            modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile)
+        if not modes:
+            raise ProblemError(f"node {node.name!r} ({node.target}): no legal representation", ops=[node.name])
         slot_labels = list(zip(*[m["operands"] + m["results"] for m in modes]))
         for vid, labels in zip(operands, slot_labels[: len(operands)]):
             mentions.setdefault(vid, []).extend(labels)
@@ -187,6 +281,7 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
 
     final_values = []
     costs = []
+    routes: dict[tuple[str, str, str], list[str]] = {}
     for vid, value in values.items():
         domain = list(dict.fromkeys(mentions.get(vid, [])))
         if not domain:
@@ -196,19 +291,53 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
         # Only (stored-as, read-as) pairs can occur; a free value may be stored in any label.
         sources = [lab for lab in domain if lab in produced[vid]] if vid in produced else domain
         targets = [lab for lab in domain if lab in wanted.get(vid, ())]
+        textures = texture_labels(value_node[vid], texture_limits)
         for src, dst in itertools.product(sources, targets):
             if src == dst:
                 continue
-            costs.append({"value": vid, "src": src, "dst": dst,
-                          "cost": round(vk_cost.transition_cost(value["shape"], value["dtype"], src, dst), 3)})
+            route, cost = transition_route(value["shape"], value["dtype"], src, dst, textures, profile)
+            if len(route) > 1:
+                routes[(vid, src, dst)] = route
+            costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
     # One validation call over plain dicts: pydantic-core checks thousands of
     # objects several times faster than constructing them one by one.
     problem = Problem.model_validate({"name": name, "values": final_values, "ops": ops, "transition_costs": costs,
                                       "default_cost_per_byte": 0.0})
-    return VulkanProblem(problem, value_node, op_node, op_slots, multi)
+    return VulkanProblem(problem, value_node, op_node, op_slots, multi, routes)
 
 
-def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results) -> list[dict]:
+# A transition the runtime cannot make in one clone and no texture can relay:
+# priced so that no optimum uses it; the validator rejects it if one is forced.
+UNROUTABLE_COST = 1e9
+
+
+def texture_labels(node: torch.fx.Node, texture_limits) -> list[str]:
+    """Texture representations this tensor fits in (rank <= 4, within the texture limits)."""
+    val = node.meta["val"]
+    if isinstance(val, (list, tuple)):
+        return []
+    return repset_labels(utils.filter_invalid_reprs(val, utils.ANY_TEXTURE, texture_limits))
+
+
+def transition_route(shape, dtype: str, src: str, dst: str, textures: list[str],
+                     profile: vk_cost.VulkanProfile | None = None) -> tuple[list[str], float]:
+    """The clones that take a tensor from `src` to `dst`, and their cost.
+
+    One clone, except buffer -> buffer with another layout, which Clone.cpp
+    refuses: that goes through the cheapest texture the tensor fits in.
+    """
+    if not (storage_of(src) == storage_of(dst) == "BUFFER"):
+        return [dst], vk_cost.transition_cost(shape, dtype, src, dst, profile)
+    hops = [(vk_cost.transition_cost(shape, dtype, src, via, profile) +
+             vk_cost.transition_cost(shape, dtype, via, dst, profile), via)
+            for via in textures]
+    if not hops:
+        return [dst], UNROUTABLE_COST
+    cost, via = min(hops)
+    return [via, dst], cost
+
+
+def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile) -> list[dict]:
     """Enumerate the op's legal modes from its sync rules and per-slot label sets."""
     n_in = len(slot_sets)
     members_in = list(range(n_in))
@@ -267,8 +396,13 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results) -> 
                 operand_labels[s] = lab
             for k, lab in zip(outs, out_labels):
                 result_labels[k] = lab
-        cost = sum(vk_cost.op_mode_cost(values[r]["size_bytes"], lab.split(":")[0])
-                   for r, lab in zip(results, result_labels))
-        modes.append({"name": "|".join(operand_labels + ["->"] + result_labels), "operands": operand_labels,
-                      "results": result_labels, "cost": round(cost, 3)})
+        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile))
     return modes
+
+
+def _mode(operand_labels: list[str], result_labels: list[str], values: dict, results: list[str],
+          op_class: str | None, profile: vk_cost.VulkanProfile) -> dict:
+    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["size_bytes"], lab, profile)
+               for r, lab in zip(results, result_labels))
+    return {"name": "|".join(operand_labels + ["->"] + result_labels), "operands": operand_labels,
+            "results": result_labels, "cost": round(cost, 3)}

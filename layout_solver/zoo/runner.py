@@ -32,6 +32,7 @@ TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "
 class Job:
     model: str
     target: str
+    options: tuple[tuple[str, object], ...] = ()  # keyword options of compare() for this target
 
 
 @lru_cache(maxsize=None)
@@ -59,7 +60,8 @@ def _source_digest() -> str:
 
 def job_key(job: Job) -> str:
     payload = json.dumps({"model": job.model, "target": job.target, "tools": tool_versions(),
-                          "source": _source_digest()}, sort_keys=True)
+                          "source": _source_digest(), **({"options": list(job.options)} if job.options else {})},
+                         sort_keys=True)
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
@@ -69,7 +71,7 @@ def run_job(job: Job) -> dict:
 
     start = time.perf_counter()
     try:
-        result = compare(job.model, job.target)
+        result = compare(job.model, job.target, **dict(job.options))
         failed = [s for s in ("stock", "solver") if "error" in result.get(s, {})]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
     except Exception as exc:
@@ -119,7 +121,9 @@ def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> It
 
 
 def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, executor: str = "local",
-            address: str | None = None, log: Callable[[str], None] = print) -> list[dict]:
+            address: str | None = None, log: Callable[[str], None] = print,
+            options: dict[str, dict] | None = None) -> list[dict]:
+    """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare()."""
     from tqdm import tqdm
 
     cache = out / "cache"
@@ -127,7 +131,7 @@ def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, exe
     todo, results = [], []
     for model in models:
         for target in targets:
-            job = Job(model, target)
+            job = Job(model, target, tuple(sorted((options or {}).get(target, {}).items())))
             path = cache / f"{job_key(job)}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
@@ -150,7 +154,8 @@ def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, exe
 ROW_FIELDS = {
     "ethos-u55-128": ["tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "npu_ops", "cpu_ops",
                       "lower_seconds"],
-    "vulkan": ["transitions", "transition_cost", "lower_seconds", "pass_seconds"],
+    "vulkan": ["transitions", "transition_cost", "lower_seconds", "pass_seconds", "modelled_us", "executed",
+               "max_abs_diff_vs_eager", "run_ms"],
 }
 
 
@@ -164,7 +169,7 @@ def rows(results: list[dict]) -> list[dict]:
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
         row.update(solve_seconds=solver.get("solve_seconds", ""), problem_ops=solver.get("problem_ops", ""),
-                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""))
+                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""), run_ratio=r.get("run_ratio", ""))
         out.append(row)
     return out
 
@@ -198,13 +203,17 @@ def report_markdown(table: list[dict]) -> str:
     if vk:
         lines += ["## Vulkan (transitions = clone dispatches; cost in modelled microseconds)", "",
                   "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
-                  "lower s stock / solver | gap |", "|" + "---|" * 7]
+                  "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
+                  "run ms stock / solver | run ratio |", "|" + "---|" * 11]
         for r in vk:
             ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""  # noqa: E731
             lines.append(f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
                          f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
                          f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
-                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} |")
+                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} | "
+                         f"{r['stock_executed']} / {r['solver_executed']} | "
+                         f"{r['stock_max_abs_diff_vs_eager']} / {r['solver_max_abs_diff_vs_eager']} | "
+                         f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |")
         lines.append("")
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
@@ -237,6 +246,10 @@ def plot(table: list[dict], out: Path) -> None:
          "solver_vela_transpose_cycles", "Ethos-U55: Vela transpose cycles", "cycles", out / "transpose_cycles.png")
     bars([r for r in table if r["target"] == "vulkan"], "stock_transitions", "solver_transitions",
          "Vulkan: layout transitions", "clone dispatches", out / "transitions.png")
+    executed = [r for r in table if r["target"] == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))]
+    if executed:
+        bars(executed, "stock_run_ms", "solver_run_ms", "Vulkan: run time on the device (median)", "ms",
+             out / "vulkan_run_ms.png")
     fig, ax = plt.subplots(figsize=(6, 4))
     for target, marker in (("ethos-u55-128", "o"), ("vulkan", "s")):
         pts = [(r["problem_ops"], r["solve_seconds"]) for r in table

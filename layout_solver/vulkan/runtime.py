@@ -1,0 +1,224 @@
+"""Run lowered Vulkan programs on a real Vulkan device, each in a child process.
+
+The device is the judge of a lowering: a program that the validator accepts can
+still crash the driver or compute something else. ExecuTorch's Vulkan delegate
+runtime is not part of the executorch wheel; it is a shared library built from
+`backends/vulkan/runtime/` that registers `VulkanBackend` when it is loaded
+into a process that has already loaded the wheel's pybindings. Where it lives is
+the user's business: `runtime=` / `--vulkan-runtime PATH`, or the environment
+variable `LAYOUT_SOLVER_VULKAN_RUNTIME`.
+
+Every program runs in a child process (`python -m layout_solver.vulkan.runtime`),
+so a driver crash (SIGSEGV) becomes a record, never the end of the caller:
+
+    results = execute({"stock": pte_a, "solver": pte_b}, inputs)
+    results["solver"].executed, results["solver"].outputs, results["solver"].run_ms
+
+Outputs come from one child per program (a crash names its program); run times
+from one more child that loads every program that ran, warms each up, then
+times them in interleaved rounds, so drift on a shared machine hits all sides
+alike. Medians are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_VAR = "LAYOUT_SOLVER_VULKAN_RUNTIME"
+LIBRARY_NAME = "libvkbackend.so"
+HOW_TO_GET_IT = (
+    "build ExecuTorch's Vulkan delegate runtime (backends/vulkan/runtime) as a shared library for the installed "
+    f"executorch wheel and pass its path with --vulkan-runtime PATH or ${ENV_VAR}"
+)
+HOW_TO_GET_A_DEVICE = (
+    "no Vulkan device was found: install a driver (on Debian/Ubuntu the CPU driver lavapipe: "
+    "`apt-get install -y libvulkan1 mesa-vulkan-drivers`) and check `vulkaninfo --summary`"
+)
+
+
+class VulkanRuntimeUnavailable(RuntimeError):
+    """No runtime plugin, or no Vulkan device: the message says what is missing and how to get it."""
+
+
+@dataclass
+class ExecutionResult:
+    """What one program did on the device."""
+
+    executed: bool
+    error: str | None = None
+    outputs: list | None = None  # numpy arrays, in the program's output order
+    run_ms: float | None = None  # median over the timed rounds
+    run_ms_all: list[float] = field(default_factory=list)
+
+
+def locate_runtime(path: str | os.PathLike | None = None) -> Path:
+    """The runtime plugin: `path`, else $LAYOUT_SOLVER_VULKAN_RUNTIME (a file or the folder holding it).
+
+    Raises VulkanRuntimeUnavailable naming what was looked for.
+    """
+    given = path if path is not None else os.environ.get(ENV_VAR)
+    if not given:
+        raise VulkanRuntimeUnavailable(f"no Vulkan runtime plugin given: {HOW_TO_GET_IT}")
+    candidate = Path(given).expanduser()
+    if candidate.is_dir():
+        candidate = candidate / LIBRARY_NAME
+    if not candidate.is_file():
+        raise VulkanRuntimeUnavailable(f"Vulkan runtime plugin {str(candidate)!r} does not exist: {HOW_TO_GET_IT}")
+    return candidate.resolve()
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _run_child(request: dict, timeout: float) -> dict:
+    """Run one request in a fresh interpreter; a crash or time-out becomes {"crash": message}."""
+    with tempfile.TemporaryDirectory(prefix="layout-solver-vk-") as tmp:
+        req, res = Path(tmp) / "request.pkl", Path(tmp) / "result.pkl"
+        req.write_bytes(pickle.dumps(request))
+        try:
+            proc = subprocess.run([sys.executable, "-m", "layout_solver.vulkan.runtime", str(req), str(res)],
+                                  capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"crash": f"timed out after {timeout:.0f} s"}
+        if res.is_file():
+            return pickle.loads(res.read_bytes())
+        why = _signal_name(proc.returncode) if proc.returncode < 0 else f"exit code {proc.returncode}"
+        # What the runtime said last (errors, aborts), not the import-time warnings before it.
+        said = [line for line in proc.stderr.splitlines() if any(k in line for k in ("rror", "what()", "terminate"))]
+        tail = " | ".join(said[-3:])
+        return {"crash": f"the Vulkan program crashed the process ({why})" + (f": {tail[-400:]}" if tail else "")}
+
+
+def probe(runtime: str | os.PathLike | None = None, timeout: float = 120.0) -> str:
+    """Load the plugin in a child and return the device's availability; raises VulkanRuntimeUnavailable."""
+    lib = locate_runtime(runtime)
+    answer = _run_child({"mode": "probe", "runtime": str(lib)}, timeout)
+    if "crash" in answer or answer.get("error") or answer.get("unavailable"):
+        raise VulkanRuntimeUnavailable(
+            answer.get("unavailable") or f"loading {lib} failed: {answer.get('crash') or answer.get('error')}")
+    if not answer["available"]:
+        raise VulkanRuntimeUnavailable(HOW_TO_GET_A_DEVICE)
+    return "VulkanBackend available"
+
+
+def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtime: str | os.PathLike | None = None,
+            warmup: int = 3, rounds: int = 15, timeout: float = 600.0, time_runs: bool = True
+            ) -> dict[str, ExecutionResult]:
+    """Run every program on the Vulkan device; never raises for a program that fails.
+
+    `inputs` is one tuple for every program, or a tuple per program name.
+    Raises VulkanRuntimeUnavailable when there is no plugin or no device at all.
+    """
+    lib = str(locate_runtime(runtime))
+    if not isinstance(inputs, dict):
+        inputs = {name: inputs for name in programs}
+    results: dict[str, ExecutionResult] = {}
+    with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
+        paths = {}
+        for name, buffer in programs.items():
+            paths[name] = Path(tmp) / f"{len(paths)}.pte"
+            paths[name].write_bytes(buffer)
+        # All programs in one child first; if that one crashes, one child per
+        # program, so the crash is pinned on the program that caused it.
+        answer = _run_child({"mode": "outputs", "runtime": lib, "programs": {n: str(p) for n, p in paths.items()},
+                             "inputs": inputs}, timeout)
+        if answer.get("unavailable"):
+            raise VulkanRuntimeUnavailable(answer["unavailable"])
+        if "crash" in answer and len(paths) > 1:
+            answers = {name: _run_child({"mode": "outputs", "runtime": lib, "programs": {name: str(path)},
+                                         "inputs": {name: inputs[name]}}, timeout) for name, path in paths.items()}
+        else:
+            answers = {name: answer for name in paths}
+        for name, one in answers.items():
+            failure = one.get("crash") or one.get("error") or (one.get("errors") or {}).get(name)
+            if failure:
+                results[name] = ExecutionResult(False, failure)
+            else:
+                results[name] = ExecutionResult(True, outputs=one["outputs"][name])
+        ran = [name for name, r in results.items() if r.executed]
+        if time_runs and ran:
+            answer = _run_child({"mode": "time", "runtime": lib, "programs": {n: str(paths[n]) for n in ran},
+                                 "inputs": {n: inputs[n] for n in ran}, "warmup": warmup, "rounds": rounds}, timeout)
+            for name in ran:
+                times = answer.get("times", {}).get(name)
+                if times:
+                    results[name].run_ms_all = times
+                    results[name].run_ms = statistics.median(times)
+                else:
+                    results[name].error = f"timing failed: {answer.get('crash') or answer.get('error')}"
+    return results
+
+
+# ------------------------------------------------------------ the child ----
+
+
+def _load_backend(lib: str):
+    import ctypes
+
+    from executorch.extension.pybindings import portable_lib  # loads libexecutorch.so: must come first
+
+    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+    return portable_lib
+
+
+def _child(request: dict) -> dict:
+    portable_lib = _load_backend(request["runtime"])
+    if "VulkanBackend" not in portable_lib._get_registered_backend_names():
+        return {"unavailable": f"{request['runtime']} did not register VulkanBackend: {HOW_TO_GET_IT}"}
+    available = portable_lib._is_available("VulkanBackend")
+    if request["mode"] == "probe":
+        return {"available": available}
+    if not available:
+        return {"unavailable": HOW_TO_GET_A_DEVICE}
+    inputs = request["inputs"]
+    # A loaded program points into its buffer without copying it: keep every buffer alive.
+    buffers = {name: Path(p).read_bytes() for name, p in request["programs"].items()}
+    if request["mode"] == "outputs":
+        outputs, errors = {}, {}
+        for name, buffer in buffers.items():
+            try:  # an error the runtime raises (not a crash) belongs to its program
+                module = portable_lib._load_for_executorch_from_buffer(buffer)
+                outputs[name] = [o.detach().numpy().copy() for o in module.forward(inputs[name])]
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}".strip()[:1000]
+        return {"outputs": outputs, "errors": errors}
+    modules = {name: portable_lib._load_for_executorch_from_buffer(buffer) for name, buffer in buffers.items()}
+    for name, module in modules.items():
+        for _ in range(request["warmup"]):
+            module.forward(inputs[name])
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    for k in range(request["rounds"]):
+        order = list(modules) if k % 2 == 0 else list(reversed(modules))
+        for name in order:
+            start = time.perf_counter()
+            modules[name].forward(inputs[name])
+            times[name].append((time.perf_counter() - start) * 1000.0)
+    return {"times": times}
+
+
+def main(argv: list[str]) -> int:
+    request_path, result_path = argv
+    request = pickle.loads(Path(request_path).read_bytes())
+    try:
+        answer = _child(request)
+    except Exception as exc:  # an error the runtime raised (not a crash): report it
+        answer = {"error": f"{type(exc).__name__}: {exc}".strip()[:1000]}
+    Path(result_path).write_bytes(pickle.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
