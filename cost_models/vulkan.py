@@ -49,14 +49,15 @@ class Parameter(_Strict):
 
 
 class Linear(_Strict):
-    """overhead_us + us_per_mib * MiB, fitted on `points` measurements."""
+    """overhead_us + us_per_mib * MiB + us_per_group * workgroups, fitted on `points` measurements."""
 
     overhead_us: float = Field(ge=0)
     us_per_mib: float = Field(ge=0)
+    us_per_group: float = Field(0.0, ge=0)
     points: int = 0
 
-    def at(self, nbytes: float) -> float:
-        return self.overhead_us + self.us_per_mib * nbytes / MIB
+    def at(self, nbytes: float, groups: float = 0.0) -> float:
+        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_group * groups
 
 
 class VulkanProfile(_Strict):
@@ -116,6 +117,33 @@ def tensor_bytes(shape: tuple[int, ...] | list[int], dtype: str) -> int:
     return math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
 
 
+def texture_extents(shape, layout: str) -> tuple[int, int, int]:
+    """Texel extents (x, y, z) of a texture holding `shape` in `layout` (x = W, y = H, z = C * N, the packed
+    dim in blocks of 4), as the runtime lays textures out."""
+    dims = [1] * max(0, 4 - len(shape)) + [int(d) for d in shape[-4:]]
+    n, c, h, w = dims
+    packed = _PACKED_DIM.get(layout, 0)
+    if packed == 0:
+        w = -(-w // 4)
+    elif packed == 1:
+        h = -(-h // 4)
+    else:
+        c = -(-c // 4)
+    return w, h, c * n
+
+
+def dispatch_groups(shape, label: str) -> int:
+    """Workgroups of one dispatch writing `shape` in `label`: a GPU (and lavapipe above all) pays per group,
+    so a tensor whose texture is one texel wide and a thousand deep costs far more than its bytes say.
+    Local sizes as the runtime picks them by default: 4x4x4, 8x8x1 for a flat grid, 64 along a line."""
+    storage, _, layout = label.partition(":")
+    if storage == "BUFFER":
+        return -(-math.prod(int(d) for d in shape) // 64)
+    x, y, z = texture_extents(shape, layout)
+    local = (4, 4, 4) if z > 1 else (8, 8, 1) if y > 1 else (64, 1, 1)
+    return -(-x // local[0]) * -(-y // local[1]) * -(-z // local[2])
+
+
 def transition_cost(shape, dtype: str, src: str, dst: str, profile: VulkanProfile | None = None) -> float:
     """Microseconds for one clone from representation `src` to `dst` (0 if equal)."""
     if src == dst:
@@ -128,7 +156,7 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
     nbytes = tensor_bytes(shape, dtype)
     measured = p.transitions.get(f"{src}->{dst}")
     if measured is not None:
-        return measured.at(nbytes)
+        return measured.at(nbytes, dispatch_groups(shape, dst))
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
     factor = 1.0
@@ -142,19 +170,21 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
                                                                        p.param("write_us_per_mib"))
 
 
-def op_mode_cost(op_class: str | None, output_bytes: int, output_label: str,
+def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
                  profile: VulkanProfile | None = None) -> float:
-    """Microseconds for one op of `op_class` writing `output_bytes` in `output_label`.
+    """Microseconds for one op of `op_class` writing a `shape` x `dtype` tensor in `output_label`.
 
     Measured where the profile has the (class, label) pair. Otherwise only the
     difference between storages counts (textures are the baseline, a buffer
     pays `buffer_op_penalty_per_mib`): constant terms do not change a choice.
     """
     p = profile or load_profile()
+    output_bytes = tensor_bytes(shape, dtype)
     table = p.op_modes.get(op_class or "")
     if table:
+        groups = dispatch_groups(shape, output_label)
         # A label the calibration could not run the op in is priced as the dearest one it could.
-        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes))
-        return measured.at(output_bytes)
+        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, groups))
+        return measured.at(output_bytes, groups)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

@@ -238,19 +238,32 @@ def test_vulkan_profiles_measured_and_assumed():
     assert not mobile.measured and "assumptions" in mobile.description
     assert lavapipe.measured and "llvmpipe" in lavapipe.device and lavapipe.command.startswith("layout-solver calibrate")
     assert lavapipe.op_modes and lavapipe.transitions
+    shape = (1, 32, 32, 32)
+    nbytes = 4 * 32 * 32 * 32
     key = next(iter(lavapipe.transitions))
     src, dst = key.split("->")
-    nbytes = 4 * 32 * 32 * 32
-    assert vulkan.transition_cost((32, 32, 32), "float32", src, dst, lavapipe) == pytest.approx(
-        lavapipe.transitions[key].at(nbytes))
+    assert vulkan.transition_cost(shape, "float32", src, dst, lavapipe) == pytest.approx(
+        lavapipe.transitions[key].at(nbytes, vulkan.dispatch_groups(shape, dst)))
     op, table = next(iter(lavapipe.op_modes.items()))
     label = next(iter(table))
-    assert vulkan.op_mode_cost(op, nbytes, label, lavapipe) == pytest.approx(table[label].at(nbytes))
+    assert vulkan.op_mode_cost(op, shape, "float32", label, lavapipe) == pytest.approx(
+        table[label].at(nbytes, vulkan.dispatch_groups(shape, label)))
     # An unmeasured class keeps the storage tie-breaker only; an unmeasured label of a measured class
     # is priced as the dearest measured one, never as free.
-    assert vulkan.op_mode_cost("no-such-class", nbytes, "TEXTURE_3D:TENSOR_WIDTH_PACKED", lavapipe) == 0.0
-    assert vulkan.op_mode_cost(op, nbytes, "BUFFER:PACKED_INT8_4W4C", lavapipe) == max(
-        c.at(nbytes) for c in table.values())
+    assert vulkan.op_mode_cost("no-such-class", shape, "float32", "TEXTURE_3D:TENSOR_WIDTH_PACKED", lavapipe) == 0.0
+    groups = vulkan.dispatch_groups(shape, "BUFFER:PACKED_INT8_4W4C")
+    assert vulkan.op_mode_cost(op, shape, "float32", "BUFFER:PACKED_INT8_4W4C", lavapipe) == max(
+        c.at(nbytes, groups) for c in table.values())
+
+
+def test_vulkan_dispatch_groups_follow_the_texture_extents():
+    """A [1, C, 1, 1] tensor width-packed is a column of C texels: C/4 groups of 4x4x4; channels-packed, 4x fewer."""
+    assert vulkan.texture_extents((1, 1280, 1, 1), "TENSOR_WIDTH_PACKED") == (1, 1, 1280)
+    assert vulkan.texture_extents((1, 1280, 1, 1), "TENSOR_CHANNELS_PACKED") == (1, 1, 320)
+    assert vulkan.texture_extents((7, 9), "TENSOR_HEIGHT_PACKED") == (9, 2, 1)
+    assert vulkan.dispatch_groups((1, 1280, 1, 1), "TEXTURE_3D:TENSOR_WIDTH_PACKED") == 320
+    assert vulkan.dispatch_groups((1, 1280, 1, 1), "TEXTURE_3D:TENSOR_CHANNELS_PACKED") == 80
+    assert vulkan.dispatch_groups((1, 8, 32, 32), "BUFFER:TENSOR_WIDTH_PACKED") == 128
 
 
 def test_vulkan_profile_from_a_file_and_bad_names(tmp_path):

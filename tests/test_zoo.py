@@ -35,3 +35,14 @@ def test_ray_executor_on_a_local_cluster(tmp_path):
     results = run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=2, executor="ray", log=lambda _: None)
     assert [r["status"] for r in results] == ["ok"]
     assert results[0]["solver"]["transitions"] <= results[0]["stock"]["transitions"]
+
+
+def test_zoo_passes_target_options_and_keys_the_cache_by_them(tmp_path):
+    """`zoo --cost-profile` reaches compare(); a run with other options is not served from the cache."""
+    model = f"{TINY}:residual"
+    measured = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=lambda _: None,
+                       options={"vulkan": {"cost_profile": "lavapipe"}})
+    assert measured[0]["status"] == "ok" and measured[0]["cost_profile"] == "lavapipe"
+    logged = []
+    default = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=logged.append)
+    assert not logged and default[0]["cost_profile"] == "mobile-gpu"

@@ -120,8 +120,8 @@ def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanPro
             continue
         for r, val in zip(reprs_of(node) or [], node.meta["val"] if isinstance(node.meta["val"], (list, tuple))
                           else [node.meta["val"]]):
-            nbytes = vk_cost.tensor_bytes([int(d) for d in val.shape], str(val.dtype).removeprefix("torch."))
-            total += vk_cost.op_mode_cost(op_class(node), nbytes, repr_label(r), profile)
+            shape, dtype = [int(d) for d in val.shape], str(val.dtype).removeprefix("torch.")
+            total += vk_cost.op_mode_cost(op_class(node), shape, dtype, repr_label(r), profile)
     return total
 
 

@@ -402,7 +402,7 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
 
 def _mode(operand_labels: list[str], result_labels: list[str], values: dict, results: list[str],
           op_class: str | None, profile: vk_cost.VulkanProfile) -> dict:
-    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["size_bytes"], lab, profile)
+    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile)
                for r, lab in zip(results, result_labels))
     return {"name": "|".join(operand_labels + ["->"] + result_labels), "operands": operand_labels,
             "results": result_labels, "cost": round(cost, 3)}
