@@ -49,15 +49,15 @@ class Parameter(_Strict):
 
 
 class Linear(_Strict):
-    """overhead_us + us_per_mib * MiB + us_per_group * workgroups, fitted on `points` measurements."""
+    """overhead_us + us_per_mib * MiB + us_per_slice * texture depth, fitted on `points` measurements."""
 
     overhead_us: float = Field(ge=0)
     us_per_mib: float = Field(ge=0)
-    us_per_group: float = Field(0.0, ge=0)
+    us_per_slice: float = Field(0.0, ge=0)
     points: int = 0
 
-    def at(self, nbytes: float, groups: float = 0.0) -> float:
-        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_group * groups
+    def at(self, nbytes: float, slices: float = 0.0) -> float:
+        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices
 
 
 class VulkanProfile(_Strict):
@@ -72,6 +72,8 @@ class VulkanProfile(_Strict):
     parameters: dict[str, Parameter]
     transitions: dict[str, Linear] = Field(default_factory=dict)  # "SRC->DST"
     op_modes: dict[str, dict[str, Linear]] = Field(default_factory=dict)  # op class -> output label -> cost
+    # The measurements behind the fits: key -> [bytes, texture slices, microseconds] per probe
+    samples: dict[str, list[tuple[float, float, float]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
     def param(self, key: str) -> float:
@@ -132,16 +134,14 @@ def texture_extents(shape, layout: str) -> tuple[int, int, int]:
     return w, h, c * n
 
 
-def dispatch_groups(shape, label: str) -> int:
-    """Workgroups of one dispatch writing `shape` in `label`: a GPU (and lavapipe above all) pays per group,
-    so a tensor whose texture is one texel wide and a thousand deep costs far more than its bytes say.
-    Local sizes as the runtime picks them by default: 4x4x4, 8x8x1 for a flat grid, 64 along a line."""
+def texture_slices(shape, label: str) -> int:
+    """Depth (z extent) of the texture a dispatch writes; 0 for a buffer.
+
+    Measured on lavapipe: a dispatch pays per texture slice, so a [1, 1280, 1, 1]
+    tensor width-packed (1 x 1 x 1280 texels) costs milliseconds where its
+    bytes say microseconds; channels-packed it is 4x shallower."""
     storage, _, layout = label.partition(":")
-    if storage == "BUFFER":
-        return -(-math.prod(int(d) for d in shape) // 64)
-    x, y, z = texture_extents(shape, layout)
-    local = (4, 4, 4) if z > 1 else (8, 8, 1) if y > 1 else (64, 1, 1)
-    return -(-x // local[0]) * -(-y // local[1]) * -(-z // local[2])
+    return 0 if storage == "BUFFER" else texture_extents(shape, layout)[2]
 
 
 def transition_cost(shape, dtype: str, src: str, dst: str, profile: VulkanProfile | None = None) -> float:
@@ -156,7 +156,7 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
     nbytes = tensor_bytes(shape, dtype)
     measured = p.transitions.get(f"{src}->{dst}")
     if measured is not None:
-        return measured.at(nbytes, dispatch_groups(shape, dst))
+        return measured.at(nbytes, texture_slices(shape, dst))
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
     factor = 1.0
@@ -182,9 +182,9 @@ def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
     output_bytes = tensor_bytes(shape, dtype)
     table = p.op_modes.get(op_class or "")
     if table:
-        groups = dispatch_groups(shape, output_label)
+        slices = texture_slices(shape, output_label)
         # A label the calibration could not run the op in is priced as the dearest one it could.
-        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, groups))
-        return measured.at(output_bytes, groups)
+        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices))
+        return measured.at(output_bytes, slices)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

@@ -236,6 +236,6 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert profile.measured and profile.device != "unspecified" and "calibrate vulkan" in profile.command
     labels = profile.op_modes["unary"]
     assert {"TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"} <= set(labels)
-    assert all(c.points == 3 and c.overhead_us + c.us_per_mib + c.us_per_group > 0 for c in labels.values())
+    assert all(c.points == 3 and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err

@@ -43,6 +43,8 @@ class Graph(nn.Module):
 
     def build_linears(self, width: int) -> None:
         self.fcs = nn.ModuleList(nn.Linear(width, width) for _ in self._fc_specs)
+        # The Vulkan runtime's layer norm needs an affine weight (NativeLayerNorm.cpp).
+        self.norm = nn.LayerNorm(width)
 
     def forward(self, x):
         seen = [x]
@@ -72,7 +74,7 @@ class Graph(nn.Module):
             elif step.kind == "softmax":
                 x = torch.softmax(x, dim=(1, 2, 3)[k % 3])
             elif step.kind == "layer_norm":
-                x = F.layer_norm(x, x.shape[-1:])
+                x = self.norm(x)
             elif step.kind == "linear":
                 x = next(fcs)(x)
             elif step.kind == "conv":

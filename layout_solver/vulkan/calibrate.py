@@ -57,7 +57,7 @@ class _Chain(nn.Module):
 
 
 # Shapes: ordinary tensors, and [1, C, 1, 1] ones whose textures are one texel wide and C (or C/4) deep,
-# which separates a dispatch's per-workgroup cost from its per-byte cost.
+# which separates a dispatch's per-slice cost from its per-byte cost.
 SQUARE_4D = [(1, 8, 32, 32), (1, 32, 64, 64), (1, 64, 96, 96)]
 DEEP_4D = [(1, 256, 1, 1), (1, 1024, 1, 1)]
 TOKENS_3D = [(1, 64, 64), (1, 196, 192), (1, 256, 384)]
@@ -124,7 +124,7 @@ def _chain(op: str, shape: tuple[int, ...], n: int) -> tuple[nn.Module, tuple]:
     elif op == "layer_norm":
         weight = torch.ones(shape[-1])
     # Orthogonal matrices keep chained products bounded (no inf/NaN in the timed kernels).
-    x = torch.linalg.qr(torch.randn(shape))[0] if op == "matmul" else torch.rand(shape)
+    x = torch.linalg.qr(torch.randn(shape))[0].contiguous() if op == "matmul" else torch.rand(shape)
     return _Chain(step, n, weight).eval(), (x,)
 
 
@@ -213,7 +213,7 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
         if any(p not in ms for p in probe.programs.values()):
             continue
         nbytes = float(np.prod(probe.shape) * 4)
-        groups = float(vk_cost.dispatch_groups(probe.shape, probe.label))
+        slices = float(vk_cost.texture_slices(probe.shape, probe.label))
         if probe.kind == "op":
             op = probe.key.split("|")[0]
             slope = (ms[probe.programs["long"]] - ms[probe.programs["short"]]) / (long - short)
@@ -224,7 +224,7 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
                 continue
             extra = ms[probe.programs["alt"]] - (ms[probe.programs["a"]] + ms[probe.programs["b"]]) / 2
             point = 1000.0 * extra / clones[probe.programs["alt"]]
-        points.setdefault((probe.kind, probe.key), []).append((nbytes, groups, point))
+        points.setdefault((probe.kind, probe.key), []).append((nbytes, slices, round(point, 2)))
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
     for (kind, key), pts in sorted(points.items()):
@@ -239,22 +239,24 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
         version=2, name="measured", device=device_name(), measured=True, command=command,
         description="Measured on this device by layout-solver calibrate vulkan: op modes from chains of pinned ops "
                     "(slope between two chain lengths), transitions from chains alternating between two "
-                    "representations; each fitted as overhead + rate per MiB + rate per workgroup "
-                    "(cost_models.vulkan.dispatch_groups) over several sizes. Unmeasured pairs use the "
+                    "representations; each fitted as overhead + rate per MiB + rate per texture slice "
+                    "(cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
                     "parametric fallback.",
         parameters=base.parameters, transitions=trans, op_modes=op_modes,
+        samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
         notes=[f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
                f"{len(failed)} failed on the device"] + [f"{n}: {e[:300]}" for n, e in failed.items()],
     )
 
 
 def _fit(points: list[tuple[float, float, float]]) -> vk_cost.Linear:
-    """Non-negative overhead + rate per MiB + rate per workgroup through (bytes, groups, microseconds) points."""
-    a = np.array([[1.0, b / vk_cost.MIB, g] for b, g, _ in points])
-    y = np.array([max(t, 0.0) for _, _, t in points])
-    (overhead, rate, per_group), _ = nnls(a, y)
+    """Non-negative overhead + rate per MiB + rate per slice through (bytes, slices, microseconds) points,
+    least squares on relative error (a probe of 50 us counts as much as one of 5 ms)."""
+    a = np.array([[1.0, b / vk_cost.MIB, z] for b, z, _ in points])
+    y = np.array([max(t, 1.0) for _, _, t in points])
+    (overhead, rate, per_slice), _ = nnls(a / y[:, None], np.ones(len(y)))
     return vk_cost.Linear(overhead_us=round(float(overhead), 3), us_per_mib=round(float(rate), 3),
-                          us_per_group=round(float(per_group), 4), points=len(points))
+                          us_per_slice=round(float(per_slice), 4), points=len(points))
 
 
 def device_name() -> str:
