@@ -38,7 +38,8 @@ def row(model: str, r: dict) -> tuple[str, dict | None]:
             f"{_f(s.get('run_ms'))} | {_f(o.get('run_ms'))} | {_f(r.get('run_ratio'), 3)} | "
             f"{_f(predicted_ratio, 3)} | {_f(r.get('measured_delta_us'), 0)} | {_f(r.get('predicted_delta_us'), 0)} |")
     return line, {"stock": s, "solver": o, "ratio": r.get("run_ratio"), "measured": r.get("measured_delta_us"),
-                  "predicted": r.get("predicted_delta_us"), "stock_us": stock_us}
+                  "predicted": r.get("predicted_delta_us"), "stock_us": stock_us,
+                  "vs_stock": r.get("max_abs_diff_stock_vs_solver")}
 
 
 def _f(v, digits: int = 2) -> str:
@@ -53,7 +54,10 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     ok = {m: r for m, r in rows.items() if r}
     ran = {m: r for m, r in ok.items() if r["stock"].get("executed")}
     runs = all(r["solver"].get("executed") for r in ran.values())
+    # No worse than stock, or (where stock itself is off, e.g. the upstream depthwise shader bug) the same
+    # outputs as stock's to within float rounding.
     diff = all((r["solver"]["max_abs_diff_vs_eager"] or 0) <= max(r["stock"]["max_abs_diff_vs_eager"] or 0, 1e-4)
+               or (r["vs_stock"] is not None and r["vs_stock"] <= 1e-4)
                for r in ran.values() if r["solver"].get("executed"))
     ratios = {m: r["ratio"] for m, r in ran.items() if r["ratio"]}
     with_transitions = [m for m in ratios if ok[m]["stock"]["transitions"] > 0]
@@ -70,7 +74,7 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     median_error = statistics.median(errors) if errors else None
     return [
         f"- solver program runs wherever stock's runs ({len(ran)} models): {runs}",
-        f"- max abs diff vs eager no worse than stock's: {diff}",
+        f"- max abs diff vs eager no worse than stock's (or equal to stock's outputs within 1e-4): {diff}",
         f"- run-time ratio <= 1.03 on every model: {all(v <= 1.03 for v in ratios.values())} "
         f"(worst {max(ratios.values(), default=float('nan')):.3f})",
         f"- geometric mean ratio over the {len(with_transitions)} models where stock inserts transitions: "

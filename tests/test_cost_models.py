@@ -251,6 +251,7 @@ def test_vulkan_profiles_measured_and_assumed():
     # An unmeasured class keeps the storage tie-breaker only; an unmeasured label of a measured class
     # is priced as the dearest measured one, never as free.
     assert vulkan.op_mode_cost("no-such-class", shape, "float32", "TEXTURE_3D:TENSOR_WIDTH_PACKED", lavapipe) == 0.0
+    assert vulkan.op_mode_cost("no-such-class", shape, "float32", "BUFFER:TENSOR_WIDTH_PACKED", mobile) > 0.0
     assert vulkan.op_mode_cost(op, shape, "float32", "BUFFER:PACKED_INT8_4W4C", lavapipe) == max(
         c.at(nbytes, 0) for c in table.values())
     # The fits come with the measurements behind them.
