@@ -54,9 +54,9 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     ok = {m: r for m, r in rows.items() if r}
     ran = {m: r for m, r in ok.items() if r["stock"].get("executed")}
     runs = all(r["solver"].get("executed") for r in ran.values())
-    # No worse than stock, or (where stock itself is off, e.g. the upstream depthwise shader bug) the same
-    # outputs as stock's to within float rounding.
-    diff = all((r["solver"]["max_abs_diff_vs_eager"] or 0) <= max(r["stock"]["max_abs_diff_vs_eager"] or 0, 1e-4)
+    # No worse than stock (5% slack for float rounding: other kernels sum in other orders), or (where stock
+    # itself is off, e.g. the upstream depthwise shader bug) the same outputs as stock's within 1e-4.
+    diff = all((r["solver"]["max_abs_diff_vs_eager"] or 0) <= 1.05 * max(r["stock"]["max_abs_diff_vs_eager"] or 0, 1e-4)
                or (r["vs_stock"] is not None and r["vs_stock"] <= 1e-4)
                for r in ran.values() if r["solver"].get("executed"))
     ratios = {m: r["ratio"] for m, r in ran.items() if r["ratio"]}

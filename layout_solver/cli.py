@@ -231,7 +231,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     profile = calibrate(args.vulkan_runtime, ops=ops, sizes=args.sizes, rounds=args.rounds,
                         transitions=not args.no_transitions, log=log,
-                        command=shlex.join(["layout-solver", *sys.argv[1:]]))
+                        command=shlex.join(["layout-solver", *args.argv]))
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(profile.model_dump_json(indent=1) + "\n")
     tmp.replace(out)
@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what the user typed, for provenance
     try:
         return args.func(args)
     except InfeasibleError as exc:

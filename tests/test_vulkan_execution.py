@@ -31,6 +31,9 @@ import vulkan_graphs  # noqa: E402
 # padding 3 is wrong in its last 3 output columns, whatever the layouts.
 UPSTREAM_WRONG = {"convnext_stack"}
 TOLERANCE = 1e-4
+# Other kernels (buffer versus texture, other packings) sum in other orders: float rounding may move the
+# error against eager by a few percent either way; "no worse than stock" allows that much.
+ROUNDING_SLACK = 1.05
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,8 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
         assert stock > TOLERANCE, f"{model}: the upstream depthwise bug no longer shows; drop it from UPSTREAM_WRONG"
         assert _diff(ran["solver"].outputs, ran["stock"].outputs) <= TOLERANCE
     else:
-        assert solver <= max(stock, TOLERANCE), f"{model}: solver differs from eager by {solver}, stock by {stock}"
+        assert solver <= max(stock, TOLERANCE) * ROUNDING_SLACK, \
+            f"{model}: solver differs from eager by {solver}, stock by {stock}"
 
 
 SEEDS = list(range(28))
@@ -107,7 +111,7 @@ def _verdict(stock, solver, expected) -> str | None:
         return f"solver program does not run: {solver.error}"
     if stock.executed and solver.executed:
         s, o = _diff(stock.outputs, expected), _diff(solver.outputs, expected)
-        if o > max(s, TOLERANCE):
+        if o > max(s, TOLERANCE) * ROUNDING_SLACK:
             return f"solver differs from eager by {o:.3g}, stock by {s:.3g}"
     return None
 

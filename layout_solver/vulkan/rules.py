@@ -112,6 +112,22 @@ def op_class(node: torch.fx.Node) -> str | None:
     return OP_CLASSES.get(node.target)
 
 
+def _layer_norm_label_ok(val, label: str) -> bool:
+    # Found on the device by the differential tests (lavapipe, runtime at cff6f4dd32): native_layer_norm
+    # written to a width- or height-packed texture is wrong when the channel dim is not a multiple of 4
+    # (layer_norm -> conv on [1, 3, 5, 7]: max abs error 1.17); channels-packed textures and buffers are right.
+    storage, _, layout = label.partition(":")
+    channels = int(val.shape[-3]) if len(val.shape) >= 3 else 1
+    return storage != "TEXTURE_3D" or layout == "TENSOR_CHANNELS_PACKED" or channels % 4 == 0
+
+
+# target -> predicate (tensor value, label) over the labels its tensors may take, where the runtime is
+# stricter than the registry.
+RUNTIME_LABEL_RULES = {
+    exir_ops.edge.aten.native_layer_norm.default: _layer_norm_label_ok,
+}
+
+
 RUNTIME_PAIR_RULES = {
     exir_ops.edge.aten.view_copy.default: _view_pairs,
     exir_ops.edge.aten.clone.default: _clone_pairs,
@@ -259,6 +275,12 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
                 slot_sets.append(labels)
                 slot_arg.append(i)
         result_sets = [repset_labels(repsets.get_out_repset(k), values[r]["dtype"]) for k, r in enumerate(results)]
+        label_rule = RUNTIME_LABEL_RULES.get(node.target)
+        if label_rule is not None:
+            result_sets = [[lab for lab in labels if label_rule(val, lab)]
+                           for labels, val in zip(result_sets, vals if isinstance(vals, (list, tuple)) else [vals])]
+            slot_sets = [[lab for lab in labels if label_rule(node.args[arg].meta["val"], lab)]
+                         for labels, arg in zip(slot_sets, slot_arg)]
         pair_rule = RUNTIME_PAIR_RULES.get(node.target)
         if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
             price = functools.partial(_mode, values=values, results=results, op_class=op_class(node), profile=profile)

@@ -34,7 +34,7 @@ def _storage(r: utils.TensorRepr) -> VkStorageType:
     return r.storage_type
 
 
-def _view_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr) -> str | None:
+def _view_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node=None) -> str | None:
     # View.cpp view(): the shader is chosen from the output's storage (view_buffer
     # or the texture view) and binds the input as the same kind of resource.
     if _storage(ins[0]) != _storage(out):
@@ -42,7 +42,7 @@ def _view_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr) -> str | None:
     return None
 
 
-def _clone_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr) -> str | None:
+def _clone_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node=None) -> str | None:
     # Clone.cpp clone(): VK_THROW("Buffer to buffer memory layout transition not supported yet!")
     if _storage(ins[0]) == _storage(out) == VkStorageType.BUFFER and ins[0].memory_layout != out.memory_layout:
         return (f"clone BUFFER {ins[0].memory_layout.name} -> {out.memory_layout.name}: Clone.cpp has no "
@@ -50,16 +50,28 @@ def _clone_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr) -> str | None:
     return None
 
 
-def _to_dim_order_copy_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr) -> str | None:
+def _to_dim_order_copy_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node=None) -> str | None:
     # View.cpp to_dim_order_copy(): VK_CHECK_COND(is_buffer_storage(in) && is_buffer_storage(out))
     if not (_storage(ins[0]) == _storage(out) == VkStorageType.BUFFER):
         return "_to_dim_order_copy needs buffers on both sides (View.cpp)"
     return None
 
 
-# target -> (check over the tensor inputs' and the output's representations,
+def _layer_norm_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node: torch.fx.Node) -> str | None:
+    # Seen on the device (differential tests): a width/height-packed texture layer norm over a tensor whose
+    # channel dim is not a multiple of 4 computes wrong values.
+    val = node.meta["val"][0]
+    channels = int(val.shape[-3]) if len(val.shape) >= 3 else 1
+    if out.storage_type == VkStorageType.TEXTURE_3D and out.memory_layout.name != "TENSOR_CHANNELS_PACKED" \
+            and channels % 4:
+        return f"native_layer_norm in a {out.memory_layout.name} texture with {channels} channels is wrong on the device"
+    return None
+
+
+# target -> (check over the tensor inputs' and the output's representations (and the node),
 #            whether it replaces the registry's sync rule for that op)
 RUNTIME_RULES: dict[object, tuple[Callable, bool]] = {
+    exir_ops.edge.aten.native_layer_norm.default: (_layer_norm_ok, False),
     # The view shaders take both packings as specialization constants: the
     # registry's primary-io sync is stricter than the runtime, which wins.
     exir_ops.edge.aten.view_copy.default: (_view_ok, True),
@@ -142,7 +154,7 @@ def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: 
         runtime_rule, replaces_sync = RUNTIME_RULES.get(node.target, (None, False))
         if runtime_rule is not None:
             first_inputs = [rs[0] for _, rs in sorted(arg_reprs.items())]
-            problem = runtime_rule(first_inputs, outs[0]) if first_inputs else None
+            problem = runtime_rule(first_inputs, outs[0], node) if first_inputs else None
             if problem:
                 raise LayoutValidationError(f"node {node.name!r}: {problem}")
         _check_registry(node, outs, arg_reprs, texture_limits, check_sync=not replaces_sync)
