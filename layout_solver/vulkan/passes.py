@@ -23,6 +23,7 @@ import torch
 from executorch.backends.vulkan import utils
 from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
 from executorch.backends.vulkan.op_registry import has_impl
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
@@ -30,7 +31,7 @@ from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_rep
 from layout_solver.problem import ProblemError
 from layout_solver.solve import gc_paused, solve
 from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class, repr_label
-from layout_solver.vulkan.validate import reprs_of, validate
+from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,7 @@ def _record(report: PassReport) -> None:
 
 
 def _is_clone(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and "clone" in str(node.target)
-
-
-def _census(graph_module: torch.fx.GraphModule) -> Counter:
-    return Counter(str(n.target) for n in graph_module.graph.nodes if n.op == "call_function" and not _is_clone(n))
+    return node.op == "call_function" and node.target == exir_ops.edge.aten.clone.default
 
 
 def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
@@ -157,7 +154,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
 
     def _call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         start = time.perf_counter()
-        before = _census(graph_module)
+        before = census(graph_module)  # the post-condition's own count, before and after
         try:
             vproblem = build_problem(graph_module, self.texture_limits, name="vulkan-delegate",
                                      profile=self.cost_profile)

@@ -117,7 +117,8 @@ def _registered_inputs(node: torch.fx.Node):
     return features.inputs_storage
 
 
-def _census(graph_module: torch.fx.GraphModule) -> Counter:
+def census(graph_module: torch.fx.GraphModule) -> Counter:
+    """Ops by target, transition clones left out: a tagging pass may add clones and nothing else."""
     return Counter(str(n.target) for n in graph_module.graph.nodes
                    if n.op == "call_function" and n.target != exir_ops.edge.aten.clone.default)
 
@@ -159,7 +160,7 @@ def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: 
                 raise LayoutValidationError(f"node {node.name!r}: {problem}")
         _check_registry(node, outs, arg_reprs, texture_limits, check_sync=not replaces_sync)
     if census_before is not None:
-        after = _census(graph_module)
+        after = census(graph_module)
         if after != census_before:
             raise LayoutValidationError(f"ops changed beyond transitions: {(after - census_before) + (census_before - after)}")
 
