@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution
+from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
 from layout_solver.solve import DEFAULT_TIME_LIMIT, solve
 
 EXIT_BAD_INPUT = 2
@@ -23,14 +23,12 @@ def bundled_example(name: str = "resnet_like") -> Path:
 
 
 def load_problem(path: Path) -> Problem:
+    """The problem in `path` ("-": stdin), or a ProblemError naming the file and the defect."""
     try:
-        text = path.read_text()
+        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as exc:
         raise ProblemError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        return Problem.model_validate_json(text)
-    except ValidationError as exc:
-        raise ProblemError(f"{path} is not a valid problem:\n{exc}") from exc
+    return parse_problem(raw, "stdin" if str(path) == "-" else str(path))
 
 
 def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
@@ -93,7 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
         raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
     try:
-        result = compare(args.model, args.target, time_limit=args.time_limit, **options)
+        result = compare(args.model, args.target, time_limit=args.time_limit, service=args.service, **options)
     except (KeyError, FileNotFoundError, AttributeError) as exc:
         raise ProblemError(str(exc).strip("'\"")) from exc
     except VulkanRuntimeUnavailable as exc:
@@ -136,33 +134,23 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
+    from cost_models.query import TransposeQuery, price
+
+    fields = {"target": args.target, "shape": list(args.shape), "perm": list(args.perm) if args.perm else None,
+              "dtype": args.dtype, "form": args.form, "exact": args.exact, "src": args.src, "dst": args.dst,
+              "cost_profile": args.cost_profile}
     if args.target == "ethos-u55-128":
-        from cost_models import ethos_u55
-
-        try:
-            predicted = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, form=args.form)
-            vela = ethos_u55.transpose_cost(args.shape, args.perm, args.dtype, exact=True, form=args.form) \
-                if args.exact else None
-        except ValueError as exc:
-            raise ProblemError(str(exc)) from exc
-        result = {"target": args.target, "shape": list(args.shape), "perm": list(args.perm), "dtype": args.dtype,
-                  "form": args.form, "cycles": round(predicted.cycles, 1), "npu_ops": predicted.npu_ops,
-                  "source": predicted.source, "priced_shape": list(predicted.shape),
-                  "priced_perm": list(predicted.perm), "canonical_shape": list(predicted.canonical_shape),
-                  "canonical_perm": list(predicted.canonical_perm)}
-        if vela is not None:
-            result.update(vela_cycles=vela.cycles, vela_npu_ops=vela.npu_ops)
-    else:
-        from cost_models import vulkan
-
-        src, dst = args.src, args.dst
-        try:
-            profile = vulkan.load_profile(args.cost_profile)
-            microseconds = vulkan.transition_cost(args.shape, args.dtype, src, dst, profile)
-        except ValueError as exc:
-            raise ProblemError(str(exc)) from exc
-        result = {"target": "vulkan", "shape": list(args.shape), "dtype": args.dtype, "src": src, "dst": dst,
-                  "profile": profile.name, "cycles": None, "microseconds": round(microseconds, 3)}
+        fields = {k: v for k, v in fields.items() if k not in ("src", "dst", "cost_profile")}
+        stray = [flag for flag, given in (("--src", args.src), ("--dst", args.dst),
+                                          ("--cost-profile", args.cost_profile)) if given]
+        if stray:
+            raise ProblemError(f"{', '.join(stray)}: Vulkan options (--target vulkan)")
+    try:
+        result = price(TransposeQuery.model_validate({k: v for k, v in fields.items() if v is not None}))
+    except ValidationError as exc:
+        raise ProblemError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
+    except ValueError as exc:
+        raise ProblemError(str(exc)) from exc
     if args.json:
         print(json.dumps(result))
     else:
@@ -183,6 +171,9 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
     out = Path(args.out)
     options = {"vulkan": _vulkan_options(args)} if "vulkan" in targets else {}
+    if args.service:
+        for target in targets:
+            options.setdefault(target, {})["service"] = args.service
     if options.get("vulkan", {}).get("execute"):
         from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
@@ -209,6 +200,11 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
     p.add_argument("--cost-profile", help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
                                           "written by `calibrate vulkan` (default mobile-gpu)")
+
+
+def _add_service_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--service", help="solve on this layout-solver service (http://host:port; default "
+                                     "$LAYOUT_SOLVER_SERVICE, else in-process); falls back in-process and says so")
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -240,6 +236,33 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    try:
+        from layout_solver.service.app import TOKEN_ENV, ServiceSettings, serve
+    except ImportError as exc:
+        raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    fields = {"host": args.host, "port": args.port, "workers": args.workers, "cache_dir": args.cache,
+              "cache_bytes": int(args.cache_size_mb * (1 << 20)), "max_body_bytes": int(args.max_body_mb * (1 << 20)),
+              "token": token}
+    try:
+        settings = ServiceSettings.model_validate({k: v for k, v in fields.items() if v is not None})
+        settings.resolved_cache_dir().mkdir(parents=True, exist_ok=True)
+    except ValidationError as exc:
+        raise ProblemError("; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())) from exc
+    except OSError as exc:
+        raise ProblemError(f"cannot use cache directory {settings.resolved_cache_dir()}: {exc.strerror}") from exc
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not token:
+        print(f"layout-solver: serving on {settings.host} without a token: anyone who can reach it may use it",
+              file=sys.stderr)
+    print(f"layout-solver service on http://{settings.host}:{settings.port} ({settings.workers} workers, cache "
+          f"{settings.resolved_cache_dir()}); docs at /docs", file=sys.stderr, flush=True)
+    serve(settings, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -257,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
+    _add_service_argument(p)
     _add_vulkan_arguments(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
@@ -265,9 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--target", choices=["ethos-u55-128", "vulkan"], default="ethos-u55-128")
     t.add_argument("--shape", type=_ints, required=True)
     t.add_argument("--perm", type=_ints, help="Ethos-U55: the permutation")
-    t.add_argument("--src", default="TEXTURE_3D:TENSOR_CHANNELS_PACKED", help="Vulkan: source representation")
-    t.add_argument("--dst", default="TEXTURE_3D:TENSOR_WIDTH_PACKED", help="Vulkan: target representation")
-    t.add_argument("--dtype", default="int8")
+    t.add_argument("--src", help="Vulkan: source representation (default TEXTURE_3D:TENSOR_CHANNELS_PACKED)")
+    t.add_argument("--dst", help="Vulkan: target representation (default TEXTURE_3D:TENSOR_WIDTH_PACKED)")
+    t.add_argument("--dtype", help="default int8 (Ethos-U55), float32 (Vulkan)")
     t.add_argument("--form", choices=["cheapest", "as_given"], default="cheapest",
                    help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given")
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
@@ -281,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "ray"], default="local")
     p.add_argument("--address", help="with --executor ray: join this cluster instead of starting one")
     p.add_argument("--out", default="zoo-out", help="output directory (default %(default)s)")
+    _add_service_argument(p)
     _add_vulkan_arguments(p)
     p.set_defaults(func=cmd_zoo)
     p = sub.add_parser("calibrate", help="measure a device's cost profile")
@@ -293,6 +318,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
     c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
     c.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")
+    p.add_argument("--port", type=int, default=8731, help="default %(default)s; 0 picks a free port")
+    p.add_argument("--workers", type=int, help="solver processes (default: all cores)")
+    p.add_argument("--cache", help="solution cache directory (default ~/.cache/layout-solver/solutions)")
+    p.add_argument("--cache-size-mb", type=float, default=1024, help="cache bound (default %(default)s MiB)")
+    p.add_argument("--max-body-mb", type=float, default=64, help="request body limit (default %(default)s MiB)")
+    p.add_argument("--token", help="bearer token every route but /healthz requires (default $LAYOUT_SOLVER_TOKEN)")
+    p.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("demo", help="solve the bundled example problems")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.set_defaults(func=cmd_demo)

@@ -17,15 +17,16 @@ from collections import Counter
 TARGETS = ("vulkan", "ethos-u55-128")
 
 
-def compare(model: str, target: str, time_limit: float = 10.0, **options) -> dict:
-    """Stock versus solver on `target`; `options` go to the target's comparison (Vulkan: execute, runtime,
-    cost_profile)."""
+def compare(model: str, target: str, time_limit: float = 10.0, service: str | None = None, **options) -> dict:
+    """Stock versus solver on `target`; `service` is a layout-solver service URL to solve on (None:
+    $LAYOUT_SOLVER_SERVICE or in-process); `options` go to the target's comparison (Vulkan: execute,
+    runtime, cost_profile)."""
     if target == "vulkan":
-        return compare_vulkan(model, time_limit, **options)
+        return compare_vulkan(model, time_limit, service=service, **options)
     if target == "ethos-u55-128":
         from layout_solver.arm.compare import compare_ethos_u
 
-        return compare_ethos_u(model, time_limit)
+        return compare_ethos_u(model, time_limit, service=service)
     raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
 
 
@@ -37,7 +38,7 @@ def quiet() -> None:
 
 
 def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, runtime: str | None = None,
-                   cost_profile: str | None = None, rounds: int = 15) -> dict:
+                   cost_profile: str | None = None, rounds: int = 15, service: str | None = None) -> dict:
     """Lower `model` with the stock TagMemoryMetaPass and with the solver; with `execute`, run both on the
     Vulkan device (runtime plugin `runtime` or $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager.
 
@@ -53,7 +54,7 @@ def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, 
     module, inputs = build(model)
     sides = {}
     buffers = {}
-    contexts = (("stock", lambda: stock_layouts(cost_profile)), ("solver", lambda: solver_layouts(time_limit, cost_profile)))
+    contexts = (("stock", lambda: stock_layouts(cost_profile)), ("solver", lambda: solver_layouts(time_limit, cost_profile, service)))
     for side, context in contexts:
         start = time.perf_counter()
         try:
@@ -82,6 +83,7 @@ def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, 
                 bound=round(sum(r.bound or 0.0 for r in reports), 3),
                 gap=max((r.gap or 0.0 for r in reports), default=0.0),
                 fallbacks=[n for r in reports if r.kind == "stock-fallback" for n in r.notes],
+                solver_notes=[n for r in reports if r.kind == "solver" for n in r.notes],
                 problem_ops=sum(r.problem_ops for r in reports),
                 solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
                 phase_seconds={k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)

@@ -22,11 +22,13 @@ the value with a single mode, so the solver prices the transition it forces.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections import Counter
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -199,3 +201,53 @@ class Solution(_Strict):
     timings: dict[str, float]
     components: ComponentStats = Field(default_factory=ComponentStats)
     notes: list[str] = Field(default_factory=list)
+
+
+def _reject_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    seen: dict = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ProblemError(f"duplicate JSON key {key!r} (the last one would silently win)")
+        seen[key] = value
+    return seen
+
+
+def _reject_non_finite(token: str) -> float:
+    raise ProblemError(f"non-finite number {token} in JSON")
+
+
+def parse_problem(raw: bytes | str, source: str = "input") -> Problem:
+    """A validated Problem from JSON text; every defect is a ProblemError naming `source`.
+
+    The CLI (`source` = the file) and the service (`source` = "request body")
+    share this reading, so both give the same messages. Duplicate keys and
+    NaN/Infinity literals are rejected rather than silently accepted.
+
+    >>> parse_problem('{"values": [], "ops": []}').name
+    'problem'
+    """
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, (bytes, bytearray)) else raw
+    except UnicodeDecodeError as exc:
+        raise ProblemError(f"{source} is not UTF-8 text (byte {exc.start})") from exc
+    try:
+        data = json.loads(text, object_pairs_hook=_reject_duplicate_keys, parse_constant=_reject_non_finite)
+    except json.JSONDecodeError as exc:
+        raise ProblemError(f"{source} is not valid JSON: {exc}") from exc
+    except ProblemError as exc:
+        raise ProblemError(f"{source} is not a valid problem: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ProblemError(f"{source} is not a valid problem: expected a JSON object, got {type(data).__name__}")
+    try:
+        return Problem.model_validate(data)
+    except ValidationError as exc:
+        raise ProblemError(f"{source} is not a valid problem:\n{exc}") from exc
+
+
+def problem_digest(problem: Problem) -> str:
+    """Content address of a problem: equal for problems that differ only in their name.
+
+    Used as the key of solution caches (the name is written back on a hit).
+    """
+    canonical = problem.model_dump_json(exclude={"name"})
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -120,6 +120,38 @@ def test_core_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_service_layers_import_what_they_need_only():
+    """The client the passes use needs only the standard library; the server and pool need no torch."""
+    code = (
+        "import sys, layout_solver.service.client, cost_models.query;"
+        "bad = [m for m in ('fastapi', 'uvicorn', 'pebble', 'prometheus_client', 'torch') if m in sys.modules];"
+        "assert not bad, bad;"
+        "import layout_solver.service.app, layout_solver.service.pool;"
+        "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_parse_problem_rejects_what_json_would_silently_accept():
+    from layout_solver.problem import parse_problem
+
+    for raw, words in ((b'{"values": [], "ops": [], "ops": []}', "duplicate JSON key 'ops'"),
+                       (b'{"values": [], "ops": [], "default_cost_per_byte": Infinity}', "non-finite number Infinity"),
+                       (b"\xff", "not UTF-8"), (b"null", "expected a JSON object")):
+        with pytest.raises(ProblemError, match=words):
+            parse_problem(raw, "p.json")
+
+
+def test_problem_digest_ignores_the_name_only():
+    from layout_solver.problem import problem_digest
+    from layout_solver.synthetic import cnn_like
+
+    a, b = cnn_like(3), cnn_like(3)
+    b.name = "renamed"
+    assert problem_digest(a) == problem_digest(b)
+    assert problem_digest(a) != problem_digest(cnn_like(3, channels=16))
+
+
 def test_schema_is_json_schema():
     from layout_solver.cli import main
 

@@ -2,7 +2,8 @@
 
 Each hypothesis example is a random DAG problem (multi-result ops, shared
 values, constants, fixed labels, explicit and default transition costs);
-`tuning` steers it through enumeration, min-cut, CP-SAT and the block DP.
+`tuning` steers it through enumeration, min-cut, elimination, SCIP, CP-SAT (alone
+and side by side) and the block DP.
 """
 
 import pytest
@@ -20,8 +21,10 @@ from layout_solver.synthetic import cnn_like, random_problem, transformer_like
 PATHS = {
     "default": {},
     "elimination": {"enumeration_limit": 0},
-    "cpsat-blocks": {"enumeration_limit": 0, "elimination_limit": 0},
-    "cpsat-whole": {"enumeration_limit": 0, "elimination_limit": 0, "use_blocks": False},
+    "cpsat-blocks": {"enumeration_limit": 0, "elimination_limit": 0, "engines": ("cpsat",)},
+    "cpsat-whole": {"enumeration_limit": 0, "elimination_limit": 0, "use_blocks": False, "engines": ("cpsat",)},
+    "mip-whole": {"enumeration_limit": 0, "elimination_limit": 0, "use_blocks": False, "engines": ("mip",)},
+    "side-by-side": {"enumeration_limit": 0, "elimination_limit": 0, "use_blocks": False, "workers": 2},
 }
 
 
@@ -83,7 +86,7 @@ def test_every_method_is_exercised():
                     seen |= set(solve(problem, **tuning).components.by_method)
                 except InfeasibleError:
                     seen.add("infeasible")
-    assert {"enumerate", "mincut", "elimination", "cpsat", "infeasible"} <= seen
+    assert {"enumerate", "mincut", "elimination", "cpsat", "mip", "infeasible"} <= seen
 
 
 def test_shared_transition_paid_once():
@@ -128,7 +131,7 @@ def test_cnn_blocks_memo_and_optimal():
 def test_time_out_returns_legal_answer_with_gap():
     problem = transformer_like(6, 6)
     exact = solve(problem, time_limit=60)
-    rushed = solve(problem, time_limit=0.0, enumeration_limit=0, elimination_limit=0, use_blocks=False)
+    rushed = solve(problem, time_limit=1e-6, enumeration_limit=0, elimination_limit=0, use_blocks=False)
     assert rushed.status == "feasible" and rushed.gap > 0
     assert any("time limit" in note for note in rushed.notes)
     assert rushed.objective >= exact.objective - 1e-6

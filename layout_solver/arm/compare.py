@@ -13,7 +13,8 @@ from layout_solver.arm.measure import lower_ethos_u
 from layout_solver.arm.passes import solver_layouts
 
 
-def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u55-128") -> dict:
+def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u55-128",
+                    service: str | None = None) -> dict:
     from layout_solver.compare import quiet
     from layout_solver.zoo.models import build
 
@@ -29,7 +30,7 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                         lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side)
                         reports = []
                     else:
-                        with solver_layouts(time_limit) as reports:
+                        with solver_layouts(time_limit, service=service) as reports:
                             lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side)
             except Exception as exc:  # recorded, not fatal
                 result[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
@@ -45,6 +46,7 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                     gap=max((r.gap for r in reports), default=0.0),
                     pinned_unknown=[p for r in reports for p in r.pinned_unknown],
                     problem_ops=sum(r.problem_ops for r in reports),
+                    solver_notes=[n for r in reports for n in r.notes],
                 )
             result[side] = metrics
         if len(lowerings) == 2:

@@ -20,7 +20,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from layout_solver.arm.rules import build_problem, compose, inverse, label_order
-from layout_solver.solve import gc_paused, solve
+from layout_solver.service.client import solve_problem
+from layout_solver.solve import gc_paused
 
 _PERMUTE = exir_ops.edge.aten.permute_copy.default
 
@@ -73,17 +74,18 @@ def _permuted_list(graph: torch.fx.Graph, arg, order, before: torch.fx.Node, pai
 class SolverLayoutPass(ArmPass):
     _passes_required_after: set = set()
 
-    def __init__(self, reports: list, time_limit: float = 10.0):
+    def __init__(self, reports: list, time_limit: float = 10.0, service: str | None = None):
         super().__init__()
         self.reports = reports
         self.time_limit = time_limit
+        self.service = service
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         with gc_paused():
             start = time.perf_counter()
             arm = build_problem(graph_module, constants=_constant_placeholders(_current_program.get()))
             t0 = time.perf_counter()
-            solution = solve(arm.problem, time_limit=self.time_limit)
+            solution = solve_problem(arm.problem, self.time_limit, self.service)
             solve_seconds = time.perf_counter() - t0
             written, removed = self._write_back(graph_module, arm, solution)
             graph_module.graph.lint()
@@ -170,8 +172,13 @@ class SolverLayoutPass(ArmPass):
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True) -> Iterator[list[TosaPassReport]]:
+def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service: str | None = None
+                   ) -> Iterator[list[TosaPassReport]]:
     """Inside this block, Ethos-U lowering lays tensors out with the solver.
+
+    `service`: URL of a `layout-solver serve` instance to solve on (default
+    $LAYOUT_SOLVER_SERVICE; unset: in-process); on any failure the problem is
+    solved in-process and the report's notes say so.
 
     The stock permute-propagation heuristics are skipped (replace_stock), the
     solver pass and then the canonical-transpose pass run just before
@@ -187,7 +194,7 @@ def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True) -> Iter
     reports: list[TosaPassReport] = []
     with contextlib.ExitStack() as stack:
         stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
-        stack.enter_context(inserted_passes(before={InsertConstShapesPass: [SolverLayoutPass(reports, time_limit),
+        stack.enter_context(inserted_passes(before={InsertConstShapesPass: [SolverLayoutPass(reports, time_limit, service),
                                                                             CanonicalTransposePass()]}))
         yield reports
 

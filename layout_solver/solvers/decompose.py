@@ -27,11 +27,11 @@ from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
 from layout_solver.model import CompiledProblem, Factor
-from layout_solver.solvers.cpsat import solve_cpsat
+from layout_solver.solvers.cpsat import Trace
 from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
 from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
-from layout_solver.solvers.greedy import greedy
 from layout_solver.solvers.mincut import solve_mincut
+from layout_solver.solvers.portfolio import ENGINES, solve_hard
 from layout_solver.solvers.subproblem import SubResult, Subproblem, restrict
 
 # Above this many articulation assignments a block is not tabulated; its
@@ -58,8 +58,11 @@ class _Table:
 class Decomposer:
     def __init__(self, compiled: CompiledProblem, deadline: float, workers: int = 1,
                  enumeration_limit: int = ENUMERATION_LIMIT, elimination_limit: int = MAX_TABLE,
-                 use_blocks: bool = True, memo: bool = True):
+                 use_blocks: bool = True, memo: bool = True, engines: tuple[str, ...] = ENGINES,
+                 trace: Trace | None = None):
         self.c = compiled
+        self.engines = engines
+        self.trace = trace
         self.elimination_limit = elimination_limit
         self.use_memo = memo
         self.enumeration_limit = enumeration_limit
@@ -81,16 +84,16 @@ class Decomposer:
         if cut is not None:
             return cut
         if self.elimination_limit:
-            exact = solve_by_elimination(sub, self.elimination_limit)
+            # Exact elimination may give up late on a wide piece: it gets half the time left, CP-SAT the rest.
+            now = time.perf_counter()
+            exact = solve_by_elimination(sub, self.elimination_limit, now + 0.5 * (self.deadline - now))
             if exact is not None:
                 return exact
-        start = greedy(sub)
-        trivial = sub.offset + sum(min(u) for u in sub.unary)
-        start.bound = trivial
-        remaining = self.deadline - time.perf_counter()
-        if remaining <= 0:
-            return start
-        return solve_cpsat(sub, start, remaining, self.workers)
+        trace = None
+        if self.trace is not None:
+            def trace(phase: str, incumbent: float, bound: float) -> None:
+                self.trace(phase, incumbent, bound, sub.n_vars)
+        return solve_hard(sub, self.deadline, self.workers, self.engines, trace)
 
     def _record(self, result: SubResult) -> None:
         self.stats.by_method[result.method] += 1

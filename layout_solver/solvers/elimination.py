@@ -10,7 +10,10 @@ leaving the piece to CP-SAT.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
+import time
 
 import numpy as np
 
@@ -63,40 +66,100 @@ def _aligned(scope: tuple[int, ...], table: np.ndarray, union: list[int]) -> np.
     return table.transpose(axes).reshape(shape)
 
 
-def solve_by_elimination(sub: Subproblem, max_table: int = MAX_TABLE) -> SubResult | None:
+def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE) -> list[int] | None:
+    """A min-size elimination order (each step removes the variable whose combined table is
+    smallest), found symbolically on the interaction graph, or None if some step's table would
+    exceed `max_table`. Linear-ish in the piece: a heap with lazy updates, no tables built.
+    """
+    n = sub.n_vars
+    options = sub.n_options
+    adjacent: list[set[int]] = [set() for _ in range(n)]
+    for f in sub.factors:
+        scope = f.scope
+        for a in scope:
+            adjacent[a].update(scope)
+    for v in range(n):
+        adjacent[v].discard(v)
+
+    def size(v: int) -> int:
+        total = options[v]
+        for u in adjacent[v]:
+            total *= options[u]
+            if total > max_table:
+                break
+        return total
+
+    current = [size(v) for v in range(n)]
+    heap = [(current[v], v) for v in range(n)]
+    heapq.heapify(heap)
+    done = [False] * n
+    order: list[int] = []
+    while heap:
+        s, v = heapq.heappop(heap)
+        if done[v] or s != current[v]:
+            continue
+        if s > max_table:
+            return None
+        done[v] = True
+        order.append(v)
+        neighbours = adjacent[v]
+        for u in neighbours:
+            adjacent[u].discard(v)
+            adjacent[u].update(w for w in neighbours if w != u)
+        for u in neighbours:
+            current[u] = size(u)
+            heapq.heappush(heap, (current[u], u))
+    return order
+
+
+def solve_by_elimination(sub: Subproblem, max_table: int = MAX_TABLE, deadline: float | None = None
+                         ) -> SubResult | None:
+    """Exact optimum of `sub`, or None when a table would exceed `max_table` entries (decided
+    symbolically, before any table is built) or the `deadline` (a time.perf_counter() instant)
+    passes first."""
     n = sub.n_vars
     for f in sub.factors:
         if math.prod(sub.n_options[v] for v in f.scope) > max_table:
             return None
-    tables: list[tuple[tuple[int, ...], np.ndarray]] = [((v,), np.asarray(sub.unary[v], dtype=float)) for v in range(n)]
-    tables += [_factor_table(sub, f) for f in sub.factors]
-    remaining = set(range(n))
+    order = elimination_order(sub, max_table)
+    if order is None:
+        return None
+    tables: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+    var_tables: list[set[int]] = [set() for _ in range(n)]
+
+    def add(scope: tuple[int, ...], table: np.ndarray) -> None:
+        tid = next(counter)
+        tables[tid] = (scope, table)
+        for u in scope:
+            var_tables[u].add(tid)
+
+    counter = itertools.count()
     eliminated: list[tuple[int, list[int], np.ndarray]] = []  # (var, rest of scope, argmin table)
+    for v in range(n):
+        add((v,), np.asarray(sub.unary[v], dtype=float))
+    for f in sub.factors:
+        add(*_factor_table(sub, f))
     constant = sub.offset
-    while remaining:
-        # Min-degree: the variable whose combined table is smallest.
-        best_var, best_union, best_size = None, None, None
-        for v in remaining:
-            union = sorted({u for scope, _ in tables if v in scope for u in scope})
-            size = math.prod(sub.n_options[u] for u in union)
-            if best_size is None or size < best_size:
-                best_var, best_union, best_size = v, union, size
-        if best_size > max_table:
+    for v in order:
+        if deadline is not None and time.perf_counter() > deadline:
             return None
-        v, union = best_var, best_union
-        mine = [(s, t) for s, t in tables if v in s]
-        tables = [(s, t) for s, t in tables if v not in s]
+        mine = [tables.pop(tid) for tid in sorted(var_tables[v])]
+        for scope, _ in mine:
+            for u in scope:
+                if u != v:
+                    var_tables[u].difference_update(var_tables[v])
+        var_tables[v].clear()
+        union = sorted({u for scope, _ in mine for u in scope})
         total = sum(_aligned(s, t, union) for s, t in mine)
         axis = union.index(v)
         rest = union[:axis] + union[axis + 1:]
         eliminated.append((v, rest, total.argmin(axis=axis)))
         reduced = total.min(axis=axis)
         if rest:
-            tables.append((tuple(rest), reduced))
+            add(tuple(rest), reduced)
         else:
             constant += float(reduced)
-        remaining.discard(v)
-    for _, table in tables:  # only scope-free leftovers can remain
+    for _, table in tables.values():  # only scope-free leftovers can remain
         constant += float(table)
     options = [0] * n
     for v, rest, argmin in reversed(eliminated):

@@ -7,8 +7,10 @@ indices. Variables decided outside the piece are folded in by `restrict`.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable
 
 from layout_solver.model import CompiledProblem, Factor, factor_cost
 
@@ -113,3 +115,30 @@ def integer_scale(costs: list[float], max_total: float) -> tuple[float, float]:
             return scale, 0.0
     scale = min(1e3, max_total / max(total, 1.0))
     return scale, 0.5 * len(costs) / scale
+
+
+@contextlib.contextmanager
+def stopped_by(event: threading.Event | None, stop: Callable[[], None]) -> Iterator[None]:
+    """Calls `stop()` (a solver's interrupt) if `event` is set while the block runs.
+
+    Lets two solvers run side by side: whichever proves optimality first sets
+    the event that stops the other.
+    """
+    if event is None:
+        yield
+        return
+    finished = threading.Event()
+
+    def watch() -> None:
+        while not finished.is_set():
+            if event.wait(0.05):
+                stop()
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        watcher.join()

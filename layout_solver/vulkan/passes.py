@@ -29,7 +29,8 @@ from executorch.exir.pass_base import PassResult
 from cost_models import vulkan as vk_cost
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_reprs
 from layout_solver.problem import ProblemError
-from layout_solver.solve import gc_paused, solve
+from layout_solver.service.client import solve_problem
+from layout_solver.solve import gc_paused
 from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class, repr_label
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
@@ -144,6 +145,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
 
     time_limit: float = 10.0
     cost_profile: vk_cost.VulkanProfile | None = None  # None: the default profile
+    service: str | None = None  # a layout-solver service URL; None: $LAYOUT_SOLVER_SERVICE or in-process
 
     def constrain(self, vproblem) -> None:
         """Hook for subclasses (calibration pins representations); the solver adds no constraint."""
@@ -167,7 +169,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                                notes=[str(exc)], modelled_us=modelled_cost(graph_module, self.cost_profile)))
             return result
         t_built = time.perf_counter()
-        solution = solve(vproblem.problem, time_limit=self.time_limit)
+        solution = solve_problem(vproblem.problem, self.time_limit, self.service)
         t_solved = time.perf_counter()
         self._write_back(graph_module, vproblem, solution)
         t_written = time.perf_counter()
@@ -230,18 +232,20 @@ def _substituted_pass(cls) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.VulkanProfile | None = None
-                   ) -> Iterator[list[PassReport]]:
+def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.VulkanProfile | None = None,
+                   service: str | None = None) -> Iterator[list[PassReport]]:
     """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
 
     `cost_profile` prices transitions and op modes: a built-in name ("mobile-gpu",
     the default; "lavapipe"), a profile file written by `layout-solver calibrate
-    vulkan`, or a VulkanProfile. Yields the list that receives one PassReport
-    per lowered delegate.
+    vulkan`, or a VulkanProfile. `service`: URL of a `layout-solver serve`
+    instance to solve on (default $LAYOUT_SOLVER_SERVICE; unset: in-process); on
+    any failure the problem is solved in-process and the report's notes say so.
+    Yields the list that receives one PassReport per lowered delegate.
     """
     profile = vk_cost.load_profile(cost_profile)
     pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,),
-                    {"time_limit": time_limit, "cost_profile": profile})
+                    {"time_limit": time_limit, "cost_profile": profile, "service": service})
     with collect_reports() as reports, _substituted_pass(pass_cls):
         yield reports
 

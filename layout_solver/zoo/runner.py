@@ -159,6 +159,14 @@ ROW_FIELDS = {
 }
 
 
+def solved_by(notes: list[str]) -> str:
+    """Who answered the solver side, from the pass reports' notes (see layout_solver/service/client.py)."""
+    if any(n.startswith("solved by service") for n in notes):
+        return "service"
+    failed = next((n for n in notes if n.startswith("service ") and "solved in-process" in n), None)
+    return f"in-process ({failed})" if failed else "in-process"
+
+
 def rows(results: list[dict]) -> list[dict]:
     out = []
     for r in results:
@@ -169,7 +177,8 @@ def rows(results: list[dict]) -> list[dict]:
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
         row.update(solve_seconds=solver.get("solve_seconds", ""), problem_ops=solver.get("problem_ops", ""),
-                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""), run_ratio=r.get("run_ratio", ""))
+                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""), run_ratio=r.get("run_ratio", ""),
+                   solved_by=solved_by(solver.get("solver_notes", [])))
         out.append(row)
     return out
 

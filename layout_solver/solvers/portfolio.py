@@ -1,0 +1,77 @@
+"""Pieces too wide for the exact combinatorial solvers: an incumbent fast, then SCIP and CP-SAT.
+
+1. Greedy with single-variable local search: a legal answer in milliseconds.
+2. SCIP on the shared 0-1 formulation, warm-started from it: its LP bound is
+   strong on layout problems, so it usually proves optimality outright.
+3. CP-SAT on the same formulation with the remaining workers, side by side
+   (workers >= 2), or after SCIP when SCIP is missing or runs out of model
+   building time (workers == 1). Whichever proves optimality first stops the other.
+
+The answer is the best incumbent found; the bound the best either proved.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from layout_solver.solvers.cpsat import Trace, solve_cpsat
+from layout_solver.solvers.greedy import greedy
+from layout_solver.solvers.mip import solve_mip
+from layout_solver.solvers.subproblem import SubResult, Subproblem
+
+ENGINES = ("mip", "cpsat")
+
+
+def proven(result: SubResult) -> bool:
+    return result.bound >= result.value - 1e-9 * max(1.0, abs(result.value))
+
+
+def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tuple[str, ...] = ENGINES,
+               trace: Trace | None = None) -> SubResult:
+    """Best answer for `sub` by `deadline` (a time.perf_counter() instant), with a proven bound."""
+    start = greedy(sub)
+    start.bound = sub.offset + sum(min(u) for u in sub.unary)
+    if trace is not None:
+        trace("greedy", start.value, start.bound)
+    if time.perf_counter() >= deadline or not engines:
+        return start
+    use_mip, use_cpsat = "mip" in engines, "cpsat" in engines
+    if use_mip and use_cpsat and workers >= 2:
+        return _side_by_side(sub, start, deadline, workers, trace)
+    best = start
+    if use_mip:
+        found = solve_mip(sub, start, deadline, trace)
+        if found is not None:
+            best = found
+            if proven(found):
+                return found
+    remaining = deadline - time.perf_counter()
+    if use_cpsat and remaining > 0:
+        found = solve_cpsat(sub, best, remaining, workers, trace)
+        found.bound = min(max(found.bound, best.bound), found.value)
+        return found
+    return best
+
+
+def _side_by_side(sub: Subproblem, start: SubResult, deadline: float, workers: int,
+                  trace: Trace | None) -> SubResult:
+    done = threading.Event()
+    results: dict[str, SubResult | None] = {}
+
+    def run_mip() -> None:
+        found = solve_mip(sub, start, deadline, trace, stop_event=done)
+        results["mip"] = found
+        if found is not None and proven(found):
+            done.set()
+
+    thread = threading.Thread(target=run_mip, daemon=True)
+    thread.start()
+    cpsat = solve_cpsat(sub, start, max(0.001, deadline - time.perf_counter()), workers - 1, trace, stop_event=done)
+    if proven(cpsat):
+        done.set()
+    thread.join()
+    candidates = [r for r in (results.get("mip"), cpsat) if r is not None]  # SCIP first: it wins ties
+    best = min(candidates, key=lambda r: r.value)
+    bound = min(max(r.bound for r in candidates), best.value)
+    return SubResult(best.options, best.value, bound, best.method)
