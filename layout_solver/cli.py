@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
+import tempfile
 from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
-from layout_solver.solve import DEFAULT_TIME_LIMIT, solve
+from layout_solver.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -38,8 +40,8 @@ def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
         f"objective    {solution.objective:,.2f}",
         f"bound        {solution.bound:,.2f}",
         f"gap          {solution.gap:.4%}",
-        f"components   {solution.components.count} ({solution.components.blocks} blocks, "
-        f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}",
+        (f"components   {solution.components.count} ({solution.components.blocks} blocks, "
+        f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}"),
         "timings      " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items()),
         f"transitions  {len(solution.transitions)}, cost {sum(t.cost for t in solution.transitions):,.2f}",
     ]
@@ -51,17 +53,56 @@ def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+def writable_target(path: str, *inputs: str) -> Path:
+    """`path` as an output file, checked before any work: its directory exists and is writable, and it
+    is not one of the `inputs` (nothing the user gave is overwritten)."""
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise ProblemError(f"cannot write {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ProblemError(f"cannot write {path}: permission denied")
+    if target.is_dir():
+        raise ProblemError(f"cannot write {path}: it is a directory")
+    for given in inputs:
+        if given != "-" and Path(given).exists() and target.exists() and target.samefile(given):
+            raise ProblemError(f"refusing to overwrite the input {given} with the output")
+    return target
+
+
+def write_atomically(target: Path, text: str) -> None:
+    """Write through a temporary file in the same directory: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
+    check_time_limit(args.time_limit)
+    if args.workers is not None and args.workers < 1:
+        raise ProblemError(f"--workers must be at least 1, got {args.workers}")
+    out = writable_target(args.out, args.problem) if args.out else None
+    trace_file = writable_target(args.trace, args.problem, *([args.out] if args.out else [])) if args.trace else None
     problem = load_problem(Path(args.problem))
-    solution = solve(problem, time_limit=args.time_limit)
-    if args.out:
-        Path(args.out).write_text(solution.model_dump_json(indent=1))
+    trace: list | None = [] if trace_file else None
+    solution = solve(problem, time_limit=args.time_limit, workers=args.workers or os.cpu_count() or 1, trace=trace)
+    if out is not None:
+        write_atomically(out, solution.model_dump_json(indent=1))
+    if trace_file is not None:
+        rows = ["seconds,phase,piece_vars,incumbent,bound"] + [
+            f"{r.seconds:.4f},{r.phase},{r.piece_vars},{r.incumbent:.6g},{r.bound:.6g}" for r in trace]
+        write_atomically(trace_file, "\n".join(rows) + "\n")
     if args.json:
         print(solution.model_dump_json())
     else:
         print(format_summary(problem, solution))
-        if args.out:
-            print(f"solution written to {args.out}")
+        if out is not None:
+            print(f"solution written to {out}")
     return 0
 
 
@@ -84,16 +125,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from layout_solver.compare import compare, format_table
-
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
 
     options = _vulkan_options(args) if args.target == "vulkan" else {}
     if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
         raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
+    from layout_solver.zoo.models import ModelError, build
+
+    check_time_limit(args.time_limit)
     try:
+        build(args.model)  # a broken model is the user's error: said before any lowering
         result = compare(args.model, args.target, time_limit=args.time_limit, service=args.service, **options)
-    except (KeyError, FileNotFoundError, AttributeError) as exc:
-        raise ProblemError(str(exc).strip("'\"")) from exc
+    except ModelError as exc:
+        raise ProblemError(str(exc)) from exc
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     if args.json:
@@ -224,7 +268,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         probe(args.vulkan_runtime)
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    log = lambda line: print(line, file=sys.stderr, flush=True)
     profile = calibrate(args.vulkan_runtime, ops=ops, sizes=args.sizes, rounds=args.rounds,
                         transitions=not args.no_transitions, log=log,
                         command=shlex.join(["layout-solver", *args.argv]))
@@ -267,10 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("solve", help="solve a problem snapshot (JSON)")
-    p.add_argument("problem", help="PROBLEM.json")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="seconds (default %(default)s)")
+    p.add_argument("problem", help="PROBLEM.json, or - for stdin")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
+                   help="seconds, a positive finite number (default %(default)s); the answer comes within it "
+                        "plus the time to check it (well under a second below 10k ops)")
+    p.add_argument("--workers", type=int, help="solver threads for wide pieces (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the solution as one JSON object")
-    p.add_argument("--out", help="write the solution JSON here")
+    p.add_argument("--out", help="write the solution JSON here (checked before solving, written atomically)")
+    p.add_argument("--trace", help="write incumbent and bound over time here (CSV)")
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("schema", help="print the JSON Schema of problems and solutions")
     p.add_argument("which", nargs="?", choices=["problem", "solution", "all"], default="all")
@@ -345,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     except ProblemError as exc:
         print(f"layout-solver: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `layout-solver ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("layout-solver: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -28,9 +28,12 @@ import math
 from collections import Counter
 from typing import Literal
 
+import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
+# Costs above this are not device costs but mistakes (and would swamp float sums with rounding).
+MAX_COST = 1e15
 
 ValueKind = Literal["activation", "constant", "input", "output"]
 
@@ -56,7 +59,7 @@ class Value(_Strict):
     id: str
     shape: list[int] = Field(default_factory=list)
     dtype: str = "float32"
-    size_bytes: int = Field(0, ge=0)
+    size_bytes: int = Field(0, ge=0, le=2**53)
     kind: ValueKind = "activation"
     domain: list[str] = Field(min_length=1)
     fixed: str | None = None
@@ -76,7 +79,7 @@ class Mode(_Strict):
     name: str
     operands: list[str]
     results: list[str]
-    cost: float = Field(0.0, ge=0)
+    cost: float = Field(0.0, ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 class Op(_Strict):
@@ -105,19 +108,19 @@ class TransitionCost(_Strict):
     value: str
     src: str
     dst: str
-    cost: float = Field(ge=0)
+    cost: float = Field(ge=0, le=MAX_COST, allow_inf_nan=False)
 
 
 class Problem(_Strict):
     """One layout-assignment problem; several graphs (methods) may share values."""
 
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Literal[1] = SCHEMA_VERSION
     name: str = "problem"
     values: list[Value]
     ops: list[Op]
     transition_costs: list[TransitionCost] = Field(default_factory=list)
     # Price of a (value, src, dst) pair not listed above: size_bytes * this.
-    default_cost_per_byte: float = Field(1.0, ge=0)
+    default_cost_per_byte: float = Field(1.0, ge=0, le=MAX_COST, allow_inf_nan=False)
     price_constants: bool = False
 
     @model_validator(mode="after")
@@ -160,7 +163,12 @@ def validate_references(problem: Problem) -> None:
                         f"outside its domain {values[vid].domain}",
                         ops=[op.id], values=[vid],
                     )
+    priced: dict[tuple[str, str, str], float] = {}
     for t in problem.transition_costs:
+        key = (t.value, t.src, t.dst)
+        if priced.setdefault(key, t.cost) != t.cost:
+            raise ProblemError(f"transition cost of value {t.value!r} from {t.src!r} to {t.dst!r} is given twice, "
+                               f"as {priced[key]} and {t.cost}", values=[t.value])
         if t.value not in values:
             raise ProblemError(f"transition cost for unknown value {t.value!r}", values=[t.value])
         for label in (t.src, t.dst):
@@ -171,6 +179,23 @@ def validate_references(problem: Problem) -> None:
                 )
         if not math.isfinite(t.cost):
             raise ProblemError(f"transition cost of value {t.value!r} is not finite", values=[t.value])
+    _reject_cycles(problem, producer)
+
+
+def _reject_cycles(problem: Problem, producer: dict[str, str]) -> None:
+    """A value that feeds, through any chain of ops, the op producing it: no order can evaluate it."""
+    graph = nx.DiGraph()
+    for op in problem.ops:
+        graph.add_node(op.id)
+        for vid in op.operands:
+            if vid in producer:
+                graph.add_edge(producer[vid], op.id)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        return
+    ops = [u for u, _ in cycle]
+    raise ProblemError(f"the ops form a cycle: {' -> '.join([*ops, ops[0]])}", ops=ops)
 
 
 class Transition(_Strict):
@@ -241,7 +266,28 @@ def parse_problem(raw: bytes | str, source: str = "input") -> Problem:
     try:
         return Problem.model_validate(data)
     except ValidationError as exc:
-        raise ProblemError(f"{source} is not a valid problem:\n{exc}") from exc
+        lines = []
+        for e in exc.errors():
+            where, message = _where(data, e["loc"]), e["msg"].removeprefix("Value error, ")
+            lines.append(message if where and message.startswith(where.rstrip(": ")) else where + message)
+        raise ProblemError(f"{source} is not a valid problem: " + "; ".join(lines)) from exc
+
+
+_KINDS = {"values": "value", "ops": "op", "modes": "mode", "transition_costs": "transition cost"}
+
+
+def _where(data: object, loc: tuple) -> str:
+    """A pydantic error location in the problem's own words: `op 'conv1' mode 'nhwc' cost: `."""
+    parts, node = [], data
+    for key in loc:
+        if isinstance(key, int) and isinstance(node, list) and 0 <= key < len(node):
+            node = node[key]
+            label = node.get("id", node.get("name", node.get("value"))) if isinstance(node, dict) else None
+            parts[-1] = f"{parts[-1]} {label!r}" if label is not None else f"{parts[-1]} #{key}"
+        else:
+            parts.append(_KINDS.get(key, str(key)))
+            node = node.get(key) if isinstance(node, dict) else None
+    return " ".join(parts) + ": " if parts else ""
 
 
 def problem_digest(problem: Problem) -> str:

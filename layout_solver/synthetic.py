@@ -171,23 +171,31 @@ def transformer_like(n_blocks: int, n_labels: int = 4, tokens: int = 64, dim: in
     return b.problem(f"transformer-{n_blocks}x{n_labels}")
 
 
-def window_problem(n_ops: int, window: int = 40, n_labels: int = 4, seed: int = 0) -> Problem:
+def window_problem(n_ops: int, window: int = 40, n_labels: int = 4, seed: int = 0, unit: bool = False) -> Problem:
     """An irregular graph: each op reads one or two values among the last `window` produced.
 
     Ops take 1-3 modes (a label each, priced 0-50); tensor sizes vary, so
     transitions cost differently everywhere. No repeated blocks for the memo to
     reuse and wide pieces for exact elimination: the hard case for the solver
-    (`window` = n_ops gives a uniform random DAG).
+    (`window` = n_ops gives a uniform random DAG). `unit`: every transition costs 1 and every
+    mode 0, the setting of a two-label min-cut formulation.
     """
     rng = random.Random(seed)
     labels = LABEL_POOL[:n_labels]
     b = _Builder(labels, labels[0])
     produced = [b.value((1, rng.choice([8, 16, 32]), 8, 8), kind="input", fixed=labels[0])]
     for _ in range(n_ops):
-        recent = produced[-window:]
-        operands = rng.sample(recent, min(len(recent), rng.choice([1, 2])))
+        first = max(0, len(produced) - window)
+        picks = rng.sample(range(first, len(produced)), min(len(produced) - first, rng.choice([1, 2])))
+        operands = [produced[i] for i in picks]
         out = b.value((1, rng.choice([8, 16, 32, 64]), rng.choice([4, 8, 16]), 8))
         chosen = rng.sample(labels, rng.randint(1, min(3, n_labels)))
-        b.op("op", operands, [out], [([lab] * len(operands), [lab], rng.randint(0, 50)) for lab in chosen])
+        b.op("op", operands, [out], [([lab] * len(operands), [lab], 0 if unit else rng.randint(0, 50))
+                                     for lab in chosen])
         produced.append(out)
-    return b.problem(f"window{window}-{n_ops}x{n_labels}-s{seed}")
+    problem = b.problem(f"window{window}-{n_ops}x{n_labels}-s{seed}{'-unit' if unit else ''}")
+    if unit:
+        for value in problem.values:
+            value.size_bytes = 1
+        problem.default_cost_per_byte = 1.0
+    return problem

@@ -9,12 +9,13 @@ widens the reported bound instead of being hidden.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
 from layout_solver.solvers.formulation import formulate
-from layout_solver.solvers.subproblem import SubResult, Subproblem, integer_scale, stopped_by
+from layout_solver.solvers.subproblem import Subproblem, SubResult, integer_scale, stopped_by
 
 _MAX_COEF = 2**40
 
@@ -32,8 +33,9 @@ class _Progress(cp_model.CpSolverSolutionCallback):
                    self.constant + self.best_objective_bound / self.scale - self.slack)
 
 
-def solve_cpsat(sub: Subproblem, hint: SubResult, time_limit: float, workers: int = 1, trace: Trace | None = None,
+def solve_cpsat(sub: Subproblem, hint: SubResult, deadline: float, workers: int = 1, trace: Trace | None = None,
                 stop_event: threading.Event | None = None) -> SubResult:
+    """Best answer by `deadline` (a time.perf_counter() instant; model building counts against it)."""
     lm = formulate(sub)
     model = cp_model.CpModel()
     b = [model.new_bool_var(f"b{i}") for i in range(lm.n_bools)]
@@ -44,12 +46,12 @@ def solve_cpsat(sub: Subproblem, hint: SubResult, time_limit: float, workers: in
     for lits, x in lm.covers:
         model.add_bool_or([b[i] for i in lits] + [b[x].Not()])
     scale, slack = integer_scale(list(lm.objective.values()), _MAX_COEF)
-    model.minimize(sum(int(round(c * scale)) * b[i] for i, c in lm.objective.items()))
+    model.minimize(sum(round(c * scale) * b[i] for i, c in lm.objective.items()))
     for v, o in enumerate(hint.options):
         for k, i in enumerate(lm.choose[v]):
             model.add_hint(b[i], k == o)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(time_limit, 0.001)
+    solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.001)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0
     callback = _Progress(trace, lm.constant, scale, slack) if trace is not None else None

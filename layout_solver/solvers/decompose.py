@@ -32,7 +32,7 @@ from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
 from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
 from layout_solver.solvers.mincut import solve_mincut
 from layout_solver.solvers.portfolio import ENGINES, solve_hard
-from layout_solver.solvers.subproblem import SubResult, Subproblem, restrict
+from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
 
 # Above this many articulation assignments a block is not tabulated; its
 # whole component goes to one solver call instead.
@@ -125,7 +125,19 @@ class Decomposer:
         """Options for every variable, and a lower bound on the variable part's cost."""
         options = [0] * self.c.n_vars
         bound = 0.0
-        for variables, factors in self.components():
+        # Smallest first: the many small pieces are solved exactly before a wide one takes the time left.
+        components = sorted(self.components(), key=lambda c: len(c[0]))
+        for k, (variables, factors) in enumerate(components):
+            if time.perf_counter() >= self.deadline:
+                # Out of time: one greedy pass over everything left, not one small search per piece.
+                rest = components[k:]
+                self.stats.components += len(rest)
+                variables = [v for vs, _ in rest for v in vs]
+                result = solve_hard(restrict(self.c, variables, [f for _, fs in rest for f in fs], {}), self.deadline)
+                self._record(result)
+                for v, o in zip(variables, result.options):
+                    options[v] = o
+                return options, bound + result.bound
             self.stats.components += 1
             chosen, lb = self.solve_component(variables, factors)
             for v, o in zip(variables, chosen):

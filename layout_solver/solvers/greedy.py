@@ -7,33 +7,36 @@ decisions so far; then single-variable moves are applied while they help.
 
 from __future__ import annotations
 
-from layout_solver.solvers.subproblem import SubResult, Subproblem
+import time
+
+from layout_solver.solvers.subproblem import Subproblem, SubResult
 
 
-def greedy(sub: Subproblem, max_sweeps: int = 8) -> SubResult:
+def greedy(sub: Subproblem, max_sweeps: int = 8, deadline: float | None = None) -> SubResult:
+    """The constructive pass always completes (a legal answer); improving sweeps stop at `deadline`."""
     touching = sub.var_factors()
-    opt: list[int | None] = [None] * sub.n_vars
-
-    def partial_cost(var: int) -> float:
-        total = 0.0
-        for fi in touching[var]:
-            f = sub.factors[fi]
-            if all(opt[v] is not None for v in f.scope):
-                total += sub.factor_cost(f, opt)
-        return total
+    # A factor is priced when its last variable (in decision order) is decided.
+    completes: list[list[int]] = [[] for _ in range(sub.n_vars)]
+    for fi, f in enumerate(sub.factors):
+        completes[max(f.scope)].append(fi)
+    opt: list[int] = [0] * sub.n_vars
 
     for var in range(sub.n_vars):
         best, best_cost = 0, float("inf")
         for o in range(sub.n_options[var]):
             opt[var] = o
-            c = sub.unary[var][o] + partial_cost(var)
+            c = sub.unary[var][o] + sum(sub.factor_cost(sub.factors[fi], opt) for fi in completes[var])
             if c < best_cost:
                 best, best_cost = o, c
         opt[var] = best
-    done: list[int] = list(opt)  # type: ignore[arg-type]
+    done = opt
     for _ in range(max_sweeps):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         improved = False
         for var in range(sub.n_vars):
+            if var % 256 == 0 and deadline is not None and time.perf_counter() >= deadline:
+                break
             current = done[var]
             scores = []
             for o in range(sub.n_options[var]):

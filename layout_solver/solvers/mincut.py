@@ -23,7 +23,7 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import maximum_flow
 
-from layout_solver.solvers.subproblem import SubResult, Subproblem, integer_scale
+from layout_solver.solvers.subproblem import Subproblem, SubResult, integer_scale
 
 _MAX_TOTAL = 2**30
 
@@ -127,7 +127,7 @@ def solve_mincut(sub: Subproblem) -> SubResult | None:
     scale, slack = integer_scale(costs, _MAX_TOTAL / 2)
 
     def q(c: float) -> int:
-        return int(round(c * scale))
+        return round(c * scale)
 
     s, t = 0, 1
     rows: list[int] = []
@@ -141,7 +141,7 @@ def solve_mincut(sub: Subproblem) -> SubResult | None:
             cols.append(j)
             caps.append(c)
 
-    node = lambda i: i + 2  # noqa: E731
+    node = lambda i: i + 2
     base = 0
     for i, (u0, u1) in enumerate(unary):
         m = min(u0, u1)

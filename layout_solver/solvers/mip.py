@@ -16,7 +16,7 @@ from ortools.linear_solver import pywraplp
 
 from layout_solver.solvers.cpsat import Trace
 from layout_solver.solvers.formulation import formulate
-from layout_solver.solvers.subproblem import SubResult, Subproblem, stopped_by
+from layout_solver.solvers.subproblem import Subproblem, SubResult, stopped_by
 
 # Building the model is Python work that scales with the piece; check the deadline this often.
 _CHECK_EVERY = 2000

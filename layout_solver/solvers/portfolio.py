@@ -7,6 +7,8 @@
    (workers >= 2), or after SCIP when SCIP is missing or runs out of model
    building time (workers == 1). Whichever proves optimality first stops the other.
 
+Pieces above LARGE_PIECE_VARS go to large-neighbourhood search instead (lns.py).
+
 The answer is the best incumbent found; the bound the best either proved.
 """
 
@@ -17,10 +19,15 @@ import time
 
 from layout_solver.solvers.cpsat import Trace, solve_cpsat
 from layout_solver.solvers.greedy import greedy
+from layout_solver.solvers.lns import solve_large
 from layout_solver.solvers.mip import solve_mip
-from layout_solver.solvers.subproblem import SubResult, Subproblem
+from layout_solver.solvers.subproblem import Subproblem, SubResult
 
 ENGINES = ("mip", "cpsat")
+# Above this many variables a whole-piece model costs more memory and building time than it
+# returns (measured: ~1 GB for 6,600 variables with SCIP and CP-SAT side by side); such pieces
+# get large-neighbourhood search over windows instead (lns.py).
+LARGE_PIECE_VARS = 8000
 
 
 def proven(result: SubResult) -> bool:
@@ -30,12 +37,14 @@ def proven(result: SubResult) -> bool:
 def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tuple[str, ...] = ENGINES,
                trace: Trace | None = None) -> SubResult:
     """Best answer for `sub` by `deadline` (a time.perf_counter() instant), with a proven bound."""
-    start = greedy(sub)
+    start = greedy(sub, deadline=deadline)
     start.bound = sub.offset + sum(min(u) for u in sub.unary)
     if trace is not None:
         trace("greedy", start.value, start.bound)
     if time.perf_counter() >= deadline or not engines:
         return start
+    if sub.n_vars > LARGE_PIECE_VARS:
+        return solve_large(sub, start, deadline, trace)
     use_mip, use_cpsat = "mip" in engines, "cpsat" in engines
     if use_mip and use_cpsat and workers >= 2:
         return _side_by_side(sub, start, deadline, workers, trace)
@@ -46,9 +55,8 @@ def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tupl
             best = found
             if proven(found):
                 return found
-    remaining = deadline - time.perf_counter()
-    if use_cpsat and remaining > 0:
-        found = solve_cpsat(sub, best, remaining, workers, trace)
+    if use_cpsat and deadline - time.perf_counter() > 0:
+        found = solve_cpsat(sub, best, deadline, workers, trace)
         found.bound = min(max(found.bound, best.bound), found.value)
         return found
     return best
@@ -67,7 +75,7 @@ def _side_by_side(sub: Subproblem, start: SubResult, deadline: float, workers: i
 
     thread = threading.Thread(target=run_mip, daemon=True)
     thread.start()
-    cpsat = solve_cpsat(sub, start, max(0.001, deadline - time.perf_counter()), workers - 1, trace, stop_event=done)
+    cpsat = solve_cpsat(sub, start, deadline, workers - 1, trace, stop_event=done)
     if proven(cpsat):
         done.set()
     thread.join()

@@ -261,16 +261,35 @@ def decoder_stack():
     return DecoderStack(), (torch.randn(1, 64, 256),)
 
 
+class ModelError(ValueError):
+    """A model that cannot be built: the message names the model and the reason."""
+
+
 def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """A zoo model by name, or `path/to/file.py:factory` returning (module, inputs)."""
+    """A zoo model by name, or `path/to/file.py:factory` returning (module, inputs).
+
+    Raises ModelError for an unknown name, a missing or broken file, a factory
+    that raises or exits, or one that returns anything but (nn.Module, tensors).
+    """
     torch.manual_seed(seed)
     if name in ZOO:
-        model, inputs = ZOO[name]()
+        factory = ZOO[name]
     elif ":" in name:
-        model, inputs = _load_factory(name)()
+        factory = _load_factory(name)
     else:
-        raise KeyError(f"unknown model {name!r}: not in the zoo ({', '.join(ZOO)}) and not path.py:factory")
-    return model.eval(), tuple(inputs)
+        raise ModelError(f"unknown model {name!r}: not in the zoo ({', '.join(ZOO)}) and not path.py:factory")
+    try:
+        built = factory()
+    except (Exception, SystemExit) as exc:  # a user's factory may do anything, sys.exit included
+        raise ModelError(f"model {name!r}: the factory raised {type(exc).__name__}: {exc}") from exc
+    if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module)):
+        raise ModelError(f"model {name!r}: the factory must return (torch.nn.Module, tuple of input tensors), "
+                         f"got {type(built).__name__}")
+    model, inputs = built
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise ModelError(f"model {name!r}: the inputs must be tensors, got {[type(t).__name__ for t in inputs]}")
+    return model.eval(), inputs
 
 
 def _load_factory(spec: str) -> Factory:
@@ -280,13 +299,16 @@ def _load_factory(spec: str) -> Factory:
     path, _, attr = spec.rpartition(":")
     file = Path(path)
     if not file.is_file():
-        raise FileNotFoundError(f"model file {path!r} not found")
+        raise ModelError(f"model {spec!r}: file {path!r} not found")
     module_spec = importlib.util.spec_from_file_location(f"user_model_{file.stem}", file)
     module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:  # syntax errors, failing imports, exit at import time
+        raise ModelError(f"model {spec!r}: loading {path} raised {type(exc).__name__}: {exc}") from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise AttributeError(f"{path} has no callable {attr!r}")
+        raise ModelError(f"model {spec!r}: {path} has no callable {attr!r}")
     return factory
 
 

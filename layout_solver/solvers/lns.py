@@ -1,0 +1,79 @@
+"""Large-neighbourhood search for pieces too big to model whole (memory, model-building time).
+
+Starting from the greedy answer, windows of consecutive variables (the
+compiled order follows the graph's topological order, so a window is a stretch
+of the graph) are re-solved exactly with SCIP while everything outside is held
+fixed; a window's answer is taken when it lowers the total. Windows overlap by
+half and sweep the piece until a sweep improves nothing or time runs out.
+Memory is bounded by the window, not the piece.
+
+The bound is the sum of what each variable and each factor cost at least on
+their own: weak, but valid, and honest about the gap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+from layout_solver.solvers.cpsat import Trace, solve_cpsat
+from layout_solver.solvers.mip import solve_mip
+from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
+
+WINDOW_VARS = 1500
+WINDOW_SECONDS = 2.0
+_ENUMERABLE = 64
+
+
+def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
+    """Each unary and each factor at its own minimum (a factor whose scope is too large to enumerate
+    counts 0); factors left when `deadline` passes count 0 as well."""
+    bound = sub.offset + sum(min(u) for u in sub.unary)
+    for k, f in enumerate(sub.factors):
+        if k % 512 == 0 and deadline is not None and time.perf_counter() >= deadline:
+            break
+        scope = f.scope
+        if math.prod(sub.n_options[v] for v in scope) > _ENUMERABLE:
+            continue
+        opt = [0] * sub.n_vars
+        cheapest = math.inf
+        for choice in itertools.product(*(range(sub.n_options[v]) for v in scope)):
+            for v, o in zip(scope, choice):
+                opt[v] = o
+            cheapest = min(cheapest, sub.factor_cost(f, opt))
+        bound += cheapest
+    return bound
+
+
+def solve_large(sub: Subproblem, start: SubResult, deadline: float, trace: Trace | None = None) -> SubResult:
+    current = list(start.options)
+    bound = max(start.bound, separable_bound(sub, deadline))
+    touching = sub.var_factors()
+    n = sub.n_vars
+    value = start.value
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for lo in range(0, max(1, n - WINDOW_VARS // 2), WINDOW_VARS // 2):
+            if time.perf_counter() >= deadline:
+                break
+            window = list(range(lo, min(n, lo + WINDOW_VARS)))
+            inside = set(window)
+            factors = [sub.factors[fi] for fi in sorted({fi for v in window for fi in touching[v]})]
+            fixed = {v: current[v] for f in factors for v in f.scope if v not in inside}
+            piece = restrict(sub, window, factors, fixed)
+            here = [current[v] for v in window]
+            before = piece.total(here)
+            hint = SubResult(here, before, -math.inf, "lns")
+            window_deadline = min(deadline, time.perf_counter() + WINDOW_SECONDS)
+            found = solve_mip(piece, hint, window_deadline) or solve_cpsat(piece, hint, window_deadline)
+            if found.value < before - 1e-9 * max(1.0, abs(before)):
+                for v, o in zip(window, found.options):
+                    current[v] = o
+                value += found.value - before
+                improved = True
+                if trace is not None:
+                    trace("lns", value, bound)
+    value = sub.total(current)
+    return SubResult(current, value, min(bound, value), "lns")
