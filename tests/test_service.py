@@ -40,7 +40,7 @@ def server(tmp_path_factory):
     cache = tmp_path_factory.mktemp("cache")
     cli = Path(sys.executable).with_name("layout-solver")
     proc = subprocess.Popen([str(cli), "serve", "--port", str(port), "--workers", "2", "--cache", str(cache),
-                             "--max-body-mb", "1", "--token", TOKEN], stdout=subprocess.PIPE,
+                             "--max-body-mb", "4", "--token", TOKEN], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -62,6 +62,11 @@ def server(tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def hard_body(seed: int) -> str:
+    """An irregular 5,000-op problem (1.7 MB): no engine proves it optimal within a few seconds."""
+    return window_problem(5000, window=40, seed=seed).model_dump_json()
 
 
 def metric(client: httpx.Client, name: str, **labels) -> float:
@@ -101,7 +106,7 @@ def test_round_trip_matches_in_process_and_caches(server):
 
 def test_concurrent_identical_requests_are_solved_once(server):
     _, client, _ = server
-    body = window_problem(600, window=40, seed=11).model_dump_json()  # no proof within 2 s: runs the full limit
+    body = hard_body(11)  # runs the full time limit: the requests overlap
     solves_before = metric(client, "layout_solver_solves_total", outcome="ok")
     with concurrent.futures.ThreadPoolExecutor(6) as pool:
         replies = list(pool.map(lambda _: client.post("/v1/solve", params={"time_limit": 2}, content=body), range(6)))
@@ -114,8 +119,7 @@ def test_concurrent_identical_requests_are_solved_once(server):
 def test_time_limit_gives_best_answer_with_gap_in_time(server):
     _, client, _ = server
     start = time.perf_counter()
-    r = client.post("/v1/solve", params={"time_limit": 1.5}, content=window_problem(1200, window=40, seed=5)
-                    .model_dump_json())
+    r = client.post("/v1/solve", params={"time_limit": 1.5}, content=hard_body(5))
     elapsed = time.perf_counter() - start
     assert r.status_code == 200, r.text
     answer = r.json()
@@ -155,9 +159,9 @@ def test_bad_problems_get_their_status_and_message(server, body, status, words):
 
 def test_hostile_requests_then_still_serving(server):
     proc, client, url = server
-    big = b'{"values": [], "ops": [], "name": "' + b"x" * (1 << 21) + b'"}'
+    big = b'{"values": [], "ops": [], "name": "' + b"x" * (5 << 20) + b'"}'
     assert client.post("/v1/solve", content=big).status_code == 413  # declared length
-    streamed = client.post("/v1/solve", content=iter([big[:1 << 20], big[1 << 20:]]))  # chunked, no length
+    streamed = client.post("/v1/solve", content=iter([big[:3 << 20], big[3 << 20:]]))  # chunked, no length
     assert streamed.status_code == 413 and "limit" in streamed.json()["detail"]
     for limit in ("inf", "nan", "-1", "0", "1e9", "abc"):
         r = client.post("/v1/solve", params={"time_limit": limit}, content=b"{}")
@@ -215,7 +219,7 @@ def _busiest_worker(server_pid: int) -> psutil.Process:
 @pytest.mark.parametrize("victims", ["the solving worker", "every worker"])
 def test_worker_killed_mid_solve_fails_cleanly_and_pool_recovers(server, victims):
     proc, client, _ = server
-    body = window_problem(1200, window=40, seed=99 if victims == "every worker" else 98).model_dump_json()
+    body = hard_body(99 if victims == "every worker" else 98)
     reply = {}
     thread = threading.Thread(target=lambda: reply.setdefault(
         "r", client.post("/v1/solve", params={"time_limit": 8}, content=body)))
