@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.arm.compare import compare_ethos_u  # noqa: E402
-from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS  # noqa: E402
+from layout_solver.arm.compare import compare_ethos_u
+from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.arm.canonical import canonical_transposes  # noqa: E402
-from layout_solver.arm.equivalence import compare_lowerings  # noqa: E402
-from layout_solver.arm.measure import lower_ethos_u  # noqa: E402
-from layout_solver.compare import quiet  # noqa: E402
-from layout_solver.zoo.models import ARM_ZOO, build  # noqa: E402
+from layout_solver.arm.canonical import canonical_transposes
+from layout_solver.arm.equivalence import compare_lowerings
+from layout_solver.arm.measure import lower_ethos_u
+from layout_solver.compare import quiet
+from layout_solver.zoo.models import ARM_ZOO, build
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.arm.measure import lower_ethos_u  # noqa: E402
-from layout_solver.compare import quiet  # noqa: E402
-from layout_solver.zoo.models import ARM_ZOO, ZOO, build  # noqa: E402
+from layout_solver.arm.measure import lower_ethos_u
+from layout_solver.compare import quiet
+from layout_solver.zoo.models import ARM_ZOO, ZOO, build
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
         module, inputs = build(name)
         try:
             m = lower_ethos_u(module, inputs).metrics()
-        except Exception as exc:  # recorded, the rest go on
+        except Exception as exc:  # noqa: BLE001 - recorded, the rest go on
             print(f"| {name} | failed: {type(exc).__name__}: {str(exc)[:200]} |", flush=True)
             continue
         share = m["vela_transpose_cycles"] / m["vela_total_cycles"] if m["vela_total_cycles"] else 0

@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.arm.compare import compare_ethos_u  # noqa: E402
-from layout_solver.zoo.models import ZOO  # noqa: E402
+from layout_solver.arm.compare import compare_ethos_u
+from layout_solver.zoo.models import ZOO
 
 
 def main() -> None:

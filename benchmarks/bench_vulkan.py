@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from layout_solver.compare import compare_vulkan  # noqa: E402
-from layout_solver.zoo.models import TRANSFORMERS, ZOO  # noqa: E402
+from layout_solver.compare import compare_vulkan
+from layout_solver.zoo.models import TRANSFORMERS, ZOO
 
 
 def main() -> None:

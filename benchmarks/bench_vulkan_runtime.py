@@ -75,15 +75,15 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     return [
         f"- solver program runs wherever stock's runs ({len(ran)} models): {runs}",
         f"- max abs diff vs eager no worse than stock's (or equal to stock's outputs within 1e-4): {diff}",
-        f"- run-time ratio <= 1.03 on every model: {all(v <= 1.03 for v in ratios.values())} "
-        f"(worst {max(ratios.values(), default=float('nan')):.3f})",
-        f"- geometric mean ratio over the {len(with_transitions)} models where stock inserts transitions: "
-        f"{_f(geo, 3)} (target <= 0.85)",
-        f"- predicted and measured change agree in sign (changes under {NOISE_US:.0%} of stock's time count as 0; "
+        (f"- run-time ratio <= 1.03 on every model: {all(v <= 1.03 for v in ratios.values())} "
+        f"(worst {max(ratios.values(), default=float('nan')):.3f})"),
+        (f"- geometric mean ratio over the {len(with_transitions)} models where stock inserts transitions: "
+        f"{_f(geo, 3)} (target <= 0.85)"),
+        (f"- predicted and measured change agree in sign (changes under {NOISE_US:.0%} of stock's time count as 0; "
         f"a predicted change the device does not show is not a disagreement): "
-        f"{'all' if not disagree else 'not on ' + ', '.join(disagree)}",
-        f"- |predicted - measured| / |measured| on the median model that moved more than noise "
-        f"({len(moved)} models): {_f(None if median_error is None else 100 * median_error, 0)}% (target <= 25%)",
+        f"{'all' if not disagree else 'not on ' + ', '.join(disagree)}"),
+        (f"- |predicted - measured| / |measured| on the median model that moved more than noise "
+        f"({len(moved)} models): {_f(None if median_error is None else 100 * median_error, 0)}% (target <= 25%)"),
     ]
 
 
@@ -95,11 +95,11 @@ def main() -> None:
     parser.add_argument("--runtime", help="runtime plugin (default $LAYOUT_SOLVER_VULKAN_RUNTIME)")
     parser.add_argument("--out", help="also write the table and checks to this markdown file")
     args = parser.parse_args()
-    lines = [f"Command: .venv/bin/python benchmarks/bench_vulkan_runtime.py --profile {args.profile} "
+    lines = [(f"Command: .venv/bin/python benchmarks/bench_vulkan_runtime.py --profile {args.profile} "
              f"--rounds {args.rounds} (device: the runtime's Vulkan device; {time.strftime('%Y-%m-%d')}; "
-             "2-core machine; median of interleaved rounds)", "",
-             "| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "
-             "stock ms | solver ms | ratio | predicted ratio | measured change us | predicted change us |",
+             "2-core machine; median of interleaved rounds)"), "",
+             ("| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "
+             "stock ms | solver ms | ratio | predicted ratio | measured change us | predicted change us |"),
              "|" + "---|" * 10]
     print("\n".join(lines), flush=True)
     rows = {}

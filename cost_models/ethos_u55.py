@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "bool": 1}
@@ -216,7 +216,7 @@ class EthosU55Params:
         return self.tables.get(dtype) or self.tables["int8"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_params(version: int = PARAMS_VERSION) -> EthosU55Params:
     data = json.loads((resources.files("cost_models") / "data" / f"ethos_u55_v{version}.json").read_text())
     tables = {dtype: DtypeRates(t["op_rates"], t["default_rate"], t["min_op_cycles"], t["copy_cycles_per_byte"],
@@ -418,7 +418,7 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
     for op in ops:
         for t in op.inputs:
             readers[t] = readers.get(t, 0) + 1
-    single_path = lambda t: readers.get(t, 0) == 1  # noqa: E731
+    single_path = lambda t: readers.get(t, 0) == 1
 
     # Effective (shape, perm) of every TRANSPOSE after the reshape move and merges, in graph order.
     effective: dict[str, tuple[list[int], tuple[int, ...], str]] = {}

@@ -59,7 +59,7 @@ def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, 
         start = time.perf_counter()
         try:
             buffers[side], reports = lower_vulkan(module, inputs, context)
-        except Exception as exc:  # recorded, not fatal: e.g. upstream fake-mode failures
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal: e.g. upstream fake-mode failures
             sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                            "traceback": traceback.format_exc(limit=4)}
             continue
@@ -157,7 +157,7 @@ def format_table(result: dict) -> str:
     for key in keys:
         a, b = stock.get(key), solver.get(key)
         ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else ""
-        fmt = lambda v: "" if v is None else f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"  # noqa: E731
+        fmt = lambda v: "" if v is None else f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
         lines.append(f"{key:24} {fmt(a):>16} {fmt(b):>16} {ratio:>8}")
     for side, record in (("stock", stock), ("solver", solver)):
         if "error" in record:

@@ -4,17 +4,16 @@ import pytest
 
 pytest.importorskip("executorch.backends.arm")
 
-from executorch.backends.arm._passes import arm_pass_manager as apm  # noqa: E402
+from executorch.backends.arm._passes import arm_pass_manager as apm
 
-from layout_solver.arm.measure import lower_ethos_u, recording_transposes  # noqa: E402
+from layout_solver.arm.measure import lower_ethos_u, recording_transposes
 
 
 def test_pass_registry_restored_on_every_exit():
     before = dict(apm._registered_pass_insertions)
-    with pytest.raises(RuntimeError, match="boom"):
-        with recording_transposes():
-            assert apm._registered_pass_insertions
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), recording_transposes():
+        assert apm._registered_pass_insertions
+        raise RuntimeError("boom")
     assert dict(apm._registered_pass_insertions).keys() == before.keys()
 
 

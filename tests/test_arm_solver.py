@@ -8,10 +8,10 @@ import pytest
 
 pytest.importorskip("executorch.backends.arm")
 
-import executorch.backends.arm._passes as arm_passes  # noqa: E402
-from executorch.backends.arm._passes import arm_pass_manager as apm  # noqa: E402
+import executorch.backends.arm._passes as arm_passes
+from executorch.backends.arm._passes import arm_pass_manager as apm
 
-from layout_solver.arm import rules, solver_layouts  # noqa: E402
+from layout_solver.arm import rules, solver_layouts
 
 TINY = Path(__file__).parent / "models" / "tiny.py"
 
@@ -25,11 +25,10 @@ def test_scoped_changes_restored_on_every_exit():
     apm.register_pass_insertions_after(InsertConstShapesPass, [users_pass])
     try:
         manager = arm_passes.ArmPassManager
-        with pytest.raises(RuntimeError, match="boom"):
-            with solver_layouts():
-                assert arm_passes.ArmPassManager is not manager
-                assert len(apm._registered_pass_insertions[InsertConstShapesPass].before_passes) == 2
-                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError, match="boom"), solver_layouts():
+            assert arm_passes.ArmPassManager is not manager
+            assert len(apm._registered_pass_insertions[InsertConstShapesPass].before_passes) == 2
+            raise RuntimeError("boom")
         assert arm_passes.ArmPassManager is manager
         restored = apm._registered_pass_insertions[InsertConstShapesPass]
         assert restored.before_passes == [] and restored.after_passes[0] is users_pass  # the user's own object

@@ -49,5 +49,5 @@ def test_console_script_installed(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(random_problem(1, n_ops=4).model_dump_json())
     result = subprocess.run([sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
-                            capture_output=True, text=True)
+                            check=False, capture_output=True, text=True)
     assert result.returncode in (0, 3), result.stderr

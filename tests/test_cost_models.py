@@ -161,7 +161,7 @@ def test_graph_transposes_follow_velas_rewrites():
     assert [t.dtype for t in folded] == ["int8"]
     assert folded[0].cycles == pytest.approx(measure_transpose((1, 48, 576), (0, 2, 1), "int8").cycles, rel=0.02)
     graph[2] = op("ADD", ("t", "t"), ("u",), ((3, 36, 64),), "int8")
-    moved = [t for t in ethos_u55.graph_transposes(graph) if t.origin == "t"][0]
+    moved = next(t for t in ethos_u55.graph_transposes(graph) if t.origin == "t")
     assert moved.reason == "transpose after a unit-axis reshape"
     assert (moved.shape, moved.perm) == ((1, 36, 1, 3, 64), (0, 3, 2, 1, 4))
     vela = measure_transpose((1, 36, 1, 3, 64), (0, 3, 2, 1, 4), "int8")

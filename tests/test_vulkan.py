@@ -8,13 +8,18 @@ import torch
 
 pytest.importorskip("executorch.backends.vulkan")
 
-from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner  # noqa: E402
-from executorch.exir import to_edge_transform_and_lower  # noqa: E402
+from executorch.backends.vulkan import vulkan_preprocess
+from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+from executorch.exir import to_edge_transform_and_lower
 
-import executorch.backends.vulkan.vulkan_preprocess as vulkan_preprocess  # noqa: E402
-from layout_solver.vulkan import LayoutValidationError, solver_layouts, stock_layouts, validate  # noqa: E402
-from layout_solver.vulkan import passes as vk_passes  # noqa: E402
-from layout_solver.vulkan import rules  # noqa: E402
+from layout_solver.vulkan import (
+    LayoutValidationError,
+    rules,
+    solver_layouts,
+    stock_layouts,
+    validate,
+)
+from layout_solver.vulkan import passes as vk_passes
 
 TINY = Path(__file__).parent / "models" / "tiny.py"
 
@@ -35,9 +40,8 @@ def test_context_restores_stock_pass_on_every_exit():
     with solver_layouts():
         assert vulkan_preprocess.TagMemoryMetaPass is not original
     assert vulkan_preprocess.TagMemoryMetaPass is original
-    with pytest.raises(RuntimeError, match="boom"):
-        with solver_layouts():
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), solver_layouts():
+        raise RuntimeError("boom")
     assert vulkan_preprocess.TagMemoryMetaPass is original
 
 

@@ -19,13 +19,13 @@ import torch
 
 pytest.importorskip("executorch.backends.vulkan")
 
-from layout_solver.compare import lower_vulkan  # noqa: E402
-from layout_solver.vulkan import solver_layouts, stock_layouts  # noqa: E402
-from layout_solver.vulkan.runtime import ENV_VAR, VulkanRuntimeUnavailable, execute, locate_runtime, probe  # noqa: E402
-from layout_solver.zoo.models import ZOO, build  # noqa: E402
+from layout_solver.compare import lower_vulkan
+from layout_solver.vulkan import solver_layouts, stock_layouts
+from layout_solver.vulkan.runtime import ENV_VAR, VulkanRuntimeUnavailable, execute, locate_runtime, probe
+from layout_solver.zoo.models import ZOO, build
 
 sys.path.insert(0, str(Path(__file__).parent))
-import vulkan_graphs  # noqa: E402
+import vulkan_graphs
 
 # The upstream conv2d_dw.glsl bug (runtime README): a 7x7 depthwise conv with
 # padding 3 is wrong in its last 3 output columns, whatever the layouts.

@@ -49,8 +49,8 @@ from cost_models.ethos_u55 import (
     DtypeRates,
     EthosU55Params,
     NpuTranspose,
-    canonical_transpose,
     UnsupportedTranspose,
+    canonical_transpose,
     is_identity,
     moves_no_data,
     npu_transposes,
@@ -217,7 +217,7 @@ def fit(single: list[OpCase], decomposed: list[OpCase], copy_cases: list[CopyCas
 
     tables = {}
     for dtype in sorted({c.dtype for c in single}):
-        def rates_from(cases, summary, min_elements):
+        def rates_from(cases, summary, min_elements, dtype=dtype):
             per_key = defaultdict(list)
             for c in cases:
                 if c.dtype == dtype and c.op.elements >= min_elements:

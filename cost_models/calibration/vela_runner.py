@@ -15,7 +15,7 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 
@@ -40,7 +40,7 @@ class VelaMeasurement:
     vela_version: str
 
 
-@lru_cache(maxsize=None)
+@cache
 def vela_version() -> str:
     return metadata.version("ethos-u-vela")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import ClassVar
 
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -44,7 +45,7 @@ class CanonicalTransposePass(ArmPass):
     probes Vela) and rewritten only if it gets cheaper.
     """
 
-    _passes_required_after: set = set()
+    _passes_required_after: ClassVar[set] = set()
 
     def __init__(self, stats: dict | None = None):
         super().__init__()

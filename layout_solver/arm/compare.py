@@ -32,7 +32,7 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                     else:
                         with solver_layouts(time_limit, service=service) as reports:
                             lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side)
-            except Exception as exc:  # recorded, not fatal
+            except Exception as exc:  # noqa: BLE001 - recorded, not fatal
                 result[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                                 "traceback": traceback.format_exc(limit=4)}
                 continue

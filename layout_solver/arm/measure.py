@@ -56,7 +56,7 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
 
     names = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
     dtypes = {v: k.lower() for k, v in vars(DType).items() if not k.startswith("_")}
-    text = lambda b: b.decode() if isinstance(b, bytes) else b  # noqa: E731
+    text = lambda b: b.decode() if isinstance(b, bytes) else b
     graph = TosaGraph.GetRootAs(tosa, 0)
     found = []
     for r in range(graph.RegionsLength()):

@@ -13,6 +13,7 @@ import contextvars
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -72,7 +73,7 @@ def _permuted_list(graph: torch.fx.Graph, arg, order, before: torch.fx.Node, pai
 
 
 class SolverLayoutPass(ArmPass):
-    _passes_required_after: set = set()
+    _passes_required_after: ClassVar[set] = set()
 
     def __init__(self, reports: list, time_limit: float = 10.0, service: str | None = None):
         super().__init__()

@@ -244,8 +244,8 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
                     "parametric fallback.",
         parameters=base.parameters, transitions=trans, op_modes=op_modes,
         samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
-        notes=[f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
-               f"{len(failed)} failed on the device"] + [f"{n}: {e[:300]}" for n, e in failed.items()],
+        notes=[(f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
+               f"{len(failed)} failed on the device")] + [f"{n}: {e[:300]}" for n, e in failed.items()],
     )
 
 
@@ -262,7 +262,7 @@ def _fit(points: list[tuple[float, float, float]]) -> vk_cost.Linear:
 def device_name() -> str:
     """The Vulkan device's name, as vulkaninfo reports it (or 'unknown')."""
     try:
-        out = subprocess.run(["vulkaninfo", "--summary"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(["vulkaninfo", "--summary"], check=False, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     names = [line.split("=", 1)[1].strip() for line in out.splitlines() if line.strip().startswith("deviceName")]

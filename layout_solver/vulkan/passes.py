@@ -221,7 +221,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
 @contextlib.contextmanager
 def _substituted_pass(cls) -> Iterator[None]:
     """Scoped swap of the name vulkan_preprocess looks up at call time; restored on every exit."""
-    import executorch.backends.vulkan.vulkan_preprocess as vulkan_preprocess
+    from executorch.backends.vulkan import vulkan_preprocess
 
     original = vulkan_preprocess.TagMemoryMetaPass
     vulkan_preprocess.TagMemoryMetaPass = cls

@@ -134,7 +134,7 @@ RUNTIME_PAIR_RULES = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def packed_dim_key(label: str) -> utils.PackedDimInfo:
     r = label_repr(label)
     return utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)

@@ -90,7 +90,7 @@ def _run_child(request: dict, timeout: float) -> dict:
         req.write_bytes(pickle.dumps(request))
         try:
             proc = subprocess.run([sys.executable, "-m", "layout_solver.vulkan.runtime", str(req), str(res)],
-                                  capture_output=True, text=True, timeout=timeout)
+                                  check=False, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"crash": f"timed out after {timeout:.0f} s"}
         if res.is_file():
@@ -192,7 +192,7 @@ def _child(request: dict) -> dict:
             try:  # an error the runtime raises (not a crash) belongs to its program
                 module = portable_lib._load_for_executorch_from_buffer(buffer)
                 outputs[name] = [o.detach().numpy().copy() for o in module.forward(inputs[name])]
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
                 errors[name] = f"{type(exc).__name__}: {exc}".strip()[:1000]
         return {"outputs": outputs, "errors": errors}
     modules = {name: portable_lib._load_for_executorch_from_buffer(buffer) for name, buffer in buffers.items()}
@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
     request = pickle.loads(Path(request_path).read_bytes())
     try:
         answer = _child(request)
-    except Exception as exc:  # an error the runtime raised (not a crash): report it
+    except Exception as exc:  # noqa: BLE001 - an error the runtime raised (not a crash): report it
         answer = {"error": f"{type(exc).__name__}: {exc}".strip()[:1000]}
     Path(result_path).write_bytes(pickle.dumps(answer))
     return 0

@@ -167,7 +167,7 @@ def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: 
 
 def _check_registry(node, outs, arg_reprs, texture_limits, check_sync: bool) -> None:
     repsets = get_op_features(node.target).make_op_repsets(node, texture_limits)
-    pdi = lambda r: utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)  # noqa: E731
+    pdi = lambda r: utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)
     for k, r in enumerate(outs):
         if not repsets.get_out_repset(k).is_compatible(r):
             raise LayoutValidationError(f"node {node.name!r}: output {k} is {r}, not in {repsets.get_out_repset(k)}")
@@ -181,6 +181,6 @@ def _check_registry(node, outs, arg_reprs, texture_limits, check_sync: bool) -> 
     firsts = {i: pdi(rs[0]) for i, rs in arg_reprs.items()}
     if repsets.sync_args_repr and len({pdi(r) for rs in arg_reprs.values() for r in rs}) > 1:
         raise LayoutValidationError(f"node {node.name!r}: synced arguments disagree: {arg_reprs}")
-    if repsets.sync_primary_io_repr and repsets.primary_arg_idx in firsts:
-        if firsts[repsets.primary_arg_idx] != pdi(outs[0]):
-            raise LayoutValidationError(f"node {node.name!r}: primary input and output disagree")
+    if repsets.sync_primary_io_repr and repsets.primary_arg_idx in firsts and \
+            firsts[repsets.primary_arg_idx] != pdi(outs[0]):
+        raise LayoutValidationError(f"node {node.name!r}: primary input and output disagree")

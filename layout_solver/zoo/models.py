@@ -199,7 +199,7 @@ class EdgeTamLikeEncoder(nn.Module):
     def forward(self, x):
         x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
         x = self.blocks(x)
-        b, n, c = x.shape
+        b, _n, c = x.shape
         x = x.transpose(1, 2).reshape(b, c, self.grid, self.grid)
         return self.neck(x)
 

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
@@ -35,7 +35,7 @@ class Job:
     options: tuple[tuple[str, object], ...] = ()  # keyword options of compare() for this target
 
 
-@lru_cache(maxsize=None)
+@cache
 def tool_versions() -> dict[str, str]:
     versions = {}
     for tool in TOOLS:
@@ -46,7 +46,7 @@ def tool_versions() -> dict[str, str]:
     return versions
 
 
-@lru_cache(maxsize=None)
+@cache
 def _source_digest() -> str:
     """Changes to the solver's own code invalidate cached results too (read once per run)."""
     root = Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def run_job(job: Job) -> dict:
         result = compare(job.model, job.target, **dict(job.options))
         failed = [s for s in ("stock", "solver") if "error" in result.get(s, {})]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
         result = {"model": job.model, "target": job.target,
                   "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500], "traceback": traceback.format_exc()}
         status = "error"
@@ -200,8 +200,8 @@ def report_markdown(table: list[dict]) -> str:
     vk = [r for r in table if r["target"] == "vulkan"]
     if arm:
         lines += ["## Ethos-U55 (ethos-u55-128, Vela cycle estimates)", "",
-                  "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
-                  "| solver | lower s stock / solver | solve s | equivalent |", "|" + "---|" * 10]
+                  ("| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
+                  "| solver | lower s stock / solver | solve s | equivalent |"), "|" + "---|" * 10]
         for r in arm:
             lines.append(f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
                          f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
@@ -211,11 +211,11 @@ def report_markdown(table: list[dict]) -> str:
         lines.append("")
     if vk:
         lines += ["## Vulkan (transitions = clone dispatches; cost in modelled microseconds)", "",
-                  "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
+                  ("| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
                   "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
-                  "run ms stock / solver | run ratio |", "|" + "---|" * 11]
+                  "run ms stock / solver | run ratio |"), "|" + "---|" * 11]
         for r in vk:
-            ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""  # noqa: E731
+            ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""
             lines.append(f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
                          f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
                          f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
