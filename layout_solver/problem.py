@@ -22,13 +22,13 @@ the value with a single mode, so the solver prices the transition it forces.
 
 from __future__ import annotations
 
+import graphlib
 import hashlib
 import json
 import math
 from collections import Counter
 from typing import Literal
 
-import networkx as nx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
@@ -184,18 +184,13 @@ def validate_references(problem: Problem) -> None:
 
 def _reject_cycles(problem: Problem, producer: dict[str, str]) -> None:
     """A value that feeds, through any chain of ops, the op producing it: no order can evaluate it."""
-    graph = nx.DiGraph()
-    for op in problem.ops:
-        graph.add_node(op.id)
-        for vid in op.operands:
-            if vid in producer:
-                graph.add_edge(producer[vid], op.id)
+    sorter = graphlib.TopologicalSorter({op.id: [producer[v] for v in op.operands if v in producer]
+                                         for op in problem.ops})
     try:
-        cycle = nx.find_cycle(graph)
-    except nx.NetworkXNoCycle:
-        return
-    ops = [u for u, _ in cycle]
-    raise ProblemError(f"the ops form a cycle: {' -> '.join([*ops, ops[0]])}", ops=ops)
+        sorter.prepare()
+    except graphlib.CycleError as exc:
+        cycle = list(reversed(exc.args[1]))  # [a, ..., a] in producer -> consumer order
+        raise ProblemError(f"the ops form a cycle: {' -> '.join(cycle)}", ops=cycle[:-1]) from None
 
 
 class Transition(_Strict):

@@ -17,9 +17,6 @@ from layout_solver.solvers.greedy import greedy
 from layout_solver.solvers.subproblem import restrict
 
 DEFAULT_TIME_LIMIT = 10.0
-# What `solve` may take beyond its time limit: stopping the engines, decoding and re-evaluating
-# the answer (measured on 2 cores, benchmarks/results/solver.md: under 0.1 s at 1,200 ops, about
-# 1.2 s at 10,000, 2.5 s at 100,000).
 
 
 @dataclass(frozen=True)

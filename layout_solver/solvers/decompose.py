@@ -31,7 +31,7 @@ from layout_solver.solvers.cpsat import Trace
 from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
 from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
 from layout_solver.solvers.mincut import solve_mincut
-from layout_solver.solvers.portfolio import ENGINES, solve_hard
+from layout_solver.solvers.portfolio import ENGINES, proven, solve_hard
 from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
 
 # Above this many articulation assignments a block is not tabulated; its
@@ -97,7 +97,7 @@ class Decomposer:
 
     def _record(self, result: SubResult) -> None:
         self.stats.by_method[result.method] += 1
-        if result.bound < result.value - 1e-9 * max(1.0, abs(result.value)):
+        if not proven(result):
             self.stats.proven = False
 
     # -- components -----------------------------------------------------------

@@ -36,12 +36,8 @@ def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
         scope = f.scope
         if math.prod(sub.n_options[v] for v in scope) > _ENUMERABLE:
             continue
-        opt = [0] * sub.n_vars
-        cheapest = math.inf
-        for choice in itertools.product(*(range(sub.n_options[v]) for v in scope)):
-            for v, o in zip(scope, choice):
-                opt[v] = o
-            cheapest = min(cheapest, sub.factor_cost(f, opt))
+        cheapest = min(sub.factor_cost(f, dict(zip(scope, choice)))
+                       for choice in itertools.product(*(range(sub.n_options[v]) for v in scope)))
         bound += cheapest
     return bound
 

@@ -56,9 +56,7 @@ def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tupl
             if proven(found):
                 return found
     if use_cpsat and deadline - time.perf_counter() > 0:
-        found = solve_cpsat(sub, best, deadline, workers, trace)
-        found.bound = min(max(found.bound, best.bound), found.value)
-        return found
+        return solve_cpsat(sub, best, deadline, workers, trace)  # keeps best's bound and value if better
     return best
 
 
