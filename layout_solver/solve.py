@@ -57,7 +57,7 @@ def solve(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, workers: int
     """Cheapest assignment found within `time_limit` seconds, with a proven bound.
 
     The search stops at the time limit; stopping the engines and decoding and
-    checking the answer add a little (under 0.1 s at 1,200 ops, ~2.5 s at 100k). `workers` threads go to CP-SAT
+    checking the answer add a little (under 0.1 s at 1,200 ops, 1.5-3 s at 100k). `workers` threads go to CP-SAT
     and SCIP on pieces too wide for the exact solvers (1: deterministic).
     `trace`, if given, receives a TraceRow per step of those pieces and a
     final row for the whole problem. `tuning` goes to the Decomposer
