@@ -49,15 +49,17 @@ class Parameter(_Strict):
 
 
 class Linear(_Strict):
-    """overhead_us + us_per_mib * MiB + us_per_slice * texture depth, fitted on `points` measurements."""
+    """overhead_us + us_per_mib * MiB + us_per_slice * texture depth + us_per_mflop * MFLOP, fitted on
+    `points` measurements (MFLOP only for contractions: linear and matmul do work the output size hides)."""
 
     overhead_us: float = Field(ge=0)
     us_per_mib: float = Field(ge=0)
     us_per_slice: float = Field(0.0, ge=0)
+    us_per_mflop: float = Field(0.0, ge=0)
     points: int = 0
 
-    def at(self, nbytes: float, slices: float = 0.0) -> float:
-        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices
+    def at(self, nbytes: float, slices: float = 0.0, mflop: float = 0.0) -> float:
+        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices + self.us_per_mflop * mflop
 
 
 class VulkanProfile(_Strict):
@@ -73,7 +75,8 @@ class VulkanProfile(_Strict):
     transitions: dict[str, Linear] = Field(default_factory=dict)  # "SRC->DST"
     op_modes: dict[str, dict[str, Linear]] = Field(default_factory=dict)  # op class -> output label -> cost
     # The measurements behind the fits: key -> [bytes, texture slices, microseconds] per probe
-    samples: dict[str, list[tuple[float, float, float]]] = Field(default_factory=dict)
+    # (a fourth number, MFLOP, where the class is a contraction)
+    samples: dict[str, list[tuple[float, ...]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
     def param(self, key: str) -> float:
@@ -156,7 +159,8 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
     nbytes = tensor_bytes(shape, dtype)
     measured = p.transitions.get(f"{src}->{dst}")
     if measured is not None:
-        return measured.at(nbytes, texture_slices(shape, dst))
+        # a clone dispatches over its texture side (texture -> buffer included)
+        return measured.at(nbytes, texture_slices(shape, dst if dst.startswith("TEXTURE_3D") else src))
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
     factor = 1.0
@@ -170,9 +174,16 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
                                                                        p.param("write_us_per_mib"))
 
 
+def mflop(shape, contraction: int) -> float:
+    """Millions of multiply-adds x 2 for an output of `shape` whose every element sums `contraction` products."""
+    return 2.0 * math.prod(shape) * contraction / 1e6
+
+
 def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
-                 profile: VulkanProfile | None = None) -> float:
-    """Microseconds for one op of `op_class` writing a `shape` x `dtype` tensor in `output_label`.
+                 profile: VulkanProfile | None = None, contraction: int = 0, input_label: str | None = None) -> float:
+    """Microseconds for one op of `op_class` writing a `shape` x `dtype` tensor in `output_label`;
+    `contraction` is the length of the sums behind each output element (linear, matmul), else 0;
+    `input_label` the representation a view reads (a view between two texture packings costs a clone).
 
     Measured where the profile has the (class, label) pair. Otherwise only the
     difference between storages counts (textures are the baseline, a buffer
@@ -180,11 +191,17 @@ def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
     """
     p = profile or load_profile()
     output_bytes = tensor_bytes(shape, dtype)
+    if op_class == "view" and input_label not in (None, output_label):
+        # A view that keeps its representation costs next to nothing on a measured device (a dispatch the
+        # runtime turns into an alias); one that changes the packed dim moves every element like a
+        # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
+        return transition_cost(shape, dtype, input_label, output_label, p)
     table = p.op_modes.get(op_class or "")
     if table:
         slices = texture_slices(shape, output_label)
+        work = mflop(shape, contraction)
         # A label the calibration could not run the op in is priced as the dearest one it could.
-        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices))
-        return measured.at(output_bytes, slices)
+        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices, work))
+        return measured.at(output_bytes, slices, work)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

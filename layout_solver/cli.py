@@ -127,9 +127,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from layout_solver.compare import compare, format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
 
-    options = _vulkan_options(args) if args.target == "vulkan" else {}
+    options = _vulkan_options(args) if args.target == "vulkan" else _ethos_u_options(args)
     if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
         raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
+    if args.target == "vulkan" and args.input_order != "nchw":
+        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128)")
     from layout_solver.zoo.models import ModelError, build
 
     check_time_limit(args.time_limit)
@@ -168,6 +170,11 @@ def _vulkan_options(args: argparse.Namespace) -> dict:
     elif args.vulkan_runtime:
         raise ProblemError("--vulkan-runtime needs --execute")
     return options
+
+
+def _ethos_u_options(args: argparse.Namespace) -> dict:
+    """compare()'s Ethos-U keywords: the graph-input contract, when it is not the default."""
+    return {"input_order": args.input_order} if args.input_order != "nchw" else {}
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -215,7 +222,8 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
     out = Path(args.out)
     options = {"vulkan": _vulkan_options(args)} if "vulkan" in targets else {}
-    if args.service:
+    if "ethos-u55-128" in targets and _ethos_u_options(args):
+        options["ethos-u55-128"] = _ethos_u_options(args)
         for target in targets:
             options.setdefault(target, {})["service"] = args.service
     if options.get("vulkan", {}).get("execute"):
@@ -244,6 +252,13 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
     p.add_argument("--cost-profile", help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
                                           "written by `calibrate vulkan` (default mobile-gpu)")
+
+
+def _add_ethos_u_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-order", choices=["nchw", "nhwc"], default="nchw",
+                   help="Ethos-U: the graph-input contract; nhwc when the application feeds 4-D inputs "
+                        "channels-last (camera frames usually are), so no input transpose is needed "
+                        "(default %(default)s, the delegate's identity contract)")
 
 
 def _add_service_argument(p: argparse.ArgumentParser) -> None:
@@ -330,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     _add_service_argument(p)
     _add_vulkan_arguments(p)
+    _add_ethos_u_arguments(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
     kinds = p.add_subparsers(dest="kind", required=True)
@@ -355,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="zoo-out", help="output directory (default %(default)s)")
     _add_service_argument(p)
     _add_vulkan_arguments(p)
+    _add_ethos_u_arguments(p)
     p.set_defaults(func=cmd_zoo)
     p = sub.add_parser("calibrate", help="measure a device's cost profile")
     kinds = p.add_subparsers(dest="kind", required=True)

@@ -20,13 +20,13 @@ TARGETS = ("vulkan", "ethos-u55-128")
 def compare(model: str, target: str, time_limit: float = 10.0, service: str | None = None, **options) -> dict:
     """Stock versus solver on `target`; `service` is a layout-solver service URL to solve on (None:
     $LAYOUT_SOLVER_SERVICE or in-process); `options` go to the target's comparison (Vulkan: execute,
-    runtime, cost_profile)."""
+    runtime, cost_profile; Ethos-U: input_order)."""
     if target == "vulkan":
         return compare_vulkan(model, time_limit, service=service, **options)
     if target == "ethos-u55-128":
         from layout_solver.arm.compare import compare_ethos_u
 
-        return compare_ethos_u(model, time_limit, service=service)
+        return compare_ethos_u(model, time_limit, service=service, **options)
     raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
 
 
@@ -165,8 +165,10 @@ def format_table(result: dict) -> str:
         if record.get("tensors_by_repr"):
             lines.append(f"{side} tensors by representation: " +
                          ", ".join(f"{k} {v}" for k, v in record["tensors_by_repr"].items()))
-    for key in ("equivalent", "max_abs_diff", "run_ratio", "measured_delta_us", "predicted_delta_us",
-                "max_abs_diff_stock_vs_solver"):
+    for key in ("equivalent", "max_abs_diff", "stock_reference", "solver_reference", "run_ratio",
+                "measured_delta_us", "predicted_delta_us", "max_abs_diff_stock_vs_solver"):
         if key in result:
-            lines.append(f"{key}: {result[key]}")
+            shown = "not checked (the reference model rejected a side)" if key == "equivalent" and \
+                result[key] is None else result[key]
+            lines.append(f"{key}: {shown}")
     return "\n".join(lines)

@@ -58,3 +58,33 @@ def test_canonical_write_back_is_cheaper_and_equivalent(tmp_path):
     assert same.equivalent and same.max_abs_diff == 0 and same.delegates >= 1
     for m in (s, c):  # matmul operands, reductions and Vela's own reshape moves included
         assert m["predicted_transpose_cycles"] == pytest.approx(m["vela_transpose_cycles"], rel=0.1)
+
+
+def test_one_quantization_lowers_twice_to_the_same_program_and_rejections_become_a_status(tmp_path):
+    """compare quantizes once and lowers each side from a copy: two stock lowerings of one quantized
+    program write the same TOSA bytes. A program the reference model cannot run is reported with a
+    status ("error: ..." / "unpredictable"), never as an exception that loses the comparison."""
+    import contextlib
+    import copy
+    import io
+    from pathlib import Path
+
+    import numpy as np
+
+    from layout_solver.arm.equivalence import ReferenceRejected, random_inputs, run_tosa, tosa_inputs
+    from layout_solver.arm.measure import quantize_for
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:residual")
+    quantized = quantize_for(module, inputs)
+    with contextlib.redirect_stdout(io.StringIO()):
+        first = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "a", quantized=copy.deepcopy(quantized))
+        second = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "b", quantized=copy.deepcopy(quantized))
+    assert [f.read_bytes() for f in first.tosa_files] == [f.read_bytes() for f in second.tosa_files]
+    program = first.tosa_files[0]
+    specs = tosa_inputs(program)
+    assert run_tosa(program, random_inputs(specs, np.random.default_rng(0)))  # a valid program runs
+    wrong = [np.zeros([d + 1 for d in shape], dtype) for _, shape, dtype in specs]
+    with pytest.raises(ReferenceRejected) as rejected:
+        run_tosa(program, wrong)
+    assert rejected.value.status.startswith("error: ")

@@ -69,3 +69,23 @@ def test_unknown_op_is_pinned_with_a_warning(monkeypatch, tmp_path):
     assert any("pinned to the identity order" in str(w.message) and "add.Tensor" in str(w.message) for w in caught)
     assert any("add.Tensor" in p for r in reports for p in r.pinned_unknown)
     assert compare_lowerings(stock.tosa_files, solver.tosa_files).equivalent
+
+
+def test_channels_last_input_contract_removes_the_input_transpose(capsys):
+    """--input-order nhwc: the application feeds channels-last frames, both sides lower under that contract
+    (ExecuTorch's dim-order mechanism), and the input transpose goes; the default keeps it."""
+    from layout_solver.cli import main
+
+    results = {}
+    for order in ("nchw", "nhwc"):
+        assert main(["compare", f"{TINY}:residual", "--target", "ethos-u55-128", "--input-order", order,
+                     "--json"]) == 0
+        results[order] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    nchw, nhwc = results["nchw"], results["nhwc"]
+    assert nhwc["input_order"] == "nhwc" and nhwc["equivalent"] is True
+    assert nhwc["stock_reference"] == nhwc["solver_reference"] == "ok"
+    assert nhwc["solver"]["tosa_transposes"] < nchw["solver"]["tosa_transposes"]
+    assert nhwc["solver"]["vela_total_cycles"] < nchw["solver"]["vela_total_cycles"]
+    assert nhwc["solver"]["vela_total_cycles"] <= nhwc["stock"]["vela_total_cycles"]
+    assert main(["compare", f"{TINY}:residual", "--target", "vulkan", "--input-order", "nhwc"]) == 2
+    assert "Ethos-U option" in capsys.readouterr().err

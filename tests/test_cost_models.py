@@ -242,8 +242,9 @@ def test_vulkan_profiles_measured_and_assumed():
     nbytes = 4 * 32 * 32 * 32
     key = next(iter(lavapipe.transitions))
     src, dst = key.split("->")
+    texture_side = dst if dst.startswith("TEXTURE_3D") else src  # a clone dispatches over its texture
     assert vulkan.transition_cost(shape, "float32", src, dst, lavapipe) == pytest.approx(
-        lavapipe.transitions[key].at(nbytes, vulkan.texture_slices(shape, dst)))
+        lavapipe.transitions[key].at(nbytes, vulkan.texture_slices(shape, texture_side)))
     op, table = next(iter(lavapipe.op_modes.items()))
     label = next(iter(table))
     assert vulkan.op_mode_cost(op, shape, "float32", label, lavapipe) == pytest.approx(
@@ -275,3 +276,25 @@ def test_vulkan_profile_from_a_file_and_bad_names(tmp_path):
     assert vulkan.load_profile(str(path)).parameters == profile.parameters
     with pytest.raises(ValueError, match="no Vulkan cost profile"):
         vulkan.load_profile("no-such-profile")
+
+
+def test_vulkan_contractions_priced_by_their_work():
+    """Linear / matmul pay per MFLOP: the same output costs more when each element sums more products."""
+    lavapipe = vulkan.load_profile("lavapipe")
+    for op in ("linear", "matmul"):
+        label = "BUFFER:TENSOR_WIDTH_PACKED"
+        fit = lavapipe.op_modes[op][label]
+        shape = (8, 64, 64)
+        short, long = (vulkan.op_mode_cost(op, shape, "float32", label, lavapipe, contraction=k) for k in (16, 512))
+        assert long - short == pytest.approx(fit.us_per_mflop * (vulkan.mflop(shape, 512) - vulkan.mflop(shape, 16)))
+    assert vulkan.mflop((2, 3), 4) == 2 * 6 * 4 / 1e6
+
+
+def test_vulkan_view_changing_packing_costs_a_clone():
+    """A view that keeps its representation is near free; one between packings moves the data like a clone."""
+    lavapipe = vulkan.load_profile("lavapipe")
+    shape, t_w, t_c = (4, 64, 48), "TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED"
+    same = vulkan.op_mode_cost("view", shape, "float32", t_w, lavapipe, input_label=t_w)
+    changed = vulkan.op_mode_cost("view", shape, "float32", t_w, lavapipe, input_label=t_c)
+    assert changed == pytest.approx(vulkan.transition_cost(shape, "float32", t_c, t_w, lavapipe))
+    assert same == vulkan.op_mode_cost("view", shape, "float32", t_w, lavapipe) < changed

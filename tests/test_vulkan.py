@@ -201,3 +201,20 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
     utils.set_node_repr(view, rules.label_repr(f"{flipped}:TENSOR_WIDTH_PACKED"))
     with pytest.raises(LayoutValidationError, match="View.cpp"):
         validate(gm, utils.DEFAULT_TEXTURE_LIMITS)
+
+
+def test_calibration_plan_measures_what_a_chain_cannot_show_alone():
+    """Views fuse when chained, so their probe subtracts a baseline chain; transitions are read over the
+    texture side; token-shaped tensors (batched 3-D, matrices) are probed beside 4-D ones."""
+    from layout_solver.vulkan.calibrate import BATCHED_3D, MATRICES, plan
+
+    labels = ["TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"]
+    jobs, probes = plan(["view", "unary", "linear"], labels, sizes=1, short=2, long=10, transitions=True)
+    views = [p for p in probes if p.key.startswith("view|")]
+    assert views and all({"short", "long", "base_short", "base_long"} == set(p.programs) for p in views)
+    baselines = {j.name for j in jobs if j.baseline}
+    assert all(p.programs["base_long"] in baselines for p in views)
+    assert {p.shape for p in probes if p.key.startswith("unary|")} >= set(BATCHED_3D + MATRICES)
+    for p in probes:
+        if p.kind == "transition":
+            assert p.label.startswith("TEXTURE_3D")

@@ -3,35 +3,65 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import tempfile
 import traceback
 from pathlib import Path
 
 from layout_solver.arm.equivalence import compare_lowerings
-from layout_solver.arm.measure import lower_ethos_u
+from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.arm.passes import solver_layouts
+
+INPUT_ORDERS = ("nchw", "nhwc")
+
+
+def declare_input_order(inputs: tuple, order: str) -> tuple:
+    """The example inputs with the application's graph-input contract: "nchw" (the default: the delegate
+    reads the logical order) or "nhwc" (4-D inputs arrive channels-last). ExecuTorch carries the
+    contract as the inputs' dim order (its NormalizeDelegateIOLayoutPass makes the delegate read the
+    physical order), so stock and solver lower under the same contract."""
+    import torch
+
+    if order not in INPUT_ORDERS:
+        raise ValueError(f"unknown input order {order!r}; expected one of {INPUT_ORDERS}")
+    if order == "nchw":
+        return inputs
+    return tuple(t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+                 for t in inputs)
 
 
 def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u55-128",
-                    service: str | None = None) -> dict:
+                    service: str | None = None, input_order: str = "nchw") -> dict:
+    """Stock versus solver lowering of `model` for `target`: TOSA transposes, Vela cycles and equivalence on
+    the TOSA reference model; `input_order` is the graph-input contract (see declare_input_order)."""
     from layout_solver.compare import quiet
     from layout_solver.zoo.models import build
 
     quiet()
     module, inputs = build(model)
-    result: dict = {"model": model, "target": target}
+    inputs = declare_input_order(inputs, input_order)
+    result: dict = {"model": model, "target": target, "input_order": input_order}
+    # Quantize once: both sides lower the same int8 program, so any difference is the layout stage's.
+    try:
+        quantized = quantize_for(module, inputs, target)
+    except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+        error = {"error": f"quantization failed: {type(exc).__name__}: {exc}".splitlines()[0][:500],
+                 "traceback": traceback.format_exc(limit=4)}
+        return {**result, "stock": error, "solver": dict(error), "equivalent": False, "max_abs_diff": None}
     with tempfile.TemporaryDirectory() as tmp:
         lowerings = {}
         for side in ("stock", "solver"):
             try:
                 with contextlib.redirect_stdout(io.StringIO()):  # Vela prints its summaries
                     if side == "stock":
-                        lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side)
+                        lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side,
+                                                        quantized=copy.deepcopy(quantized))
                         reports = []
                     else:
                         with solver_layouts(time_limit, service=service) as reports:
-                            lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side)
+                            lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side,
+                                                            quantized=copy.deepcopy(quantized))
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
                 result[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                                 "traceback": traceback.format_exc(limit=4)}
@@ -52,6 +82,10 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
         if len(lowerings) == 2:
             same = compare_lowerings(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files)
             result["equivalent"], result["max_abs_diff"] = same.equivalent, same.max_abs_diff
+            # None: not checked, because the reference model rejected a side (its Vela numbers stay)
+            result["stock_reference"], result["solver_reference"] = same.reference["left"], same.reference["right"]
+            if same.notes:
+                result["equivalence_notes"] = same.notes
         else:
             result["equivalent"], result["max_abs_diff"] = False, None
     return result

@@ -154,16 +154,25 @@ def quantize(module: torch.nn.Module, inputs: tuple, spec):
     return torch.export.export(convert_pt2e(prepared), inputs)
 
 
+def quantize_for(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128"):
+    """The int8 exported program `lower_ethos_u` would lower for `target` (to lower several times from one)."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    return quantize(module, inputs, EthosUCompileSpec(target))
+
+
 def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128",
-                  keep_tosa: Path | None = None) -> EthosULowering:
-    """Quantize and lower with the Arm pipeline as configured by any active context
-    (e.g. canonical_transposes()); copy each delegate's .tosa into `keep_tosa` if given."""
+                  keep_tosa: Path | None = None, quantized=None) -> EthosULowering:
+    """Quantize (unless given the `quantized` exported program, which is consumed) and lower with the Arm
+    pipeline as configured by any active context (e.g. canonical_transposes()); copy each delegate's .tosa
+    into `keep_tosa` if given."""
     from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(tmp)
-        quantized = quantize(module, inputs, spec)
+        if quantized is None:
+            quantized = quantize(module, inputs, spec)
         start = time.perf_counter()
         with recording_transposes() as transposes:
             program = to_edge_transform_and_lower(quantized, partitioner=[EthosUPartitioner(spec)])

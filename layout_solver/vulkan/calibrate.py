@@ -60,18 +60,41 @@ class _Chain(nn.Module):
 # which separates a dispatch's per-slice cost from its per-byte cost.
 SQUARE_4D = [(1, 8, 32, 32), (1, 32, 64, 64), (1, 64, 96, 96)]
 DEEP_4D = [(1, 256, 1, 1), (1, 1024, 1, 1)]
+# Token tensors: one sequence, several (heads / windows / batch: texture depth), and plain matrices.
 TOKENS_3D = [(1, 64, 64), (1, 196, 192), (1, 256, 384)]
-# op class -> (one link of the chain, ops of that class per link, shapes, extra shapes that separate the terms)
-PROBES: dict[str, tuple[Callable, int, list[tuple[int, ...]], list[tuple[int, ...]]]] = {
-    "unary": (lambda m, x: torch.sigmoid(x), 1, SQUARE_4D, DEEP_4D),
-    "binary": (lambda m, x: x + x, 1, SQUARE_4D, DEEP_4D),
-    "permute": (lambda m, x: x.permute(0, 1, 3, 2), 1, SQUARE_4D, DEEP_4D),
-    "view": (lambda m, x: x.reshape(x.shape[0], x.shape[1] * 2, x.shape[2] // 2, -1).reshape(x.shape), 2,
-             SQUARE_4D, []),
-    "softmax": (lambda m, x: torch.softmax(x, -1), 1, TOKENS_3D, []),
-    "layer_norm": (lambda m, x: F.layer_norm(x, x.shape[-1:], m.weight, m.bias), 1, TOKENS_3D, []),
-    "linear": (lambda m, x: F.linear(x, m.weight), 1, TOKENS_3D, []),
-    "matmul": (lambda m, x: torch.bmm(x, x), 1, [(4, 64, 64), (6, 128, 128), (8, 196, 196)], []),
+BATCHED_3D = [(8, 16, 32), (4, 49, 96), (16, 64, 64)]
+MATRICES = [(64, 128), (196, 256)]
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """How to measure one op class: `step` is one link of the chain (`per_link` ops of the class), run on
+    `shapes[:sizes]` and every `extra` shape; with a `baseline` link, the class's time is the difference
+    between the two chains (for ops that cannot follow themselves: two views in a row fuse into one)."""
+
+    step: Callable
+    per_link: int
+    shapes: list[tuple[int, ...]]
+    extra: list[tuple[int, ...]]
+    baseline: Callable | None = None
+    contraction: bool = False  # priced per MFLOP too: each output element sums over the input's last dim
+
+
+def _swap_view(m, x):
+    # A reshape that is not the identity and not undone by the next link's (C and H trade places).
+    return torch.sigmoid(x.reshape(x.shape[0], x.shape[2], x.shape[1], *x.shape[3:]))
+
+
+PROBES: dict[str, ProbeSpec] = {
+    "unary": ProbeSpec(lambda m, x: torch.sigmoid(x), 1, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES),
+    "binary": ProbeSpec(lambda m, x: x + x, 1, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES),
+    "permute": ProbeSpec(lambda m, x: x.transpose(-1, -2), 1, SQUARE_4D, DEEP_4D + BATCHED_3D),
+    "view": ProbeSpec(_swap_view, 1, SQUARE_4D, BATCHED_3D, baseline=lambda m, x: torch.sigmoid(x)),
+    "softmax": ProbeSpec(lambda m, x: torch.softmax(x, -1), 1, TOKENS_3D, BATCHED_3D),
+    "layer_norm": ProbeSpec(lambda m, x: F.layer_norm(x, x.shape[-1:], m.weight, m.bias), 1, TOKENS_3D, BATCHED_3D),
+    "linear": ProbeSpec(lambda m, x: F.linear(x, m.weight), 1, TOKENS_3D, BATCHED_3D + MATRICES, contraction=True),
+    "matmul": ProbeSpec(lambda m, x: torch.bmm(x, x), 1, [(4, 64, 64), (6, 128, 128), (8, 196, 196)],
+                        [(16, 16, 16), (12, 49, 49), (1, 256, 256)], contraction=True),
 }
 
 
@@ -116,8 +139,9 @@ def lower_pinned(module: nn.Module, inputs: tuple, pattern: tuple[str, ...]) -> 
     return program.buffer, len(reports[0].transitions)
 
 
-def _chain(op: str, shape: tuple[int, ...], n: int) -> tuple[nn.Module, tuple]:
-    step = PROBES[op][0]
+def _chain(op: str, shape: tuple[int, ...], n: int, baseline: bool = False) -> tuple[nn.Module, tuple]:
+    spec = PROBES[op]
+    step = spec.baseline if baseline else spec.step
     weight = None
     if op == "linear":
         weight = torch.linalg.qr(torch.randn(shape[-1], shape[-1]))[0]
@@ -130,18 +154,20 @@ def _chain(op: str, shape: tuple[int, ...], n: int) -> tuple[nn.Module, tuple]:
 
 @dataclass(frozen=True)
 class Job:
-    """One program to lower: a chain of `n` ops of class `op` on `shape`, values pinned to `pattern`."""
+    """One program to lower: a chain of `n` links of class `op` (or of its baseline) on `shape`, values
+    pinned to `pattern`."""
 
     name: str
     op: str
     shape: tuple[int, ...]
     n: int
     pattern: tuple[str, ...]
+    baseline: bool = False
 
 
 def _lower_job(job: Job) -> tuple[Job, bytes | None, int, tuple]:
     logging.disable(logging.WARNING)
-    module, example = _chain(job.op, job.shape, job.n)
+    module, example = _chain(job.op, job.shape, job.n, job.baseline)
     lowered = lower_pinned(module, example, job.pattern)
     return job, (lowered[0] if lowered else None), (lowered[1] if lowered else 0), example
 
@@ -151,7 +177,7 @@ class Probe:
     kind: str  # "op" or "transition"
     key: str  # "class|label", or "SRC->DST"
     shape: tuple[int, ...]
-    label: str  # the representation the dispatch writes (its workgroups are counted in it)
+    label: str  # the representation whose texture extents the dispatch runs over (its slices are counted)
     programs: dict[str, str]  # role -> program name
 
 
@@ -161,24 +187,29 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
     jobs: dict[str, Job] = {}
     probes: list[Probe] = []
 
-    def job(op, shape, n, pattern) -> str:
-        name = f"{op}|{'/'.join(pattern)}|{shape}|{n}"
-        jobs.setdefault(name, Job(name, op, shape, n, pattern))
+    def job(op, shape, n, pattern, baseline=False) -> str:
+        name = f"{op}{'-baseline' if baseline else ''}|{'/'.join(pattern)}|{shape}|{n}"
+        jobs.setdefault(name, Job(name, op, shape, n, pattern, baseline))
         return name
 
     for op in ops:
-        _, _, shapes, extra = PROBES[op]
-        for shape in shapes[:sizes] + extra:
+        spec = PROBES[op]
+        for shape in spec.shapes[:sizes] + spec.extra:
             for label in labels:
-                probes.append(Probe("op", f"{op}|{label}", shape, label,
-                                    {"short": job(op, shape, short, (label,)), "long": job(op, shape, long, (label,))}))
+                programs = {"short": job(op, shape, short, (label,)), "long": job(op, shape, long, (label,))}
+                if spec.baseline is not None:
+                    programs |= {"base_short": job(op, shape, short, (label,), True),
+                                 "base_long": job(op, shape, long, (label,), True)}
+                probes.append(Probe("op", f"{op}|{label}", shape, label, programs))
     if transitions:
-        for shape in SQUARE_4D[:sizes] + DEEP_4D:
+        for shape in SQUARE_4D[:sizes] + DEEP_4D + BATCHED_3D + MATRICES:
             for a, b in itertools.combinations(labels, 2):
                 if vk_cost.split_repr(a)[0] == vk_cost.split_repr(b)[0] == "BUFFER":
                     continue  # the runtime has no buffer-to-buffer layout clone (routed through a texture)
                 for src, dst in ((a, b), (b, a)):
-                    probes.append(Probe("transition", f"{src}->{dst}", shape, dst, {
+                    # the dispatch runs over the texture side's extents (dst when both are textures)
+                    texture_side = dst if vk_cost.split_repr(dst)[0] == "TEXTURE_3D" else src
+                    probes.append(Probe("transition", f"{src}->{dst}", shape, texture_side, {
                         "alt": job("unary", shape, long, (a, b)), "a": job("unary", shape, long, (a,)),
                         "b": job("unary", shape, long, (b,))}))
     return list(jobs.values()), probes
@@ -208,23 +239,28 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
     log(f"[calibrate] ran {len(results) - len(failed)} programs on the device, {len(failed)} failed "
         f"({time.perf_counter() - start:.0f} s)")
     ms = {n: r.run_ms for n, r in results.items() if n not in failed}
-    points: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    points: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     for probe in probes:
         if any(p not in ms for p in probe.programs.values()):
             continue
         nbytes = float(np.prod(probe.shape) * 4)
         slices = float(vk_cost.texture_slices(probe.shape, probe.label))
+        work: tuple[float, ...] = ()
         if probe.kind == "op":
             op = probe.key.split("|")[0]
             slope = (ms[probe.programs["long"]] - ms[probe.programs["short"]]) / (long - short)
-            point = 1000.0 * slope / PROBES[op][1]
+            if "base_long" in probe.programs:
+                slope -= (ms[probe.programs["base_long"]] - ms[probe.programs["base_short"]]) / (long - short)
+            point = 1000.0 * slope / PROBES[op].per_link
+            if PROBES[op].contraction:
+                work = (round(vk_cost.mflop(probe.shape, probe.shape[-1]), 4),)
         else:
             # the same unary chain with a clone per link (half each way); the uniform chains price the unary ops
             if clones.get(probe.programs["alt"], 0) == 0:
                 continue
             extra = ms[probe.programs["alt"]] - (ms[probe.programs["a"]] + ms[probe.programs["b"]]) / 2
             point = 1000.0 * extra / clones[probe.programs["alt"]]
-        points.setdefault((probe.kind, probe.key), []).append((nbytes, slices, round(point, 2)))
+        points.setdefault((probe.kind, probe.key), []).append((nbytes, slices, round(point, 2), *work))
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
     for (kind, key), pts in sorted(points.items()):
@@ -249,14 +285,16 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
     )
 
 
-def _fit(points: list[tuple[float, float, float]]) -> vk_cost.Linear:
-    """Non-negative overhead + rate per MiB + rate per slice through (bytes, slices, microseconds) points,
-    least squares on relative error (a probe of 50 us counts as much as one of 5 ms)."""
-    a = np.array([[1.0, b / vk_cost.MIB, z] for b, z, _ in points])
-    y = np.array([max(t, 1.0) for _, _, t in points])
-    (overhead, rate, per_slice), _ = nnls(a / y[:, None], np.ones(len(y)))
+def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
+    """Non-negative overhead + rate per MiB + rate per slice (+ rate per MFLOP) through (bytes, slices,
+    microseconds[, MFLOP]) points, least squares on relative error (a probe of 50 us counts as much as one of
+    5 ms)."""
+    a = np.array([[1.0, p[0] / vk_cost.MIB, p[1], p[3] if len(p) > 3 else 0.0] for p in points])
+    y = np.array([max(p[2], 1.0) for p in points])
+    (overhead, rate, per_slice, per_mflop), _ = nnls(a / y[:, None], np.ones(len(y)))
     return vk_cost.Linear(overhead_us=round(float(overhead), 3), us_per_mib=round(float(rate), 3),
-                          us_per_slice=round(float(per_slice), 4), points=len(points))
+                          us_per_slice=round(float(per_slice), 4), us_per_mflop=round(float(per_mflop), 4),
+                          points=len(points))
 
 
 def device_name() -> str:

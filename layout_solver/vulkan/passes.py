@@ -31,7 +31,7 @@ from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_rep
 from layout_solver.problem import ProblemError
 from layout_solver.service.client import solve_problem
 from layout_solver.solve import gc_paused
-from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class, repr_label
+from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class, repr_label
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)
@@ -116,10 +116,14 @@ def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanPro
         if _is_clone(node):
             total += _transition_record(node, profile)["cost"]
             continue
+        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
+        first_reprs = reprs_of(first) if first is not None else None
+        reads = repr_label(first_reprs[0]) if first_reprs else None
         for r, val in zip(reprs_of(node) or [], node.meta["val"] if isinstance(node.meta["val"], (list, tuple))
                           else [node.meta["val"]]):
             shape, dtype = [int(d) for d in val.shape], str(val.dtype).removeprefix("torch.")
-            total += vk_cost.op_mode_cost(op_class(node), shape, dtype, repr_label(r), profile)
+            total += vk_cost.op_mode_cost(op_class(node), shape, dtype, repr_label(r), profile, contraction(node),
+                                          reads)
     return total
 
 

@@ -112,6 +112,15 @@ def op_class(node: torch.fx.Node) -> str | None:
     return OP_CLASSES.get(node.target)
 
 
+def contraction(node: torch.fx.Node) -> int:
+    """Length of the sum behind each output element of a linear / matmul node (its input's last dim), else 0."""
+    if OP_CLASSES.get(node.target) not in ("linear", "matmul"):
+        return 0
+    first = node.args[0]
+    val = first.meta.get("val") if isinstance(first, torch.fx.Node) else None
+    return int(val.shape[-1]) if val is not None and len(val.shape) else 0
+
+
 def _layer_norm_label_ok(val, label: str) -> bool:
     # Found on the device by the differential tests (lavapipe, runtime at cff6f4dd32): native_layer_norm
     # written to a width- or height-packed texture is wrong when the channel dim is not a multiple of 4
@@ -283,7 +292,8 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
                          for labels, arg in zip(slot_sets, slot_arg)]
         pair_rule = RUNTIME_PAIR_RULES.get(node.target)
         if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
-            price = functools.partial(_mode, values=values, results=results, op_class=op_class(node), profile=profile)
+            price = functools.partial(_mode, values=values, results=results, op_class=op_class(node), profile=profile,
+                                      contraction=contraction(node))
             modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
         else:
             modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile)
@@ -418,13 +428,15 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
                 operand_labels[s] = lab
             for k, lab in zip(outs, out_labels):
                 result_labels[k] = lab
-        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile))
+        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile,
+                           contraction(node)))
     return modes
 
 
 def _mode(operand_labels: list[str], result_labels: list[str], values: dict, results: list[str],
-          op_class: str | None, profile: vk_cost.VulkanProfile) -> dict:
-    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile)
-               for r, lab in zip(results, result_labels))
+          op_class: str | None, profile: vk_cost.VulkanProfile, contraction: int = 0) -> dict:
+    reads = operand_labels[0] if operand_labels else None
+    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction,
+                                    reads) for r, lab in zip(results, result_labels))
     return {"name": "|".join(operand_labels + ["->"] + result_labels), "operands": operand_labels,
             "results": result_labels, "cost": round(cost, 3)}

@@ -167,6 +167,13 @@ def solved_by(notes: list[str]) -> str:
     return f"in-process ({failed})" if failed else "in-process"
 
 
+def _equivalent(result: dict) -> object:
+    # None from compare means "not checked" (the reference model rejected a side): say so in the table.
+    if result.get("equivalent", "") is None:
+        return "not checked"
+    return result.get("equivalent", "")
+
+
 def rows(results: list[dict]) -> list[dict]:
     out = []
     for r in results:
@@ -177,8 +184,10 @@ def rows(results: list[dict]) -> list[dict]:
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
         row.update(solve_seconds=solver.get("solve_seconds", ""), problem_ops=solver.get("problem_ops", ""),
-                   gap=solver.get("gap", ""), equivalent=r.get("equivalent", ""), run_ratio=r.get("run_ratio", ""),
+                   gap=solver.get("gap", ""), equivalent=_equivalent(r), run_ratio=r.get("run_ratio", ""),
                    solved_by=solved_by(solver.get("solver_notes", [])))
+        if r["target"] == "ethos-u55-128":
+            row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
         out.append(row)
     return out
 
