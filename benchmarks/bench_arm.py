@@ -1,6 +1,6 @@
 """Ethos-U55: stock executorch lowering versus the solver's memory-format stage, on the zoo.
 
-Run: .venv/bin/python benchmarks/bench_arm.py [--models a,b]
+Run: .venv/bin/python benchmarks/bench_arm.py [--models a,b] [--input-order nchw|nhwc]
 Per model, both lowerings in one run (layout-solver compare MODEL --target ethos-u55-128), Vela 5.1
 cycle estimates for ethos-u55-128, and equivalence through the TOSA reference model. Then the
 acceptance checks of the Arm issue.
@@ -9,10 +9,6 @@ acceptance checks of the Arm issue.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.compare import compare_ethos_u
 from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS
@@ -21,13 +17,15 @@ from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
+    parser.add_argument("--input-order", default="nchw", choices=["nchw", "nhwc"],
+                        help="graph-input contract of both sides (layout-solver compare --input-order)")
     args = parser.parse_args()
     print("| model | TOSA transposes stock / solver | Vela transpose rows | transpose cycles stock | solver | change "
           "| total cycles stock | solver | change | lower s stock | solver | solve s | gap | equivalent |")
     print("|" + "---|" * 14, flush=True)
     results = {}
     for name in args.models.split(","):
-        r = compare_ethos_u(name)
+        r = compare_ethos_u(name, input_order=args.input_order)
         results[name] = r
         s, o = r.get("stock", {}), r.get("solver", {})
         if "error" in s or "error" in o:

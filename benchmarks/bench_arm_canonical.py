@@ -10,16 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.canonical import canonical_transposes
 from layout_solver.arm.equivalence import compare_lowerings
 from layout_solver.arm.measure import lower_ethos_u
-from layout_solver.compare import quiet
+from layout_solver.quiet import quiet
 from layout_solver.zoo.models import ARM_ZOO, build
 
 
@@ -27,7 +24,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    quiet()
     print("| model | stock transposes (TOSA / Vela rows) | canonical | stock transpose cycles | canonical | "
           "change | stock total cycles | canonical | stock lower s | canonical | equivalent |")
     print("|" + "---|" * 11, flush=True)
@@ -53,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with quiet():
+        main()

@@ -8,13 +8,9 @@ and the cost model's prediction of Vela's Transpose rows from the same TOSA file
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.measure import lower_ethos_u
-from layout_solver.compare import quiet
+from layout_solver.quiet import quiet
 from layout_solver.zoo.models import ARM_ZOO, ZOO, build
 
 
@@ -22,7 +18,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    quiet()
     cols = ["tosa_transposes", "vela_transpose_rows", "vela_transpose_cycles", "vela_total_cycles", "npu_ops",
             "cpu_ops", "lower_seconds", "predicted_transpose_cycles"]
     print("| model | " + " | ".join(cols) + " | transpose % |")
@@ -41,4 +36,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with quiet():
+        main()

@@ -10,10 +10,6 @@ Vela 5.1's per-layer table (ethos-u55-128).
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.arm.compare import compare_ethos_u
 from layout_solver.zoo.models import ZOO

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from layout_solver.compare import compare_vulkan
 from layout_solver.zoo.models import TRANSFORMERS, ZOO

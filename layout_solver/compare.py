@@ -8,11 +8,11 @@ other's mutations. A side that fails is recorded with its error.
 
 from __future__ import annotations
 
-import logging
 import time
 import traceback
-import warnings
 from collections import Counter
+
+from layout_solver.quiet import quiet
 
 TARGETS = ("vulkan", "ethos-u55-128")
 
@@ -30,13 +30,6 @@ def compare(model: str, target: str, time_limit: float = 10.0, service: str | No
     raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
 
 
-def quiet() -> None:
-    # executorch's Vulkan pass logs every transition at INFO on the root logger.
-    logging.getLogger().setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-
-
 def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, runtime: str | None = None,
                    cost_profile: str | None = None, rounds: int = 15, service: str | None = None) -> dict:
     """Lower `model` with the stock TagMemoryMetaPass and with the solver; with `execute`, run both on the
@@ -44,11 +37,15 @@ def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, 
 
     Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
     """
+    with quiet():
+        return _compare_vulkan(model, time_limit, execute, runtime, cost_profile, rounds, service)
+
+
+def _compare_vulkan(model, time_limit, execute, runtime, cost_profile, rounds, service) -> dict:
     from layout_solver.vulkan import solver_layouts, stock_layouts
     from layout_solver.vulkan.runtime import probe
     from layout_solver.zoo.models import build
 
-    quiet()
     if execute:
         probe(runtime)
     module, inputs = build(model)

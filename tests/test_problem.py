@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -166,3 +167,55 @@ def test_schema_mentions_every_field(capsys):
     assert set(schema) == {"problem", "solution"}
     assert {"values", "ops", "transition_costs"} <= set(schema["problem"]["properties"])
     assert {"objective", "bound", "gap", "transitions", "timings"} <= set(schema["solution"]["properties"])
+
+
+def _project_imports():
+    """The project's import graph read from source (every import statement, lazy ones included)."""
+    import ast
+
+    import networkx as nx
+
+    root = Path(__file__).resolve().parents[1]
+    modules = {}
+    for package in ("layout_solver", "cost_models", "graph_io"):
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    graph.add_edge(name, target)
+    return graph
+
+
+def test_no_import_cycles_among_the_projects_modules():
+    """layout_solver, cost_models and graph_io import each other in one direction only (lazy imports too)."""
+    import networkx as nx
+
+    graph = _project_imports()
+    assert len(graph) > 30
+    assert list(nx.simple_cycles(graph)) == []
+    # cost models are priced by the library, never the other way round
+    assert not [e for e in graph.edges if e[0].startswith("cost_models") and e[1].startswith("layout_solver")]
+
+
+def test_cost_models_import_without_torch():
+    code = ("import sys, cost_models.vulkan, cost_models.ethos_u55, cost_models.query;"
+            "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)

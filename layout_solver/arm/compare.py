@@ -12,6 +12,7 @@ from pathlib import Path
 from layout_solver.arm.equivalence import compare_lowerings
 from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.arm.passes import solver_layouts
+from layout_solver.quiet import quiet
 
 INPUT_ORDERS = ("nchw", "nhwc")
 
@@ -35,10 +36,13 @@ def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u
                     service: str | None = None, input_order: str = "nchw") -> dict:
     """Stock versus solver lowering of `model` for `target`: TOSA transposes, Vela cycles and equivalence on
     the TOSA reference model; `input_order` is the graph-input contract (see declare_input_order)."""
-    from layout_solver.compare import quiet
+    with quiet():
+        return _compare_ethos_u(model, time_limit, target, service, input_order)
+
+
+def _compare_ethos_u(model, time_limit, target, service, input_order) -> dict:
     from layout_solver.zoo.models import build
 
-    quiet()
     module, inputs = build(model)
     inputs = declare_input_order(inputs, input_order)
     result: dict = {"model": model, "target": target, "input_order": input_order}

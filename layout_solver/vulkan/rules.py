@@ -75,8 +75,9 @@ def _view_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
     # View.cpp picks the shader from the output's storage (view_buffer or the
     # texture view) and binds the input the same way, so storage must agree;
     # both shaders take the input's and the output's packed dim / layout as
-    # specialization constants, so the packing may change for free (the
-    # registry's sync rule would forbid that and cost a clone).
+    # specialization constants, so the packing may change inside the view's own
+    # dispatch (the registry's sync rule would forbid that and add a clone); the
+    # cost model prices such a view as the clone it amounts to.
     return [(a, b) for a in ins for b in outs if storage_of(a) == storage_of(b)]
 
 
