@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	# torch first, pinned: anything unpinned would pull the multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,service]'
+	$(PY) -m pip install -q -e '.[test,service,zoo]'
 	@touch $(STAMP)
 
 # A quick zoo: three small models on both targets, stock versus solver, side by side.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -220,6 +221,10 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     missing = [m for m in models if m not in ZOO and ":" not in m]
     if unknown or missing:
         raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
+    needed = ["tqdm", "matplotlib"] + (["ray"] if args.executor == "ray" else [])
+    absent = [name for name in needed if importlib.util.find_spec(name) is None]
+    if absent:
+        raise ProblemError(f"the zoo needs {', '.join(absent)}: pip install 'layout-solver[zoo]'")
     out = Path(args.out)
     options = {"vulkan": _vulkan_options(args)} if "vulkan" in targets else {}
     if "ethos-u55-128" in targets and _ethos_u_options(args):

@@ -219,3 +219,19 @@ def test_cost_models_import_without_torch():
     code = ("import sys, cost_models.vulkan, cost_models.ethos_u55, cost_models.query;"
             "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_library_imports_without_the_zoo_extra():
+    """ray, matplotlib and tqdm belong to the `zoo` extra: the library and the CLI load without them, and
+    `zoo` names what is missing."""
+    code = (
+        "import sys\n"
+        "for name in ('ray', 'matplotlib', 'tqdm'): sys.modules[name] = None  # as if not installed\n"
+        "import layout_solver, cost_models, cost_models.vulkan, layout_solver.cli, layout_solver.compare\n"
+        "import layout_solver.vulkan.passes, layout_solver.arm.passes, layout_solver.zoo.runner\n"
+        "from layout_solver.cli import main\n"
+        "assert main(['zoo', '--models', 'resnet8', '--target', 'vulkan']) == 2\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pip install 'layout-solver[zoo]'" in out.stderr
