@@ -232,6 +232,6 @@ def test_library_imports_without_the_zoo_extra():
         "from layout_solver.cli import main\n"
         "assert main(['zoo', '--models', 'resnet8', '--target', 'vulkan']) == 2\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pip install 'layout-solver[zoo]'" in out.stderr

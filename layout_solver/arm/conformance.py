@@ -1,0 +1,133 @@
+"""Run ExecuTorch's own Arm tests with the solver's memory-format stage active: a pytest plugin.
+
+The executorch wheel ships its Arm test suite (`executorch/backends/arm/test/ops/test_*.py`: TOSA INT / FP
+pipelines whose outputs are checked on the TOSA reference model against eager). Loading this plugin wraps
+every test in `solver_layouts()`, so whatever lowering a test does goes through the solver stage:
+
+    python -m pytest -p layout_solver.arm.conformance --layout-stage solver \\
+        $(python -c "import executorch.backends.arm.test as t, os; print(os.path.dirname(t.__file__))")/ops/test_permute.py
+
+`--layout-stage stock` (the default) leaves the pipeline as shipped, for the side-by-side run
+(`benchmarks/bench_arm_conformance.py` tables both). Each test records how many delegates the solver laid
+out (`layout_solver_delegates` in the junit XML properties), so a run that silently bypassed the stage
+shows up as zero. `peer_test_dir()` finds the suite in the installed wheel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+STAGES = ("stock", "solver")
+
+# The layout-relevant subset of the peer suite (ops whose lowering moves or reads data by axis).
+LAYOUT_RELEVANT = (
+    "permute", "transpose_copy", "view", "cat", "slice", "select", "squeeze", "unsqueeze", "mean_dim", "sum",
+    "softmax", "layer_norm", "linear", "bmm", "matmul", "conv2d", "avg_pool2d", "max_pool2d",
+    "constant_pad_nd", "pixel_shuffling",
+)
+
+
+def peer_test_dir() -> Path:
+    """The installed executorch wheel's Arm test directory (raises if the wheel ships none)."""
+    spec = importlib.util.find_spec("executorch.backends.arm.test")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("this executorch install has no executorch/backends/arm/test suite")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def peer_test_files(ops: tuple[str, ...] = LAYOUT_RELEVANT) -> list[Path]:
+    """`ops/test_<op>.py` of the peer suite for each op that has one."""
+    folder = peer_test_dir() / "ops"
+    return [folder / f"test_{op}.py" for op in ops if (folder / f"test_{op}.py").is_file()]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--layout-stage", choices=STAGES, default="stock",
+                     help="layout-solver: run each test with the stock Arm pipeline or with solver_layouts() active")
+    parser.addoption("--layout-time-limit", type=float, default=10.0, help="layout-solver: solver time limit (s)")
+
+
+@pytest.fixture(autouse=True)
+def _layout_stage(request: pytest.FixtureRequest):
+    """Every test runs inside the chosen stage; the solver's delegate count goes into the test's properties."""
+    if request.config.getoption("--layout-stage") != "solver":
+        yield
+        return
+    from layout_solver.arm.passes import solver_layouts
+
+    with contextlib.ExitStack() as stack:
+        reports = stack.enter_context(solver_layouts(request.config.getoption("--layout-time-limit")))
+        yield
+    request.node.user_properties.append(("layout_solver_delegates", len(reports)))
+
+
+# --- Running the peer suite from outside (the benchmark script and our own CI test) ---------------------
+
+def collect(files: list[Path], keyword: str) -> list[str]:
+    """Node ids of the peer tests in `files` matching the pytest -k expression `keyword`."""
+    import subprocess
+    import sys
+
+    folder = files[0].parent
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+                          "--rootdir", str(folder), "-k", keyword, *(f.name for f in files)],
+                         check=False, capture_output=True, text=True, cwd=folder)
+    ids = [line.strip() for line in out.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if not ids and out.returncode not in (0, 5):
+        raise RuntimeError(f"collecting the peer tests failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return ids
+
+
+def run(ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float = 10.0) -> dict[str, dict]:
+    """Run the peer tests `ids` (relative to `folder`) with `stage`; per test: outcome ("passed", "failed",
+    "xfailed", "skipped", "error"), seconds, the solver's delegate count, and the failure text."""
+    import subprocess
+    import sys
+
+    # pytest exits non-zero when a test fails: the outcomes are read from the junit file, per test
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
+                    "--rootdir", str(folder), "--layout-stage", stage, "--layout-time-limit", str(time_limit),
+                    "--junitxml", str(junit), "-o", "junit_family=xunit1", *ids],
+                   check=False, capture_output=True, text=True, cwd=folder)
+    return parse_junit(junit)
+
+
+def parse_junit(path: Path) -> dict[str, dict]:
+    """Outcomes by test name ("file.py::test[param]") from a pytest junit XML file."""
+    import xml.etree.ElementTree as ET
+
+    results = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        file = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+        name = f"{Path(file).name}::{case.get('name')}"
+        outcome, text = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, text = ("failed" if child.tag == "failure" else "error"), (child.get("message") or "")[:300]
+            elif child.tag == "skipped":
+                kind = child.get("type", "")
+                outcome = "xfailed" if "xfail" in kind else "skipped"
+                text = (child.get("message") or "")[:300]
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        results[name] = {"outcome": outcome, "seconds": float(case.get("time") or 0.0), "text": text,
+                         "delegates": int(props.get("layout_solver_delegates", 0) or 0)}
+    return results
+
+
+def sample(ids: list[str], every: int) -> list[str]:
+    """Every `every`-th test of each file (its first one included), in collection order: a deterministic
+    sample that still touches every file."""
+    by_file: dict[str, list[str]] = {}
+    for test in ids:
+        by_file.setdefault(test.split("::")[0], []).append(test)
+    return [test for tests in by_file.values() for test in tests[::every]]
+
+
+def regressions(stock: dict[str, dict], solver: dict[str, dict]) -> list[str]:
+    """Tests that pass (or xfail as expected) stock and do not with the solver stage."""
+    good = ("passed", "xfailed", "skipped")
+    return sorted(t for t, r in stock.items() if r["outcome"] in good and solver.get(t, {}).get("outcome") not in good)
