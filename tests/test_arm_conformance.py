@@ -1,0 +1,30 @@
+"""ExecuTorch's own Arm op tests (TOSA INT pipelines on the reference model) pass with the solver stage active.
+
+CI runs a deterministic sample of the layout-relevant files (every 12th test of each); the whole set, stock and
+solver side by side, is `benchmarks/bench_arm_conformance.py` (results in benchmarks/results/arm_conformance.md).
+"""
+
+import pytest
+
+pytest.importorskip("executorch.backends.arm")
+
+from layout_solver.arm import conformance
+
+EVERY = 12
+
+
+def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(tmp_path):
+    files = conformance.peer_test_files()
+    assert len(files) >= 15, [f.name for f in files]
+    ids = conformance.sample(conformance.collect(files, "tosa_INT"), EVERY)
+    assert len({t.split("::")[0] for t in ids}) >= 15 and len(ids) >= 40
+    solver = conformance.run(ids, "solver", files[0].parent, tmp_path / "solver.xml")
+    assert set(solver) == set(ids), "tests missing from the solver run"
+    # Only what fails with the solver is run stock too: a failure that stock shares is not ours.
+    suspects = [t for t, r in solver.items() if r["outcome"] not in ("passed", "xfailed", "skipped")]
+    stock = conformance.run(suspects, "stock", files[0].parent, tmp_path / "stock.xml") if suspects else {}
+    lost = conformance.regressions(stock, solver)
+    assert not lost, "\n".join(f"{t}: {solver[t]['outcome']}: {solver[t]['text']}" for t in lost)
+    # The stage really ran: most sampled tests lower at least one delegate through the solver.
+    laid_out = sum(1 for r in solver.values() if r["delegates"] > 0)
+    assert laid_out >= len(ids) // 2, f"only {laid_out} of {len(ids)} tests went through the solver stage"
