@@ -44,6 +44,8 @@ class _Strict(BaseModel):
 
 
 class Parameter(_Strict):
+    """One parameter of the parametric fallback, with what it means."""
+
     value: float = Field(ge=0)
     meaning: str = ""
 
@@ -112,6 +114,7 @@ def _load(key: str) -> VulkanProfile:
 
 
 def split_repr(representation: str) -> tuple[str, str]:
+    """(storage, layout) of a "STORAGE:LAYOUT" label; raises ValueError for anything else."""
     storage, _, layout = representation.partition(":")
     if layout not in _PACKED_DIM or storage not in ("BUFFER", "TEXTURE_3D"):
         raise ValueError(f"not a Vulkan representation: {representation!r}")
@@ -119,6 +122,11 @@ def split_repr(representation: str) -> tuple[str, str]:
 
 
 def tensor_bytes(shape: tuple[int, ...] | list[int], dtype: str) -> int:
+    """Bytes of a dense tensor (unknown dtypes count 4 bytes per element).
+
+    >>> tensor_bytes((2, 3), "float16")
+    12
+    """
     return math.prod(shape) * DTYPE_BYTES.get(dtype, 4)
 
 

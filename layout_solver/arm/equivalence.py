@@ -16,6 +16,7 @@ _NUMPY = {"INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "BOOL": np.bool
 
 
 def tosa_inputs(path: Path) -> list[tuple[str, list[int], type]]:
+    """(name, shape, numpy dtype) of each input of a TOSA flatbuffer; raises ValueError if unreadable."""
     import tosa_serializer as ts
 
     graph = ts.TosaSerializer("")
@@ -30,6 +31,7 @@ def tosa_inputs(path: Path) -> list[tuple[str, list[int], type]]:
 
 
 def random_inputs(specs, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random arrays for tosa_inputs() specs: integers over their whole range, floats standard normal."""
     arrays = []
     for _, shape, dtype in specs:
         if dtype is np.float32:

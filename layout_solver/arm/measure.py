@@ -107,6 +107,7 @@ def inserted_passes(before: dict | None = None, after: dict | None = None) -> It
 
 @contextlib.contextmanager
 def recording_transposes() -> Iterator[list[dict]]:
+    """Inside the block, every Arm lowering appends its TOSA TRANSPOSEs (shape, perm, dtype) to the yielded list."""
     from executorch.backends.arm._passes.ensure_unique_output_nodes_pass import EnsureUniqueOutputNodesPass
 
     sink: list[dict] = []
@@ -116,6 +117,8 @@ def recording_transposes() -> Iterator[list[dict]]:
 
 @dataclass
 class EthosULowering:
+    """One measured Ethos-U lowering: its transposes, Vela's per-layer rows, CPU ops and the kept .tosa files."""
+
     lower_seconds: float
     transposes: list[dict]
     vela_rows: list[dict] = field(default_factory=list)
@@ -143,6 +146,7 @@ class EthosULowering:
 
 
 def quantize(module: torch.nn.Module, inputs: tuple, spec):
+    """PT2E int8 (EthosUQuantizer, symmetric), calibrated on `inputs`: the exported quantized program."""
     from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 

@@ -174,6 +174,8 @@ def _lower_job(job: Job) -> tuple[Job, bytes | None, int, tuple]:
 
 @dataclass
 class Probe:
+    """One measurement: the programs whose times give it (roles -> program names) and what it measures."""
+
     kind: str  # "op" or "transition"
     key: str  # "class|label", or "SRC->DST"
     shape: tuple[int, ...]

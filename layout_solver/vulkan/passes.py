@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PassReport:
+    """What one tagging pass did to one delegate: its transitions, tensors per representation, timings and
+    (solver) objective, bound, gap and notes; `modelled_us` prices the tagged graph with the profile."""
+
     kind: str  # "stock", "solver", or "stock-fallback"
     transitions: list[dict] = field(default_factory=list)  # value, src, dst, bytes, cost
     tensors_by_repr: Counter = field(default_factory=Counter)

@@ -42,10 +42,12 @@ MAX_MODES_PER_OP = 4096
 
 
 def repr_label(r: utils.TensorRepr) -> str:
+    """The problem's label of a representation, "STORAGE:LAYOUT" (e.g. "TEXTURE_3D:TENSOR_WIDTH_PACKED")."""
     return f"{r.storage_type.name}:{r.memory_layout.name}"
 
 
 def label_repr(label: str) -> utils.TensorRepr:
+    """The representation a label names (inverse of repr_label); raises KeyError for an unknown name."""
     storage, layout = label.split(":")
     return utils.TensorRepr(VkStorageType[storage], VkMemoryLayout[layout])
 
@@ -65,6 +67,7 @@ def repset_labels(repset: utils.TensorRepSet, dtype: str | None = None) -> list[
 
 
 def storage_of(label: str) -> str:
+    """The storage half of a label: "TEXTURE_3D" or "BUFFER"."""
     return label.partition(":")[0]
 
 
@@ -110,6 +113,7 @@ OP_CLASSES: dict[object, str] = {
 
 
 def op_class(node: torch.fx.Node) -> str | None:
+    """The cost class a device profile prices the node's op by (OP_CLASSES), or None."""
     return OP_CLASSES.get(node.target)
 
 
@@ -146,6 +150,7 @@ RUNTIME_PAIR_RULES = {
 
 @functools.cache
 def packed_dim_key(label: str) -> utils.PackedDimInfo:
+    """The runtime's packed-dim description of a label (what two labels must share to alias)."""
     r = label_repr(label)
     return utils.PackedDimInfo.from_repr(r.memory_layout, r.storage_type)
 
@@ -160,6 +165,8 @@ class Slot:
 
 @dataclass
 class VulkanProblem:
+    """A delegate graph as a layout problem, with the maps the write-back needs back to the fx graph."""
+
     problem: Problem
     value_node: dict[str, torch.fx.Node]  # value id -> fx node holding it
     op_node: dict[str, torch.fx.Node]
@@ -170,6 +177,7 @@ class VulkanProblem:
 
 
 def is_constant_tensor(node) -> bool:
+    """Whether the node is a constant the Vulkan builder serializes as a TensorRef (prepacked, no layout)."""
     return isinstance(node, torch.fx.Node) and bool(node.meta.get("etvk_tensorref", False))
 
 
