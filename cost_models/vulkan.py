@@ -203,6 +203,14 @@ def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
         # A view that keeps its representation costs next to nothing on a measured device (a dispatch the
         # runtime turns into an alias); one that changes the packed dim moves every element like a
         # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
+        # Between two buffer layouts there is no clone to measure (Clone.cpp has none): price the route
+        # through a texture, an upper bound the device measured, not the parametric guess.
+        if input_label.startswith("BUFFER") and output_label.startswith("BUFFER") and p.transitions:
+            via = {key.split("->")[1] for key in p.transitions if key.startswith(input_label + "->")}
+            routes = [transition_cost(shape, dtype, input_label, t, p) + transition_cost(shape, dtype, t, output_label, p)
+                      for t in via if f"{t}->{output_label}" in p.transitions]
+            if routes:
+                return min(routes)
         return transition_cost(shape, dtype, input_label, output_label, p)
     table = p.op_modes.get(op_class or "")
     if table:
