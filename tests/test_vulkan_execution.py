@@ -229,7 +229,8 @@ def test_runtime_child_is_importable_without_a_device():
 
 
 def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
-    """A small calibration on the device: unary op modes at one size, written as a profile the solver takes."""
+    """A small calibration on the device: unary op modes at one 4-D size (and the deep / token shapes), written
+    as a profile the solver takes."""
     from cost_models.vulkan import load_profile
     from layout_solver.cli import main
 
@@ -240,6 +241,9 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert profile.measured and profile.device != "unspecified" and "calibrate vulkan" in profile.command
     labels = profile.op_modes["unary"]
     assert {"TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"} <= set(labels)
-    assert all(c.points == 3 and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
+    from layout_solver.vulkan.calibrate import PROBES
+
+    sizes = 1 + len(PROBES["unary"].extra)  # --sizes 1 of the 4-D shapes, plus every extra shape
+    assert all(c.points == sizes and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err
