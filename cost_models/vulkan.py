@@ -200,8 +200,8 @@ def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
     p = profile or load_profile()
     output_bytes = tensor_bytes(shape, dtype)
     if op_class == "view" and input_label not in (None, output_label):
-        # A view that keeps its representation costs next to nothing on a measured device (a dispatch the
-        # runtime turns into an alias); one that changes the packed dim moves every element like a
+        # A view that keeps its representation is priced by the view class (about 1 us measured on
+        # lavapipe); one that changes the packed dim moves every element like a
         # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
         # Between two buffer layouts there is no clone to measure (Clone.cpp has none): price the route
         # through a texture, an upper bound the device measured, not the parametric guess.
