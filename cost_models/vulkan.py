@@ -182,6 +182,19 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
                                                                        p.param("write_us_per_mib"))
 
 
+@lru_cache(maxsize=65536)
+def _view_change_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: VulkanProfile) -> float:
+    # Between two buffer layouts there is no clone to measure (Clone.cpp has none): price the route
+    # through a texture, an upper bound the device measured, not the parametric guess.
+    if src.startswith("BUFFER") and dst.startswith("BUFFER"):
+        via = {key.split("->")[1] for key in p.transitions if key.startswith(src + "->")}
+        routes = [_transition_cost(shape, dtype, src, t, p) + _transition_cost(shape, dtype, t, dst, p)
+                  for t in via if f"{t}->{dst}" in p.transitions]
+        if routes:
+            return min(routes)
+    return _transition_cost(shape, dtype, src, dst, p)
+
+
 def mflop(shape, contraction: int) -> float:
     """Millions of multiply-adds x 2 for an output of `shape` whose every element sums `contraction` products."""
     return 2.0 * math.prod(shape) * contraction / 1e6
@@ -203,15 +216,7 @@ def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
         # A view that keeps its representation is priced by the view class (about 1 us measured on
         # lavapipe); one that changes the packed dim moves every element like a
         # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
-        # Between two buffer layouts there is no clone to measure (Clone.cpp has none): price the route
-        # through a texture, an upper bound the device measured, not the parametric guess.
-        if input_label.startswith("BUFFER") and output_label.startswith("BUFFER") and p.transitions:
-            via = {key.split("->")[1] for key in p.transitions if key.startswith(input_label + "->")}
-            routes = [transition_cost(shape, dtype, input_label, t, p) + transition_cost(shape, dtype, t, output_label, p)
-                      for t in via if f"{t}->{output_label}" in p.transitions]
-            if routes:
-                return min(routes)
-        return transition_cost(shape, dtype, input_label, output_label, p)
+        return _view_change_cost(tuple(shape), dtype, input_label, output_label, p)
     table = p.op_modes.get(op_class or "")
     if table:
         slices = texture_slices(shape, output_label)

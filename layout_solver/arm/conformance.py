@@ -15,8 +15,9 @@ shows up as zero. `peer_test_dir()` finds the suite in the installed wheel.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -59,8 +60,7 @@ def _layout_stage(request: pytest.FixtureRequest):
         return
     from layout_solver.arm.passes import solver_layouts
 
-    with contextlib.ExitStack() as stack:
-        reports = stack.enter_context(solver_layouts(request.config.getoption("--layout-time-limit")))
+    with solver_layouts(request.config.getoption("--layout-time-limit")) as reports:
         yield
     request.node.user_properties.append(("layout_solver_delegates", len(reports)))
 
@@ -69,9 +69,6 @@ def _layout_stage(request: pytest.FixtureRequest):
 
 def collect(files: list[Path], keyword: str) -> list[str]:
     """Node ids of the peer tests in `files` matching the pytest -k expression `keyword`."""
-    import subprocess
-    import sys
-
     folder = files[0].parent
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
                           "--rootdir", str(folder), "-k", keyword, *(f.name for f in files)],
@@ -85,9 +82,6 @@ def collect(files: list[Path], keyword: str) -> list[str]:
 def run(ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float = 10.0) -> dict[str, dict]:
     """Run the peer tests `ids` (relative to `folder`) with `stage`; per test: outcome ("passed", "failed",
     "xfailed", "skipped", "error"), seconds, the solver's delegate count, and the failure text."""
-    import subprocess
-    import sys
-
     # pytest exits non-zero when a test fails: the outcomes are read from the junit file, per test
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
                     "--rootdir", str(folder), "--layout-stage", stage, "--layout-time-limit", str(time_limit),
