@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shlex
 import sys
@@ -133,9 +134,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
     if args.target == "vulkan" and args.input_order != "nchw":
         raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128)")
-    from layout_solver.zoo.models import ModelError, build
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ModelError, build
 
     check_time_limit(args.time_limit)
+    if args.model in MULTI_METHOD_ZOO:
+        return _compare_methods(args, options)
+    if args.method_weights:
+        raise ProblemError(f"--method-weights is for multi-method models ({', '.join(MULTI_METHOD_ZOO)})")
     try:
         build(args.model)  # a broken model is the user's error: said before any lowering
         result = compare(args.model, args.target, time_limit=args.time_limit, service=args.service, **options)
@@ -154,6 +159,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
     crashed = args.target == "vulkan" and args.execute and result.get("stock", {}).get("executed") \
         and not result.get("solver", {}).get("executed")
     return 1 if "solver" in failed or crashed else 0
+
+
+def _compare_methods(args: argparse.Namespace, options: dict) -> int:
+    """`compare` on a built-in multi-method model: stock, per-method and joint solver, per method."""
+    from layout_solver.compare_methods import compare_methods, format_table
+    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+
+    if options.get("input_order", "nchw") != "nchw":
+        raise ProblemError("--input-order applies to single-method models")
+    try:
+        result = compare_methods(args.model, args.target, time_limit=args.time_limit, weights=args.method_weights,
+                                 **{k: v for k, v in options.items() if k != "input_order"})
+    except VulkanRuntimeUnavailable as exc:
+        raise ProblemError(str(exc)) from exc
+    if args.json:
+        print(format_table(result), file=sys.stderr)
+        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "traceback"} if isinstance(v, dict) else v)
+                          for k, v in result.items()}))
+    else:
+        print(format_table(result))
+    return 1 if any("error" in result.get(side, {}) for side in ("per_method", "joint")) else 0
+
+
+def _method_weights(text: str) -> dict[str, float]:
+    """`decode=128,prefill=1` -> {"decode": 128.0, "prefill": 1.0}; every weight a positive number."""
+    weights = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            weights[name.strip()] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected method=weight pairs, got {item!r}") from None
+        if not name.strip() or not math.isfinite(weights[name.strip()]) or weights[name.strip()] <= 0:
+            raise argparse.ArgumentTypeError(f"{item!r}: a method name and a positive finite weight")
+    return weights
 
 
 def _vulkan_options(args: argparse.Namespace) -> dict:
@@ -212,15 +252,15 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
-    from layout_solver.zoo.models import ZOO
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO
     from layout_solver.zoo.runner import TARGETS, run_zoo
 
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     unknown = [t for t in targets if t not in TARGETS]
     models = [m.strip() for m in args.models.split(",")] if args.models else list(ZOO)
-    missing = [m for m in models if m not in ZOO and ":" not in m]
+    missing = [m for m in models if m not in ZOO and m not in MULTI_METHOD_ZOO and ":" not in m]
     if unknown or missing:
-        raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join(ZOO)}")
+        raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join([*ZOO, *MULTI_METHOD_ZOO])}")
     needed = ["tqdm", "matplotlib"] + (["ray"] if args.executor == "ray" else [])
     absent = [name for name in needed if importlib.util.find_spec(name) is None]
     if absent:
@@ -344,8 +384,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", nargs="?", choices=["problem", "solution", "all"], default="all")
     p.set_defaults(func=cmd_schema)
     p = sub.add_parser("compare", help="lower a model with the stock pipeline and with the solver, side by side")
-    p.add_argument("model", help="built-in zoo name or path/to/file.py:factory")
+    p.add_argument("model", help="built-in zoo name (multi-method: decoder_kv, convnext_two_res) or "
+                                 "path/to/file.py:factory")
     p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
+    p.add_argument("--method-weights", type=_method_weights,
+                   help="multi-method models: how often each method runs, e.g. decode=128,prefill=1 "
+                        "(default: the model's own)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     _add_service_argument(p)

@@ -21,6 +21,13 @@ def compare(model: str, target: str, time_limit: float = 10.0, service: str | No
     """Stock versus solver on `target`; `service` is a layout-solver service URL to solve on (None:
     $LAYOUT_SOLVER_SERVICE or in-process); `options` go to the target's comparison (Vulkan: execute,
     runtime, cost_profile; Ethos-U: input_order)."""
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO
+
+    if model in MULTI_METHOD_ZOO:
+        from layout_solver.compare_methods import compare_methods
+
+        options.pop("input_order", None)
+        return compare_methods(model, target, time_limit, **options)
     if target == "vulkan":
         return compare_vulkan(model, time_limit, service=service, **options)
     if target == "ethos-u55-128":

@@ -51,3 +51,16 @@ def test_console_script_installed(tmp_path):
     result = subprocess.run([sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
                             check=False, capture_output=True, text=True)
     assert result.returncode in (0, 3), result.stderr
+
+
+def test_method_weights_are_checked_before_lowering(capsys):
+    assert main(["compare", "resnet8", "--target", "vulkan", "--method-weights", "decode=1"]) == 2
+    assert "multi-method models" in capsys.readouterr().err
+    for bad in ("decode=-1", "decode", "=3", "decode=nan"):
+        try:
+            main(["compare", "decoder_kv", "--target", "vulkan", "--method-weights", bad])
+        except SystemExit as exc:
+            assert exc.code == 2
+        else:
+            raise AssertionError(f"--method-weights {bad} was accepted")
+        assert "method-weights" in capsys.readouterr().err

@@ -114,7 +114,7 @@ def test_shared_constant_across_graphs_gets_one_label():
 
 def test_core_does_not_import_torch():
     code = (
-        "import sys, layout_solver, layout_solver.cli, layout_solver.solve, layout_solver.synthetic;"
+        "import sys, layout_solver, layout_solver.cli, layout_solver.solve, layout_solver.synthetic, layout_solver.multimethod;"
         "from layout_solver.synthetic import cnn_like; layout_solver.solve(cnn_like(2));"
         "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad"
     )

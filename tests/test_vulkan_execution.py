@@ -8,7 +8,6 @@ skipped without them, in CI (CI=true) their absence fails the suite.
 """
 
 import contextlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,18 +33,6 @@ TOLERANCE = 1e-4
 # Other kernels (buffer versus texture, other packings) sum in other orders: float rounding may move the
 # error against eager by a few percent either way; "no worse than stock" allows that much.
 ROUNDING_SLACK = 1.05
-
-
-@pytest.fixture(scope="module")
-def runtime():
-    try:
-        lib = locate_runtime()
-        probe(lib)
-    except VulkanRuntimeUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Vulkan execution tests: {exc}")
-        pytest.skip(str(exc))
-    return lib
 
 
 def _eager(module, inputs):

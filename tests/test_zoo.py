@@ -46,3 +46,14 @@ def test_zoo_passes_target_options_and_keys_the_cache_by_them(tmp_path):
     logged = []
     default = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=logged.append)
     assert not logged and default[0]["cost_profile"] == "mobile-gpu"
+
+
+def test_zoo_reports_a_multi_method_model_per_method(tmp_path):
+    results = run_zoo(["decoder_kv"], ["vulkan"], tmp_path, jobs=1, log=lambda _: None)
+    assert results[0]["status"] == "ok", results[0]
+    with (tmp_path / "results.csv").open() as f:
+        rows = {row["model"]: row for row in csv.DictReader(f)}
+    assert set(rows) == {"decoder_kv:prefill", "decoder_kv:decode"}
+    assert rows["decoder_kv:decode"]["method_weight"] == "128.0"
+    assert float(rows["decoder_kv:decode"]["solver_modelled_us"]) > 0
+    assert any((tmp_path / "subproblems").rglob("*.json"))  # the joint solve's cache, shared by later jobs

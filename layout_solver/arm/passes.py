@@ -13,6 +13,7 @@ import contextvars
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -21,6 +22,14 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from layout_solver.arm.rules import build_problem, compose, inverse, label_order
+from layout_solver.joint_lowering import (
+    JointReports,
+    current_partition,
+    joint_preprocess,
+    program_links,
+    solve_partition,
+)
+from layout_solver.multimethod import SubproblemCache
 from layout_solver.service.client import solve_problem
 from layout_solver.solve import gc_paused
 
@@ -39,6 +48,7 @@ class TosaPassReport:
     pinned_unknown: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problem_ops: int = 0
+    partition: str = field(default_factory=current_partition)  # "method#index" in a multi-method lowering
 
 
 def _constant_placeholders(program) -> set[str]:
@@ -84,9 +94,12 @@ class SolverLayoutPass(ArmPass):
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         with gc_paused():
             start = time.perf_counter()
-            arm = build_problem(graph_module, constants=_constant_placeholders(_current_program.get()))
+            program = _current_program.get()
+            constants = _constant_placeholders(program)
+            arm = build_problem(graph_module, constants=constants)
             t0 = time.perf_counter()
-            solution = solve_problem(arm.problem, self.time_limit, self.service)
+            solution = solve_partition(arm.problem, lambda p: solve_problem(p, self.time_limit, self.service),
+                                       program_links(program, constants & set(arm.value_node)))
             solve_seconds = time.perf_counter() - t0
             written, removed = self._write_back(graph_module, arm, solution)
             graph_module.graph.lint()
@@ -173,8 +186,9 @@ class SolverLayoutPass(ArmPass):
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service: str | None = None
-                   ) -> Iterator[list[TosaPassReport]]:
+def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service: str | None = None,
+                   method_weights: dict[str, float] | None = None, constant_byte_cost: float = 0.0,
+                   cache_dir: str | Path | None = None) -> Iterator[JointReports]:
     """Inside this block, Ethos-U lowering lays tensors out with the solver.
 
     `service`: URL of a `layout-solver serve` instance to solve on (default
@@ -186,14 +200,31 @@ def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service
     InsertConstShapesPass through the public pass-insertion registry;
     everything after (ExirToTosaPass, Vela) is unchanged. All of it is
     restored on every exit. Yields one TosaPassReport per delegate.
+
+    `method_weights` ({"decode": 128, "prefill": 1}) makes a multi-method
+    lowering one joint problem over all partitions of all methods (see
+    `layout_solver.joint_lowering`): parameters and constants with equal bytes
+    are linked (one home order), identical partitions are solved once (with
+    `cache_dir`, across runs too); the reports' `.joint` says how it went.
+    `constant_byte_cost` prices an extra stored order of a linked constant per
+    byte. It defaults to 0 because on Ethos-U it is never paid: each delegate's
+    Vela command stream carries its own (re-encoded) weights, so stock already
+    stores one copy per delegate and a per-method layout adds none. Set it if
+    your deployment shares weights across delegates. Single-method programs
+    are lowered exactly as without it.
     """
     from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+    from executorch.backends.arm.ethosu import EthosUBackend
 
     from layout_solver.arm.canonical import CanonicalTransposePass
     from layout_solver.arm.measure import inserted_passes
 
-    reports: list[TosaPassReport] = []
+    reports = JointReports()
     with contextlib.ExitStack() as stack:
+        if method_weights:
+            stack.enter_context(joint_preprocess(
+                EthosUBackend, method_weights, lambda p: solve_problem(p, time_limit, service), reports,
+                constant_byte_cost, SubproblemCache(cache_dir)))
         stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [SolverLayoutPass(reports, time_limit, service),
                                                                             CanonicalTransposePass()]}))

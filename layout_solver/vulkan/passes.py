@@ -28,6 +28,14 @@ from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, set_reprs
+from layout_solver.joint_lowering import (
+    JointReports,
+    current_partition,
+    joint_preprocess,
+    program_links,
+    solve_partition,
+)
+from layout_solver.multimethod import SubproblemCache
 from layout_solver.problem import ProblemError
 from layout_solver.service.client import solve_problem
 from layout_solver.solve import gc_paused
@@ -53,6 +61,7 @@ class PassReport:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     problem_ops: int = 0
     modelled_us: float = 0.0  # modelled_cost() of the tagged graph
+    partition: str = field(default_factory=current_partition)  # "method#index" in a multi-method lowering
 
     @property
     def transition_cost(self) -> float:
@@ -65,7 +74,12 @@ _reports: contextvars.ContextVar[list[PassReport] | None] = contextvars.ContextV
 @contextlib.contextmanager
 def collect_reports() -> Iterator[list[PassReport]]:
     """Collect the PassReports of every tagging pass run inside the block (one per delegate)."""
-    reports: list[PassReport] = []
+    with _collecting_into([]) as reports:
+        yield reports
+
+
+@contextlib.contextmanager
+def _collecting_into(reports: list) -> Iterator[list[PassReport]]:
     token = _reports.set(reports)
     try:
         yield reports
@@ -153,6 +167,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
     time_limit: float = 10.0
     cost_profile: vk_cost.VulkanProfile | None = None  # None: the default profile
     service: str | None = None  # a layout-solver service URL; None: $LAYOUT_SOLVER_SERVICE or in-process
+    _exported_program = None  # set by vulkan_preprocess's apply_passes before each call
 
     def constrain(self, vproblem) -> None:
         """Hook for subclasses (calibration pins representations); the solver adds no constraint."""
@@ -176,7 +191,9 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                                notes=[str(exc)], modelled_us=modelled_cost(graph_module, self.cost_profile)))
             return result
         t_built = time.perf_counter()
-        solution = solve_problem(vproblem.problem, self.time_limit, self.service)
+        placeholders = {vid for vid, node in vproblem.value_node.items() if node.op == "placeholder"}
+        solution = solve_partition(vproblem.problem, lambda p: solve_problem(p, self.time_limit, self.service),
+                                   program_links(self._exported_program, placeholders))
         t_solved = time.perf_counter()
         self._write_back(graph_module, vproblem, solution)
         t_written = time.perf_counter()
@@ -240,7 +257,8 @@ def _substituted_pass(cls) -> Iterator[None]:
 
 @contextlib.contextmanager
 def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.VulkanProfile | None = None,
-                   service: str | None = None) -> Iterator[list[PassReport]]:
+                   service: str | None = None, method_weights: dict[str, float] | None = None,
+                   cache_dir: str | Path | None = None) -> Iterator[JointReports]:
     """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
 
     `cost_profile` prices transitions and op modes: a built-in name ("mobile-gpu",
@@ -248,12 +266,31 @@ def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.
     vulkan`, or a VulkanProfile. `service`: URL of a `layout-solver serve`
     instance to solve on (default $LAYOUT_SOLVER_SERVICE; unset: in-process); on
     any failure the problem is solved in-process and the report's notes say so.
-    Yields the list that receives one PassReport per lowered delegate.
+
+    `method_weights` ({"decode": 128, "prefill": 1}: how often each method runs
+    per use of the program) makes a multi-method lowering one joint problem over
+    every partition of every method (see `layout_solver.joint_lowering`);
+    identical partitions are solved once, and with `cache_dir` across runs too.
+    Single-method programs are lowered exactly as without it. Vulkan constants
+    are prepacked from one content-hashed copy, so they add no links here.
+
+    Yields the list that receives one PassReport per lowered delegate (its
+    `partition` names the method); `.joint` holds one JointResult per
+    multi-method lowering.
     """
+    from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
+
     profile = vk_cost.load_profile(cost_profile)
     pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,),
                     {"time_limit": time_limit, "cost_profile": profile, "service": service})
-    with collect_reports() as reports, _substituted_pass(pass_cls):
+    reports = JointReports()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_collecting_into(reports))
+        stack.enter_context(_substituted_pass(pass_cls))
+        if method_weights:
+            stack.enter_context(joint_preprocess(
+                VulkanBackend, method_weights, lambda p: solve_problem(p, time_limit, service), reports,
+                cache=SubproblemCache(cache_dir)))
         yield reports
 
 

@@ -115,30 +115,31 @@ def probe(runtime: str | os.PathLike | None = None, timeout: float = 120.0) -> s
 
 
 def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtime: str | os.PathLike | None = None,
-            warmup: int = 3, rounds: int = 15, timeout: float = 600.0, time_runs: bool = True
-            ) -> dict[str, ExecutionResult]:
+            warmup: int = 3, rounds: int = 15, timeout: float = 600.0, time_runs: bool = True,
+            methods: dict[str, tuple[bytes, str]] | None = None) -> dict[str, ExecutionResult]:
     """Run every program on the Vulkan device; never raises for a program that fails.
 
     `inputs` is one tuple for every program, or a tuple per program name.
+    `methods` adds runs of other methods than `forward`: run name -> (program bytes, method name).
     Raises VulkanRuntimeUnavailable when there is no plugin or no device at all.
     """
     lib = str(locate_runtime(runtime))
+    runs = {name: (buffer, "forward") for name, buffer in programs.items()} | dict(methods or {})
     if not isinstance(inputs, dict):
-        inputs = {name: inputs for name in programs}
+        inputs = {name: inputs for name in runs}
     results: dict[str, ExecutionResult] = {}
     with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
         paths = {}
-        for name, buffer in programs.items():
-            paths[name] = Path(tmp) / f"{len(paths)}.pte"
-            paths[name].write_bytes(buffer)
+        for name, (buffer, method) in runs.items():
+            paths[name] = (str(Path(tmp) / f"{len(paths)}.pte"), method)
+            Path(paths[name][0]).write_bytes(buffer)
         # All programs in one child first; if that one crashes, one child per
         # program, so the crash is pinned on the program that caused it.
-        answer = _run_child({"mode": "outputs", "runtime": lib, "programs": {n: str(p) for n, p in paths.items()},
-                             "inputs": inputs}, timeout)
+        answer = _run_child({"mode": "outputs", "runtime": lib, "programs": paths, "inputs": inputs}, timeout)
         if answer.get("unavailable"):
             raise VulkanRuntimeUnavailable(answer["unavailable"])
         if "crash" in answer and len(paths) > 1:
-            answers = {name: _run_child({"mode": "outputs", "runtime": lib, "programs": {name: str(path)},
+            answers = {name: _run_child({"mode": "outputs", "runtime": lib, "programs": {name: path},
                                          "inputs": {name: inputs[name]}}, timeout) for name, path in paths.items()}
         else:
             answers = {name: answer for name in paths}
@@ -150,7 +151,7 @@ def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtim
                 results[name] = ExecutionResult(True, outputs=one["outputs"][name])
         ran = [name for name, r in results.items() if r.executed]
         if time_runs and ran:
-            answer = _run_child({"mode": "time", "runtime": lib, "programs": {n: str(paths[n]) for n in ran},
+            answer = _run_child({"mode": "time", "runtime": lib, "programs": {n: paths[n] for n in ran},
                                  "inputs": {n: inputs[n] for n in ran}, "warmup": warmup, "rounds": rounds}, timeout)
             for name in ran:
                 times = answer.get("times", {}).get(name)
@@ -185,26 +186,31 @@ def _child(request: dict) -> dict:
         return {"unavailable": HOW_TO_GET_A_DEVICE}
     inputs = request["inputs"]
     # A loaded program points into its buffer without copying it: keep every buffer alive.
-    buffers = {name: Path(p).read_bytes() for name, p in request["programs"].items()}
+    buffers = {name: Path(p).read_bytes() for name, (p, _) in request["programs"].items()}
+    method = {name: m for name, (_, m) in request["programs"].items()}
+
+    def run(module, name):
+        return module.run_method(method[name], inputs[name])
+
     if request["mode"] == "outputs":
         outputs, errors = {}, {}
         for name, buffer in buffers.items():
             try:  # an error the runtime raises (not a crash) belongs to its program
                 module = portable_lib._load_for_executorch_from_buffer(buffer)
-                outputs[name] = [o.detach().numpy().copy() for o in module.forward(inputs[name])]
+                outputs[name] = [o.detach().numpy().copy() for o in run(module, name)]
             except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
                 errors[name] = f"{type(exc).__name__}: {exc}".strip()[:1000]
         return {"outputs": outputs, "errors": errors}
     modules = {name: portable_lib._load_for_executorch_from_buffer(buffer) for name, buffer in buffers.items()}
     for name, module in modules.items():
         for _ in range(request["warmup"]):
-            module.forward(inputs[name])
+            run(module, name)
     times: dict[str, list[float]] = {name: [] for name in modules}
     for k in range(request["rounds"]):
         order = list(modules) if k % 2 == 0 else list(reversed(modules))
         for name in order:
             start = time.perf_counter()
-            modules[name].forward(inputs[name])
+            run(modules[name], name)
             times[name].append((time.perf_counter() - start) * 1000.0)
     return {"times": times}
 

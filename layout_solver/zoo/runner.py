@@ -72,7 +72,7 @@ def run_job(job: Job) -> dict:
     start = time.perf_counter()
     try:
         result = compare(job.model, job.target, **dict(job.options))
-        failed = [s for s in ("stock", "solver") if "error" in result.get(s, {})]
+        failed = [s for s in ("stock", "solver", "per_method", "joint") if "error" in result.get(s, {})]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
     except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
         result = {"model": job.model, "target": job.target,
@@ -126,12 +126,18 @@ def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, exe
     """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare()."""
     from tqdm import tqdm
 
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO
+
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     todo, results = [], []
     for model in models:
         for target in targets:
-            job = Job(model, target, tuple(sorted((options or {}).get(target, {}).items())))
+            chosen = dict((options or {}).get(target, {}))
+            if model in MULTI_METHOD_ZOO:  # joint solves share one subproblem cache across models and runs
+                chosen = {k: v for k, v in chosen.items() if k not in ("service", "input_order")}
+                chosen["cache_dir"] = str(out / "subproblems")
+            job = Job(model, target, tuple(sorted(chosen.items())))
             path = cache / f"{job_key(job)}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
@@ -174,9 +180,30 @@ def _equivalent(result: dict) -> object:
     return result.get("equivalent", "")
 
 
+def _method_rows(r: dict) -> list[dict]:
+    """A multi-method result as one row per method (`model:method`): stock against the joint solve."""
+    out = []
+    for method in r.get("methods", []):
+        row = {"model": f"{r['model']}:{method}", "target": r["target"], "status": r["status"],
+               "error": r.get("error") or r.get("stock", {}).get("error") or r.get("joint", {}).get("error") or "",
+               "method_weight": r["weights"].get(method, "")}
+        for side, source in (("stock", "stock"), ("solver", "joint")):
+            for key in ROW_FIELDS.get(r["target"], []):
+                row[f"{side}_{key}"] = r.get(source, {}).get("per_method", {}).get(method, {}).get(key, "")
+        joint = r.get("joint", {})
+        # Per method there is no gap, run ratio or problem size of its own: the joint solve has one for all.
+        row.update(solve_seconds=joint.get("solve_seconds", ""), problem_ops="", gap="", run_ratio="", solved_by="",
+                   cache_hits=joint.get("cache_hits", ""), equivalent=r.get("joint_equivalent", ""))
+        out.append(row)
+    return out
+
+
 def rows(results: list[dict]) -> list[dict]:
     out = []
     for r in results:
+        if "methods" in r:
+            out += _method_rows(r)
+            continue
         row = {"model": r["model"], "target": r["target"], "status": r["status"],
                "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or ""}
         for side in ("stock", "solver"):

@@ -1,0 +1,276 @@
+"""Stock, per-method solver and joint solver lowerings of one multi-method model, side by side.
+
+`compare_methods(model, target)` lowers the model's methods together
+(`to_edge_transform_and_lower({"prefill": ep1, "decode": ep2}, ...)`) three
+ways from fresh exports of one module:
+
+* ``stock``: the backend's own layout stage;
+* ``per_method``: the solver, each partition solved on its own (the default);
+* ``joint``: the solver with `method_weights`: one problem over every
+  partition of every method (see `layout_solver.joint_lowering`).
+
+Per side and per method it reports the device cost (Ethos-U: Vela cycles and
+transposes per method; Vulkan: the profile's modelled cost and, with
+`execute`, lavapipe run time), the weighted total over methods, the .pte
+size, constant bytes and solve time; then checks the solver programs against
+stock (Ethos-U: every delegate on the TOSA reference model, bit-exact) or
+against eager (Vulkan: every method on the device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import tempfile
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+from layout_solver.quiet import quiet
+
+SIDES = ("stock", "per_method", "joint")
+
+
+def _program_bytes(program_manager, executorch_program) -> dict:
+    """.pte size, delegate blob bytes and named (constant) data bytes of a lowered multi-method program."""
+    blobs = 0
+    for method in program_manager.methods:
+        graph_module = program_manager.exported_program(method).graph_module
+        for _, child in graph_module.named_children():
+            blobs += len(getattr(child, "processed_bytes", b"") or b"")
+    named = executorch_program._named_data
+    named_bytes = sum(len(b.buffer) if hasattr(b, "buffer") else len(b) for b in (named.buffers if named else []))
+    return {"pte_bytes": len(executorch_program.buffer), "delegate_bytes": blobs, "constant_bytes": named_bytes,
+            "constant_entries": len(named.pte_data) if named else 0}
+
+
+def _weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) -> float | None:
+    values = [per_method[m].get(key) for m in weights]
+    if any(v is None for v in values):
+        return None
+    return round(sum(weights[m] * v for m, v in zip(weights, values)), 3)
+
+
+def compare_methods(model, target: str, time_limit: float = 10.0, execute: bool = False,
+                    runtime: str | None = None, cost_profile: str | None = None, rounds: int = 15,
+                    weights: dict[str, float] | None = None, cache_dir: str | None = None) -> dict:
+    """Stock vs per-method vs joint for `model` (a built-in multi-method name, or a MultiMethodModel: module,
+    inputs per method, weights) on `target` ("vulkan" or "ethos-u55-128"); `weights` overrides the model's method weights; `cache_dir` is the
+    joint solve's subproblem cache (shared across models and runs)."""
+    from layout_solver.zoo.models import MultiMethodModel, build_methods
+
+    built = model if isinstance(model, MultiMethodModel) else build_methods(model)
+    model = model if isinstance(model, str) else type(built.module).__name__
+    weights = dict(weights or built.weights)
+    with quiet():
+        if target == "vulkan":
+            result = _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, rounds, cache_dir)
+        elif target.startswith("ethos-u55"):
+            result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
+        else:
+            raise ValueError(f"unknown target {target!r}")
+    return {"model": model, "target": target, "methods": list(built.inputs), "weights": weights, **result}
+
+
+# ------------------------------------------------------------------ Vulkan ---
+
+
+def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, rounds, cache_dir) -> dict:
+    import torch
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
+    from executorch.exir import to_edge_transform_and_lower
+
+    from layout_solver.joint_lowering import naming_partitions
+    from layout_solver.vulkan import solver_layouts, stock_layouts
+    from layout_solver.vulkan.runtime import probe
+
+    if execute:
+        probe(runtime)
+    contexts = {"stock": lambda: stock_layouts(cost_profile),
+                "per_method": lambda: solver_layouts(time_limit, cost_profile),
+                "joint": lambda: solver_layouts(time_limit, cost_profile, method_weights=weights, cache_dir=cache_dir)}
+    sides, buffers = {}, {}
+    for side, context in contexts.items():
+        start = time.perf_counter()
+        try:
+            exported = {m: torch.export.export(copy.deepcopy(built.module), inputs)
+                        for m, inputs in built.inputs.items()}
+            with context() as reports, naming_partitions(VulkanBackend):
+                manager = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
+                program = manager.to_executorch()
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                           "traceback": traceback.format_exc(limit=4)}
+            continue
+        buffers[side] = program.buffer
+        per_method: dict[str, dict] = defaultdict(lambda: {"transitions": 0, "modelled_us": 0.0, "delegates": 0})
+        for report in reports:
+            row = per_method[report.partition.split("#")[0]]
+            row["transitions"] += len(report.transitions)
+            row["modelled_us"] = round(row["modelled_us"] + report.modelled_us, 3)
+            row["delegates"] += 1
+        record = {"per_method": {m: dict(per_method[m]) for m in weights},
+                  "weighted_modelled_us": _weighted(per_method, weights, "modelled_us"),
+                  "lower_seconds": round(time.perf_counter() - start, 3),
+                  "solve_seconds": round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
+                  **_program_bytes(manager, program)}
+        for joint in getattr(reports, "joint", []):
+            record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits, linked_values=joint.linked_values,
+                          joint_solve_seconds=round(joint.solve_seconds, 4), joint_notes=joint.notes)
+        sides[side] = record
+    result = dict(sides)
+    if execute and buffers:
+        result.update(_execute_vulkan(built, buffers, sides, weights, runtime, rounds))
+    return result
+
+
+def _execute_vulkan(built, buffers, sides, weights, runtime, rounds) -> dict:
+    import numpy as np
+    import torch
+
+    from layout_solver.vulkan.runtime import execute
+
+    expected = {}
+    for method, inputs in built.inputs.items():
+        with torch.no_grad():  # each method from the module's initial state, as each program starts
+            expected[method] = [t.numpy() for t in torch.utils._pytree.tree_leaves(copy.deepcopy(built.module)(*inputs))]
+    runs = {f"{side}/{m}": (buffer, m) for side, buffer in buffers.items() for m in built.inputs}
+    ran = execute({}, {name: built.inputs[name.split("/")[1]] for name in runs}, runtime=runtime, rounds=rounds,
+                  methods=runs)
+    worst_vs_stock = 0.0
+    for name, outcome in ran.items():
+        side, method = name.split("/")
+        row = sides[side]["per_method"][method]
+        row["executed"] = outcome.executed
+        row["run_ms"] = round(outcome.run_ms, 3) if outcome.run_ms is not None else None
+        if outcome.error:
+            row["execute_error"] = outcome.error
+        if outcome.executed:
+            row["max_abs_diff_vs_eager"] = float(max(np.abs(o.astype(np.float64) - e).max()
+                                                     for o, e in zip(outcome.outputs, expected[method])))
+            stock = ran.get(f"stock/{method}")
+            if side != "stock" and stock is not None and stock.executed:
+                worst_vs_stock = max(worst_vs_stock, float(max(np.abs(a.astype(np.float64) - b).max()
+                                                              for a, b in zip(outcome.outputs, stock.outputs))))
+    for side in buffers:
+        sides[side]["weighted_run_ms"] = _weighted(sides[side]["per_method"], weights, "run_ms")
+    return {"max_abs_diff_solver_vs_stock": worst_vs_stock}
+
+
+# ---------------------------------------------------------------- Ethos-U ---
+
+
+@contextlib.contextmanager
+def _recording_tosa(sink: list[tuple[str, bytes]]):
+    """Every TOSA flatbuffer the Ethos-U backend hands to Vela, with the partition it belongs to."""
+    from executorch.backends.arm.ethosu import EthosUBackend
+
+    from layout_solver.joint_lowering import current_partition
+
+    original = EthosUBackend.__dict__["_compile_tosa_flatbuffer"]
+
+    def recording(tosa_flatbuffer, compile_spec):
+        sink.append((current_partition(), bytes(tosa_flatbuffer)))
+        return original.__func__(tosa_flatbuffer, compile_spec)
+
+    EthosUBackend._compile_tosa_flatbuffer = staticmethod(recording)
+    try:
+        yield sink
+    finally:
+        EthosUBackend._compile_tosa_flatbuffer = original
+
+
+def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
+    from executorch.backends.arm.ethosu import EthosUBackend, EthosUCompileSpec, EthosUPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from cost_models.calibration.vela_runner import run_vela
+    from layout_solver.arm import solver_layouts
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.measure import quantize_for
+    from layout_solver.joint_lowering import naming_partitions
+
+    # Quantize once per method: every side lowers copies of the same int8 programs.
+    quantized = {m: quantize_for(copy.deepcopy(built.module), inputs, target) for m, inputs in built.inputs.items()}
+    contexts = {"stock": contextlib.nullcontext,
+                "per_method": lambda: solver_layouts(time_limit),
+                "joint": lambda: solver_layouts(time_limit, method_weights=weights, cache_dir=cache_dir)}
+    sides, tosa = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for side, context in contexts.items():
+            start = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), context() as reports, \
+                        naming_partitions(EthosUBackend), _recording_tosa([]) as recorded:
+                    manager = to_edge_transform_and_lower(copy.deepcopy(quantized),
+                                                          partitioner=[EthosUPartitioner(EthosUCompileSpec(target))])
+                    program = manager.to_executorch()
+            except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+                sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                               "traceback": traceback.format_exc(limit=4)}
+                continue
+            elapsed = time.perf_counter() - start
+            per_method: dict[str, dict] = defaultdict(lambda: {"vela_transpose_cycles": 0, "vela_total_cycles": 0,
+                                                               "vela_transpose_rows": 0, "delegates": 0})
+            files = []
+            for index, (partition, flatbuffer) in enumerate(recorded):
+                files.append(Path(tmp) / side / f"{index}.tosa")
+                files[-1].parent.mkdir(parents=True, exist_ok=True)
+                files[-1].write_bytes(flatbuffer)
+                with tempfile.TemporaryDirectory() as work, contextlib.redirect_stdout(io.StringIO()):
+                    rows = [r for r in run_vela(flatbuffer, Path(work)) if r["Target"] == "NPU"]
+                row = per_method[partition.split("#")[0]]
+                transposes = [r for r in rows if r["NNG Operator"] == "Transpose"]
+                row["vela_transpose_rows"] += len(transposes)
+                row["vela_transpose_cycles"] += sum(int(float(r["Op Cycles"])) for r in transposes)
+                row["vela_total_cycles"] += sum(int(float(r["Op Cycles"])) for r in rows)
+                row["delegates"] += 1
+            tosa[side] = files
+            record = {"per_method": {m: dict(per_method[m]) for m in weights},
+                      "weighted_total_cycles": _weighted(per_method, weights, "vela_total_cycles"),
+                      "weighted_transpose_cycles": _weighted(per_method, weights, "vela_transpose_cycles"),
+                      "lower_seconds": round(elapsed, 3),
+                      "solve_seconds": round(sum(getattr(r, "solve_seconds", 0.0) for r in reports or []), 4),
+                      **_program_bytes(manager, program)}
+            for joint in getattr(reports, "joint", []):
+                record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits,
+                              linked_values=joint.linked_values, joint_solve_seconds=round(joint.solve_seconds, 4),
+                              joint_notes=joint.notes)
+            sides[side] = record
+        result = dict(sides)
+        for side in ("per_method", "joint"):
+            if "stock" in tosa and side in tosa:
+                same = compare_lowerings(tosa["stock"], tosa[side])
+                result[f"{side}_equivalent"] = same.equivalent
+                result[f"{side}_reference"] = same.reference["right"]
+                result["stock_reference"] = same.reference["left"]
+    return result
+
+
+def format_table(result: dict) -> str:
+    """Per method and weighted, the three sides side by side."""
+    lines = [f"{result['model']} on {result['target']}: methods {result['methods']}, weights {result['weights']}"]
+    sides = [s for s in SIDES if s in result]
+    lines.append(f"{'':34}" + "".join(f"{s:>16}" for s in sides))
+    metrics = [k for k in dict.fromkeys(k for s in sides for m in result[s].get("per_method", {}).values() for k in m)
+               if isinstance(next(iter(result[sides[0]].get("per_method", {}).values()), {}).get(k), (int, float))]
+    for method in result["methods"]:
+        for key in metrics:
+            cells = [result[s].get("per_method", {}).get(method, {}).get(key) for s in sides]
+            lines.append(f"{method + ' ' + key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
+    for key in ("weighted_total_cycles", "weighted_transpose_cycles", "weighted_modelled_us", "weighted_run_ms",
+                "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "lower_seconds", "joint_groups",
+                "cache_hits", "linked_values"):
+        cells = [result[s].get(key) for s in sides]
+        if any(c is not None for c in cells):
+            lines.append(f"{key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
+    for side in sides:
+        if "error" in result[side]:
+            lines.append(f"{side} failed: {result[side]['error']}")
+    for key in ("per_method_equivalent", "joint_equivalent", "stock_reference", "max_abs_diff_solver_vs_stock"):
+        if key in result:
+            lines.append(f"{key}: {result[key]}")
+    return "\n".join(lines)
