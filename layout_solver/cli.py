@@ -218,6 +218,17 @@ def _ethos_u_options(args: argparse.Namespace) -> dict:
     return {"input_order": args.input_order} if args.input_order != "nchw" else {}
 
 
+def _shapes(text: str) -> list[tuple[int, ...]]:
+    """`1x1x128,4x1x64` -> [(1, 1, 128), (4, 1, 64)]; every dim a positive integer."""
+    try:
+        shapes = [tuple(int(d) for d in item.split("x")) for item in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected shapes like 1x1x128,4x1x64, got {text!r}") from exc
+    if any(not s or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"every dimension must be a positive integer: {text!r}")
+    return shapes
+
+
 def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
@@ -329,9 +340,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     log = lambda line: print(line, file=sys.stderr, flush=True)
+    base = None
+    if args.extend:
+        from cost_models.vulkan import load_profile
+
+        try:
+            base = load_profile(args.extend)
+        except (ValueError, OSError) as exc:
+            raise ProblemError(str(exc)) from exc
+        if not base.measured:
+            raise ProblemError(f"--extend {args.extend}: not a measured profile (it holds assumptions)")
     profile = calibrate(args.vulkan_runtime, ops=ops, sizes=args.sizes, rounds=args.rounds,
                         transitions=not args.no_transitions, log=log,
-                        command=shlex.join(["layout-solver", *args.argv]))
+                        command=shlex.join(["layout-solver", *args.argv]), shapes=args.shapes, extend=base)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(profile.model_dump_json(indent=1) + "\n")
     tmp.replace(out)
@@ -431,6 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sizes", type=int, default=3, help="tensor sizes per op class, 1-3 (default %(default)s)")
     c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
     c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
+    c.add_argument("--shapes", type=_shapes, help="measure at these shapes instead of the built-in ones, "
+                                                  "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)")
+    c.add_argument("--extend", help="a measured profile: add the new points to its samples and refit what they touch")
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")

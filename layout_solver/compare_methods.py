@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import io
 import tempfile
 import time
@@ -43,7 +44,8 @@ def _program_bytes(program_manager, executorch_program) -> dict:
     named = executorch_program._named_data
     named_bytes = sum(len(b.buffer) if hasattr(b, "buffer") else len(b) for b in (named.buffers if named else []))
     return {"pte_bytes": len(executorch_program.buffer), "delegate_bytes": blobs, "constant_bytes": named_bytes,
-            "constant_entries": len(named.pte_data) if named else 0}
+            "constant_entries": len(named.pte_data) if named else 0,
+            "pte_sha256": hashlib.sha256(executorch_program.buffer).hexdigest()[:16]}
 
 
 def _weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) -> float | None:
@@ -119,7 +121,10 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
                   **_program_bytes(manager, program)}
         for joint in getattr(reports, "joint", []):
             record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits, linked_values=joint.linked_values,
-                          joint_solve_seconds=round(joint.solve_seconds, 4), joint_notes=joint.notes)
+                          merged_values=joint.merged_values, joint_solve_seconds=round(joint.solve_seconds, 4),
+                          joint_notes=joint.notes)
+        if getattr(reports, "joint", None):  # the passes only looked their answers up: the solve was the joint one
+            record["solve_seconds"] = round(sum(j.solve_seconds for j in reports.joint), 4)
         sides[side] = record
     result = dict(sides)
     if execute and buffers:
@@ -237,8 +242,11 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
                       **_program_bytes(manager, program)}
             for joint in getattr(reports, "joint", []):
                 record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits,
-                              linked_values=joint.linked_values, joint_solve_seconds=round(joint.solve_seconds, 4),
+                              linked_values=joint.linked_values, merged_values=joint.merged_values,
+                              joint_solve_seconds=round(joint.solve_seconds, 4),
                               joint_notes=joint.notes)
+            if getattr(reports, "joint", None):  # the passes only looked their answers up
+                record["solve_seconds"] = round(sum(j.solve_seconds for j in reports.joint), 4)
             sides[side] = record
         result = dict(sides)
         for side in ("per_method", "joint"):
@@ -262,8 +270,8 @@ def format_table(result: dict) -> str:
             cells = [result[s].get("per_method", {}).get(method, {}).get(key) for s in sides]
             lines.append(f"{method + ' ' + key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
     for key in ("weighted_total_cycles", "weighted_transpose_cycles", "weighted_modelled_us", "weighted_run_ms",
-                "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "lower_seconds", "joint_groups",
-                "cache_hits", "linked_values"):
+                "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "joint_solve_seconds",
+                "lower_seconds", "joint_groups", "cache_hits", "linked_values", "merged_values"):
         cells = [result[s].get(key) for s in sides]
         if any(c is not None for c in cells):
             lines.append(f"{key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))

@@ -61,7 +61,8 @@ class JointResult:
     bound: float
     groups: int  # independently solved groups of linked partitions
     cache_hits: int
-    linked_values: int  # joint values that stand for more than one partition's value
+    linked_values: int  # link keys (same-bytes constants, same-name buffers) found in more than one partition
+    merged_values: int  # joint values standing for several partitions' values (only where storage is priced)
     solve_seconds: float
     notes: list[str] = field(default_factory=list)
 
@@ -75,6 +76,28 @@ def _wanted_labels(problem: Problem) -> dict[str, set[str]]:
     return wanted
 
 
+def merged_keys(parts: list[PartitionProblem], constant_byte_cost: float = 0.0) -> set[str]:
+    """Link keys whose values become one value of the joint problem.
+
+    Only constants merge (they are one stored object), only when the same key
+    has the same shape and dtype everywhere, and only when where they are stored
+    can cost something: with free constant transitions (the backends' default)
+    and no storage price, a merged constant could take any home label at no
+    cost, so merging would change nothing but the problem's size.
+    """
+    if constant_byte_cost <= 0 and not any(p.problem.price_constants for p in parts):
+        return set()
+    members: dict[str, list[Value]] = {}
+    for part in parts:
+        by_id = {v.id: v for v in part.problem.values}
+        for vid, key in part.links.items():
+            if vid in by_id:
+                members.setdefault(key, []).append(by_id[vid])
+    return {key for key, vals in members.items()
+            if len(vals) > 1 and all(v.kind == "constant" for v in vals)
+            and len({(tuple(v.shape), v.dtype) for v in vals}) == 1}
+
+
 def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte_cost: float = 0.0,
          name: str = "joint") -> tuple[Problem, dict[str, dict[str, str]]]:
     """One problem over `parts`: ids prefixed, costs scaled by the method's weight, linked values merged.
@@ -86,19 +109,7 @@ def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte
         weight = weights.get(part.method)
         if weight is None or not weight > 0:
             raise ProblemError(f"method {part.method!r} needs a positive weight, got {weight!r}")
-    # A link key whose values disagree on shape, dtype or kind is not one object: leave those unlinked.
-    members: dict[str, list[Value]] = {}
-    for part in parts:
-        by_id = {v.id: v for v in part.problem.values}
-        for vid, key in part.links.items():
-            if vid in by_id:
-                members.setdefault(key, []).append(by_id[vid])
-    # Only constants merge: they are one stored object. Other linked values (a buffer fed to each method
-    # as an input) stay apart; they only put their partitions in one group, and `solve_jointly` checks
-    # that the answers agree on them.
-    mergeable = {key for key, vals in members.items()
-                 if len(vals) > 1 and all(v.kind == "constant" for v in vals)
-                 and len({(tuple(v.shape), v.dtype) for v in vals}) == 1}
+    mergeable = merged_keys(parts, constant_byte_cost)
     value_ids: dict[str, dict[str, str]] = {}
     joint_values: dict[str, Value] = {}
     costs: dict[tuple[str, str, str], float] = {}  # summed over the methods that may run the transition
@@ -275,24 +286,24 @@ class SubproblemCache:
             self.disk.put(key, CacheEntry(json.dumps([by_op, by_value]).encode(), "optimal", 0.0))
 
 
-def _groups(parts: list[PartitionProblem]) -> list[list[PartitionProblem]]:
-    """Partitions connected by a shared link key, in input order."""
+def _groups(parts: list[PartitionProblem], merged: set[str]) -> list[list[PartitionProblem]]:
+    """Partitions connected by a merged value, in input order: each group is one problem."""
     import networkx as nx
 
     graph = nx.Graph()
     graph.add_nodes_from(range(len(parts)))
     seen: dict[str, int] = {}
     for i, part in enumerate(parts):
-        for key in part.links.values():
+        for key in set(part.links.values()) & merged:
             if key in seen:
                 graph.add_edge(seen[key], i)
             seen.setdefault(key, i)
     return [[parts[i] for i in sorted(c)] for c in sorted(nx.connected_components(graph), key=min)]
 
 
-def _link_labels(group: list[PartitionProblem], solutions: dict[str, Solution]) -> dict[str, set[str]]:
+def _link_labels(parts: list[PartitionProblem], solutions: dict[str, Solution]) -> dict[str, set[str]]:
     labels: dict[str, set[str]] = {}
-    for part in group:
+    for part in parts:
         for vid, key in part.links.items():
             if vid in solutions[part.key].labels:
                 labels.setdefault(key, set()).add(solutions[part.key].labels[vid])
@@ -313,14 +324,14 @@ def solve_jointly(parts: list[PartitionProblem], weights: dict[str, float],
     cache = cache if cache is not None else SubproblemCache()
     solutions: dict[str, Solution] = {}
     objective = bound = 0.0
-    linked = 0
+    merged = 0
     hits_before = cache.hits
     notes: list[str] = []
-    groups = _groups(parts)
+    groups = _groups(parts, merged_keys(parts, constant_byte_cost))
     for group in groups:
         joint, value_ids = join(group, weights, constant_byte_cost,
                                 name="joint:" + ",".join(p.key for p in group))
-        linked += sum(1 for v in joint.values if v.id.startswith("shared" + SEPARATOR))
+        merged += sum(1 for v in joint.values if v.id.startswith("shared" + SEPARATOR))
         cached = cache.get(joint)
         if cached is not None:
             modes, free = cached
@@ -338,11 +349,13 @@ def solve_jointly(parts: list[PartitionProblem], weights: dict[str, float],
             if alone_cost < solution.objective:
                 per_part, solution = alone, solution.model_copy(update={"objective": alone_cost})
                 notes.append(f"{joint.name}: the joint search stopped early; per-partition answers were cheaper")
-        for key, labels in _link_labels(group, per_part).items():
-            if len(labels) > 1:
-                notes.append(f"linked value {key!r} is stored as {sorted(labels)} by different partitions")
         solutions.update(per_part)
         objective += solution.objective
         bound += min(solution.bound, solution.objective)
-    return JointResult(solutions, objective, bound, len(groups), cache.hits - hits_before, linked,
+    shared = {key: labels for key, labels in _link_labels(parts, solutions).items()
+              if sum(key in p.links.values() for p in parts) > 1}
+    for key, labels in shared.items():
+        if len(labels) > 1 and key.startswith("buffer:"):  # state both methods keep must agree on its layout
+            notes.append(f"linked value {key!r} is stored as {sorted(labels)} by different partitions")
+    return JointResult(solutions, objective, bound, len(groups), cache.hits - hits_before, len(shared), merged,
                        time.perf_counter() - start, notes)

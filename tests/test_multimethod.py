@@ -52,18 +52,23 @@ def test_linked_constant_is_one_value_and_an_extra_copy_is_priced():
     # Both want their own layout of W: one of them pays a 64-byte copy, or runs its slower mode (+4).
     solution = solve(joint, time_limit=5)
     assert solution.objective == pytest.approx(1 + 1 + 4)  # the slower mode beats a 64-byte copy
-    free = join(parts, {"prefill": 1, "decode": 1}, constant_byte_cost=0.0)[0]
+    free, free_ids = join(parts, {"prefill": 1, "decode": 1}, constant_byte_cost=0.0)
     assert solve(free, time_limit=5).objective == pytest.approx(2)  # storage is free: each folds its own
+    # ...and then where W is stored cannot cost anything: it is not merged, the partitions stay apart.
+    assert free_ids["prefill#0"]["W"] != free_ids["decode#0"]["W"]
+    result = solve_jointly(parts, {"prefill": 1, "decode": 1}, lambda p: solve(p, time_limit=5))
+    assert result.groups == 2 and result.linked_values == 1 and result.merged_values == 0
 
 
 def test_unlinked_or_mismatched_values_stay_apart():
     parts = _parts()
     parts[1] = PartitionProblem("decode", 0, parts[1].problem, {"W": "const:other"})
-    _, ids = join(parts, {"prefill": 1, "decode": 1})
+    _, ids = join(parts, {"prefill": 1, "decode": 1}, constant_byte_cost=1.0)
     assert ids["prefill#0"]["W"] != ids["decode#0"]["W"]
     bigger = _weight_user("d", "B", 5.0)
     bigger.values[0] = bigger.values[0].model_copy(update={"shape": [128]})
-    _, ids = join([parts[0], PartitionProblem("decode", 0, bigger, {"W": "const:w"})], {"prefill": 1, "decode": 1})
+    _, ids = join([parts[0], PartitionProblem("decode", 0, bigger, {"W": "const:w"})], {"prefill": 1, "decode": 1},
+                  constant_byte_cost=1.0)
     assert ids["prefill#0"]["W"] != ids["decode#0"]["W"]  # same key, different shape: not one object
 
 

@@ -218,3 +218,8 @@ def test_calibration_plan_measures_what_a_chain_cannot_show_alone():
     for p in probes:
         if p.kind == "transition":
             assert p.label.startswith("TEXTURE_3D")
+    # Chosen shapes: each class takes those its chain runs on (bmm(x, x) only square ones).
+    _, probes = plan(["matmul", "unary"], labels, sizes=1, short=2, long=10, transitions=False,
+                     shapes=[(1, 1, 128), (4, 8, 8)])
+    assert {p.shape for p in probes if p.key.startswith("matmul|")} == {(4, 8, 8)}
+    assert {p.shape for p in probes if p.key.startswith("unary|")} == {(1, 1, 128), (4, 8, 8)}

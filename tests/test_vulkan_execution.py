@@ -232,5 +232,12 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
 
     sizes = 1 + len(PROBES["unary"].extra)  # --sizes 1 of the 4-D shapes, plus every extra shape
     assert all(c.points == sizes and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
+    # Extending: one more shape, its points join the samples and the touched entries are refitted.
+    extended = tmp_path / "extended.json"
+    assert main(["calibrate", "vulkan", "--out", str(extended), "--vulkan-runtime", str(runtime), "--ops", "unary",
+                 "--shapes", "1x1x128", "--extend", str(out), "--rounds", "3", "--no-transitions"]) == 0
+    grown = load_profile(str(extended))
+    assert all(c.points == sizes + 1 for c in grown.op_modes["unary"].values())
+    assert grown.command.startswith(profile.command) and "--extend" in grown.command
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err

@@ -183,9 +183,21 @@ class Probe:
     programs: dict[str, str]  # role -> program name
 
 
+def _probe_runs(op: str, shape: tuple[int, ...]) -> bool:
+    """Whether a chain of `op` can be built on `shape` (bmm(x, x) wants square matrices, and so on)."""
+    try:
+        module, example = _chain(op, shape, 2)
+        with torch.no_grad():
+            module(*example)
+    except (RuntimeError, IndexError, ValueError):
+        return False
+    return tuple(example[0].shape) == tuple(shape)  # QR of a non-square matrix would change the shape
+
+
 def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
-         transitions: bool) -> tuple[list[Job], list[Probe]]:
-    """Every program to lower, and the probes that read their times."""
+         transitions: bool, shapes: list[tuple[int, ...]] | None = None) -> tuple[list[Job], list[Probe]]:
+    """Every program to lower, and the probes that read their times; `shapes` replaces the built-in
+    probe shapes (each op class takes those its chain can run on)."""
     jobs: dict[str, Job] = {}
     probes: list[Probe] = []
 
@@ -196,7 +208,8 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
 
     for op in ops:
         spec = PROBES[op]
-        for shape in spec.shapes[:sizes] + spec.extra:
+        op_shapes = [s for s in shapes if _probe_runs(op, s)] if shapes is not None else spec.shapes[:sizes] + spec.extra
+        for shape in op_shapes:
             for label in labels:
                 programs = {"short": job(op, shape, short, (label,)), "long": job(op, shape, long, (label,))}
                 if spec.baseline is not None:
@@ -204,7 +217,7 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
                                  "base_long": job(op, shape, long, (label,), True)}
                 probes.append(Probe("op", f"{op}|{label}", shape, label, programs))
     if transitions:
-        for shape in SQUARE_4D[:sizes] + DEEP_4D + BATCHED_3D + MATRICES:
+        for shape in shapes if shapes is not None else SQUARE_4D[:sizes] + DEEP_4D + BATCHED_3D + MATRICES:
             for a, b in itertools.combinations(labels, 2):
                 if vk_cost.split_repr(a)[0] == vk_cost.split_repr(b)[0] == "BUFFER":
                     continue  # the runtime has no buffer-to-buffer layout clone (routed through a texture)
@@ -219,11 +232,19 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
 
 def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | None = None, sizes: int = 3,
               short: int = 2, long: int = 10, rounds: int = 9, transitions: bool = True, workers: int = 2,
-              log: Callable[[str], None] = print, command: str = "") -> vk_cost.VulkanProfile:
-    """Measure op modes and transitions on the present device; returns the fitted profile."""
+              log: Callable[[str], None] = print, command: str = "", shapes: list[tuple[int, ...]] | None = None,
+              extend: vk_cost.VulkanProfile | None = None) -> vk_cost.VulkanProfile:
+    """Measure op modes and transitions on the present device; returns the fitted profile.
+
+    `shapes` measures at those shapes instead of the built-in ones. With `extend`
+    (a measured profile), the new points join that profile's samples and every
+    touched (class, label) or transition is refitted over old and new points:
+    probing the shapes a model actually has (one-token decode, say) without
+    measuring everything again.
+    """
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
-    jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, short, long, transitions)
+    jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, short, long, transitions, shapes)
     programs: dict[str, bytes] = {}
     inputs: dict[str, tuple] = {}
     clones: dict[str, int] = {}
@@ -263,6 +284,8 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
             extra = ms[probe.programs["alt"]] - (ms[probe.programs["a"]] + ms[probe.programs["b"]]) / 2
             point = 1000.0 * extra / clones[probe.programs["alt"]]
         points.setdefault((probe.kind, probe.key), []).append((nbytes, slices, round(point, 2), *work))
+    if extend is not None:
+        return _extended(extend, points, len(programs), len(jobs), failed, command)
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
     for (kind, key), pts in sorted(points.items()):
@@ -285,6 +308,30 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
         notes=[(f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
                f"{len(failed)} failed on the device")] + [f"{n}: {e[:300]}" for n, e in failed.items()],
     )
+
+
+def _extended(base: vk_cost.VulkanProfile, new: dict[tuple[str, str], list[tuple[float, ...]]], lowered: int,
+              planned: int, failed: dict[str, str], command: str) -> vk_cost.VulkanProfile:
+    """`base` with the `new` points added to its samples and every touched entry refitted."""
+    samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
+    for (kind, key), pts in new.items():
+        samples.setdefault(f"{kind}:{key}", []).extend(pts)
+    op_modes = {op: dict(table) for op, table in base.op_modes.items()}
+    trans = dict(base.transitions)
+    for kind, key in new:
+        fit = _fit(samples[f"{kind}:{key}"])
+        if kind == "op":
+            op, label = key.split("|")
+            op_modes.setdefault(op, {})[label] = fit
+        else:
+            trans[key] = fit
+    added = sum(len(p) for p in new.values())
+    return base.model_copy(update={
+        "transitions": trans, "op_modes": op_modes, "samples": dict(sorted(samples.items())),
+        "command": f"{base.command}; then {command}" if command else base.command,
+        "notes": [*base.notes, (f"extended: {added} points from {lowered} of {planned} probe programs, "
+                               f"{len(failed)} failed on the device; {len(new)} entries refitted")],
+    })
 
 
 def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
