@@ -92,11 +92,16 @@ def program_links(program, names: set[str]) -> dict[str, str]:
     tensors = {**program.state_dict, **program.constants}
     for name, fqn in {**sig.inputs_to_parameters, **sig.inputs_to_lifted_tensor_constants}.items():
         tensor = tensors.get(fqn)
-        if name in names and tensor is not None:
-            data = tensor.detach().contiguous().cpu()
-            digest = hashlib.sha256(str((data.dtype, tuple(data.shape))).encode())
-            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
-            links[name] = f"const:{digest.hexdigest()[:32]}"
+        if name not in names or tensor is None:
+            continue
+        data = tensor.detach().contiguous().cpu()
+        try:
+            raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()
+        except (RuntimeError, TypeError):  # a dtype with no byte view (quantized, say): left unlinked
+            continue
+        digest = hashlib.sha256(str((data.dtype, tuple(data.shape))).encode())
+        digest.update(raw)
+        links[name] = f"const:{digest.hexdigest()[:32]}"
     return links
 
 

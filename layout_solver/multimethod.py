@@ -186,10 +186,15 @@ def split(joint: Problem, solution: Solution, parts: list[PartitionProblem],
         produced = {v for op in part.problem.ops for v in op.results}
         free = {vid: solution.labels[jid] for vid, jid in rename.items() if vid not in produced}
         result = evaluate(part.problem, modes, free)
+        notes = list(solution.notes)
+        if solution.status == "optimal":
+            bound, gap = result.objective, 0.0
+        else:  # the joint bound is over all partitions: no bound of this partition's own is known but 0
+            bound, gap = 0.0, (1.0 if result.objective > 0 else 0.0)
+            notes.append(f"part of a joint answer with gap {solution.gap:.3g}; this partition's own bound is unknown")
         out[part.key] = Solution(problem=part.problem.name, status=solution.status, labels=result.labels,
                                  modes=modes, transitions=result.transitions, objective=result.objective,
-                                 bound=min(result.objective, solution.bound), gap=solution.gap,
-                                 timings=dict(solution.timings), notes=list(solution.notes))
+                                 bound=bound, gap=gap, timings=dict(solution.timings), notes=notes)
     return out
 
 

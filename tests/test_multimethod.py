@@ -128,3 +128,11 @@ def test_joint_is_optimal_and_never_worse_than_solving_each_partition(seed_a, se
     assert result.objective == pytest.approx(best, rel=1e-9, abs=1e-9)
     alone = {p.key: solve(p.problem, time_limit=10) for p in parts}
     assert result.objective <= weighted_objective(joint, parts, ids, alone) + 1e-9
+
+
+def test_split_of_an_unproven_joint_answer_claims_no_partition_bound():
+    parts = _parts()
+    joint, ids = join(parts, {"prefill": 1, "decode": 10}, constant_byte_cost=1.0)
+    unproven = solve(joint, time_limit=5).model_copy(update={"status": "feasible", "gap": 0.01})
+    for sol in split(joint, unproven, parts, ids).values():
+        assert sol.bound == 0.0 and sol.gap == 1.0 and "own bound is unknown" in sol.notes[-1]
