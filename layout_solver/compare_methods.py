@@ -48,6 +48,18 @@ def _program_bytes(program_manager, executorch_program) -> dict:
             "pte_sha256": hashlib.sha256(executorch_program.buffer).hexdigest()[:16]}
 
 
+def _joint_fields(reports) -> dict:
+    """What the joint solve of a lowering reported (nothing for the stock and per-method sides)."""
+    joints = getattr(reports, "joint", None) or []
+    if not joints:
+        return {}
+    # The passes only looked their answers up: the side's solve time is the joint solve's.
+    seconds = round(sum(j.solve_seconds for j in joints), 4)
+    return {"joint_groups": sum(j.groups for j in joints), "cache_hits": sum(j.cache_hits for j in joints),
+            "linked_values": sum(j.linked_values for j in joints), "merged_values": sum(j.merged_values for j in joints),
+            "joint_solve_seconds": seconds, "solve_seconds": seconds, "joint_notes": [n for j in joints for n in j.notes]}
+
+
 def _weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) -> float | None:
     values = [per_method[m].get(key) for m in weights]
     if any(v is None for v in values):
@@ -119,12 +131,7 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
                   "lower_seconds": round(time.perf_counter() - start, 3),
                   "solve_seconds": round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
                   **_program_bytes(manager, program)}
-        for joint in getattr(reports, "joint", []):
-            record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits, linked_values=joint.linked_values,
-                          merged_values=joint.merged_values, joint_solve_seconds=round(joint.solve_seconds, 4),
-                          joint_notes=joint.notes)
-        if getattr(reports, "joint", None):  # the passes only looked their answers up: the solve was the joint one
-            record["solve_seconds"] = round(sum(j.solve_seconds for j in reports.joint), 4)
+        record.update(_joint_fields(reports))
         sides[side] = record
     result = dict(sides)
     if execute and buffers:
@@ -240,13 +247,7 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
                       "lower_seconds": round(elapsed, 3),
                       "solve_seconds": round(sum(getattr(r, "solve_seconds", 0.0) for r in reports or []), 4),
                       **_program_bytes(manager, program)}
-            for joint in getattr(reports, "joint", []):
-                record.update(joint_groups=joint.groups, cache_hits=joint.cache_hits,
-                              linked_values=joint.linked_values, merged_values=joint.merged_values,
-                              joint_solve_seconds=round(joint.solve_seconds, 4),
-                              joint_notes=joint.notes)
-            if getattr(reports, "joint", None):  # the passes only looked their answers up
-                record["solve_seconds"] = round(sum(j.solve_seconds for j in reports.joint), 4)
+            record.update(_joint_fields(reports))
             sides[side] = record
         result = dict(sides)
         for side in ("per_method", "joint"):

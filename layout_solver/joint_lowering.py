@@ -105,9 +105,12 @@ def program_links(program, names: set[str]) -> dict[str, str]:
     return links
 
 
-def solve_partition(problem: Problem, solve_fn: Callable[[Problem], Solution], links: dict[str, str]) -> Solution:
+def solve_partition(problem: Problem, solve_fn: Callable[[Problem], Solution],
+                    links: Callable[[], dict[str, str]]) -> Solution:
     """What the backends' solver passes call instead of solving directly.
 
+    `links()` gives the partition's linked values; it hashes every constant, so it
+    is called only when collecting for a joint solve, never on the ordinary path.
     Outside a joint lowering: `solve_fn(problem)`. Collect phase: record the
     problem and stop this copy's pipeline. Apply phase: the joint answer for
     this partition, or `solve_fn(problem)` (with a note) if the pass built a
@@ -118,7 +121,7 @@ def solve_partition(problem: Problem, solve_fn: Callable[[Problem], Solution], l
         return solve_fn(problem)
     if session.phase == "collect":
         method, index = key.rsplit("#", 1)
-        session.collected[key] = PartitionProblem(method, int(index), problem, links)
+        session.collected[key] = PartitionProblem(method, int(index), problem, links())
         session.digests[key] = problem_digest(problem)
         raise _Collected(key)
     solution = session.solutions.get(key)

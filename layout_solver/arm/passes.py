@@ -99,7 +99,7 @@ class SolverLayoutPass(ArmPass):
             arm = build_problem(graph_module, constants=constants)
             t0 = time.perf_counter()
             solution = solve_partition(arm.problem, lambda p: solve_problem(p, self.time_limit, self.service),
-                                       program_links(program, constants & set(arm.value_node)))
+                                       lambda: program_links(program, constants & set(arm.value_node)))
             solve_seconds = time.perf_counter() - t0
             written, removed = self._write_back(graph_module, arm, solution)
             graph_module.graph.lint()

@@ -191,9 +191,10 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                                notes=[str(exc)], modelled_us=modelled_cost(graph_module, self.cost_profile)))
             return result
         t_built = time.perf_counter()
-        placeholders = {vid for vid, node in vproblem.value_node.items() if node.op == "placeholder"}
-        solution = solve_partition(vproblem.problem, lambda p: solve_problem(p, self.time_limit, self.service),
-                                   program_links(self._exported_program, placeholders))
+        solution = solve_partition(
+            vproblem.problem, lambda p: solve_problem(p, self.time_limit, self.service),
+            lambda: program_links(self._exported_program,
+                                  {vid for vid, node in vproblem.value_node.items() if node.op == "placeholder"}))
         t_solved = time.perf_counter()
         self._write_back(graph_module, vproblem, solution)
         t_written = time.perf_counter()

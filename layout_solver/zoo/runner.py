@@ -135,6 +135,7 @@ def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, exe
         for target in targets:
             chosen = dict((options or {}).get(target, {}))
             if model in MULTI_METHOD_ZOO:  # joint solves share one subproblem cache across models and runs
+                # compare_methods solves in-process and takes graph inputs as the methods declare them
                 chosen = {k: v for k, v in chosen.items() if k not in ("service", "input_order")}
                 chosen["cache_dir"] = str(out / "subproblems")
             job = Job(model, target, tuple(sorted(chosen.items())))
