@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from layout_solver.arm.compare import compare_ethos_u
 from layout_solver.zoo.models import ARM_TRANSFORMERS, ARM_ZOO, CNNS
+from layout_solver.zoo.runner import compare_named
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
     print("|" + "---|" * 14, flush=True)
     results = {}
     for name in args.models.split(","):
-        r = compare_ethos_u(name, input_order=args.input_order)
+        r = compare_named(name, "ethos-u55-128", input_order=args.input_order).to_json()
         results[name] = r
         s, o = r.get("stock", {}), r.get("solver", {})
         if "error" in s or "error" in o:

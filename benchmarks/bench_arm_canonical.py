@@ -13,8 +13,8 @@ import io
 import tempfile
 from pathlib import Path
 
-from layout_solver.arm.canonical import canonical_transposes
 from layout_solver.arm.equivalence import compare_lowerings
+from layout_solver.arm.hooks import canonical_transposes
 from layout_solver.arm.measure import lower_ethos_u
 from layout_solver.quiet import quiet
 from layout_solver.zoo.models import ARM_ZOO, build

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from layout_solver.arm.compare import compare_ethos_u
 from layout_solver.zoo.models import ZOO
+from layout_solver.zoo.runner import compare_named
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     print("|" + "---|" * 8, flush=True)
     worst = 0.0
     for name in args.models.split(","):
-        result = compare_ethos_u(name)
+        result = compare_named(name, "ethos-u55-128").to_json()
         for side in ("stock", "solver"):
             m = result[side]
             if "error" in m:

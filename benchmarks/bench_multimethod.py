@@ -5,7 +5,7 @@ Run: LAYOUT_SOLVER_VULKAN_RUNTIME=/path/to/libvkbackend.so \\
      [--targets ethos-u55-128,vulkan] [--rounds 15] [--out benchmarks/results/multimethod.md]
 
 Per model and target (`layout-solver compare MODEL --target T`, which for a multi-method model runs
-`layout_solver.compare_methods`): all methods lowered together three ways in one process, per method
+`layout_solver.compare.methods`): all methods lowered together three ways in one process, per method
 the device cost (Ethos-U55: Vela cycles; Vulkan: the lavapipe profile's modelled cost and the measured
 lavapipe run time), the weighted total, .pte / delegate / constant bytes and solve time; the solver
 programs checked against stock on the TOSA reference model (bit-exact) or against eager on the Vulkan
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from layout_solver.compare_methods import compare_methods
 from layout_solver.zoo.models import MULTI_METHOD_ZOO
+from layout_solver.zoo.runner import compare_named
 
 WHY = """## Why the joint and per-method answers coincide here
 
@@ -133,9 +133,9 @@ def main() -> int:
             print(f"{model} on {target} ...", flush=True)
             with tempfile.TemporaryDirectory() as cache:
                 options = {"execute": True, "cost_profile": "lavapipe", "rounds": args.rounds} if target == "vulkan" else {}
-                r = compare_methods(model, target, cache_dir=cache, **options)
-                warm = compare_methods(model, target, cache_dir=cache, **({"cost_profile": "lavapipe"}
-                                                                         if target == "vulkan" else {}))
+                r = compare_named(model, target, cache_dir=cache, **options).to_json()
+                warm = compare_named(model, target, cache_dir=cache,
+                                     **({"cost_profile": "lavapipe"} if target == "vulkan" else {})).to_json()
             lines, failed = section(r, warm)
             print("\n".join(lines), flush=True)
             out += lines

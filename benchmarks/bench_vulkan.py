@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from layout_solver.compare import compare_vulkan
 from layout_solver.zoo.models import TRANSFORMERS, ZOO
+from layout_solver.zoo.runner import compare_named
 
 
 def main() -> None:
@@ -28,7 +28,7 @@ def main() -> None:
     print("|" + "---|" * len(header), flush=True)
     rows = {}
     for model in args.models.split(","):
-        runs = [compare_vulkan(model) for _ in range(args.repeat)]
+        runs = [compare_named(model, "vulkan").to_json() for _ in range(args.repeat)]
         first = runs[0]
         if "error" in first.get("stock", {}) or "error" in first.get("solver", {}):
             print(f"| {model} | stock: {first['stock'].get('error', 'ok')} | solver: {first['solver'].get('error', 'ok')} |")

@@ -21,8 +21,8 @@ import statistics
 import time
 from pathlib import Path
 
-from layout_solver.compare import compare_vulkan
 from layout_solver.zoo.models import ZOO
+from layout_solver.zoo.runner import compare_named
 
 NOISE_US = 0.03  # a change smaller than 3% of stock's time is not a sign either way
 
@@ -104,8 +104,8 @@ def main() -> None:
     print("\n".join(lines), flush=True)
     rows = {}
     for model in args.models.split(","):
-        result = compare_vulkan(model, execute=True, runtime=args.runtime, cost_profile=args.profile,
-                                rounds=args.rounds)
+        result = compare_named(model, "vulkan", execute=True, runtime=args.runtime, cost_profile=args.profile,
+                               rounds=args.rounds).to_json()
         line, rows[model] = row(model, result)
         lines.append(line)
         print(line, flush=True)

@@ -236,6 +236,16 @@ def copy_cycles(elements: int, dtype: str, params: EthosU55Params | None = None)
     return elements * DTYPE_BYTES[dtype] * rates.copy_cycles_per_byte + rates.copy_fixed_cycles
 
 
+# Vela folds a RESCALE into the op that produces its input (the op's output scaling) or into the op that
+# consumes its output (input scaling), never into a transpose. Op names as in the Arm pre-TOSA graph.
+RESCALE_FOLDS_INTO_OUTPUT_OF = frozenset({
+    "CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MATMUL.default",
+    "MAX_POOL2D.default", "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "add.Tensor", "sub.Tensor",
+    "mul.Tensor", "sum.dim_IntList", "TABLE.default"})
+RESCALE_FOLDS_INTO_INPUT_OF = frozenset({"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum.default",
+                                         "minimum.default"})
+
+
 def standalone_rescale_cycles(elements: int, dtype_in: str, dtype_out: str,
                               params: EthosU55Params | None = None) -> float:
     """A RESCALE Vela cannot fold into the compute op next to it runs as its own elementwise ops.
@@ -343,7 +353,7 @@ def transpose_cost(shape, perm, dtype: str = "int8", params: EthosU55Params | No
     forms = materialisations(shape, perm) if form == "cheapest" else [(tuple(shape), tuple(perm))]
     best = min((_as_given(s, p, dtype, params) for s, p in forms), key=lambda c: c.cycles)
     if exact and best.source in ("model", "copy"):
-        from cost_models.calibration.vela_runner import measure_transpose
+        from cost_models.vela import measure_transpose
 
         m = measure_transpose(best.shape, best.perm, dtype)
         return TransposeCost(float(m.cycles), m.npu_ops, best.shape, best.perm, "vela")

@@ -18,7 +18,13 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.tensor import TensorSpec
 
 
-def to_repr(label: str) -> utils.TensorRepr:
+def repr_label(r: utils.TensorRepr) -> str:
+    """The problem's label of a representation, "STORAGE:LAYOUT" (e.g. "TEXTURE_3D:TENSOR_WIDTH_PACKED")."""
+    return f"{r.storage_type.name}:{r.memory_layout.name}"
+
+
+def label_repr(label: str) -> utils.TensorRepr:
+    """The representation a label names (inverse of repr_label); raises KeyError for an unknown name."""
     storage, layout = label.split(":")
     return utils.TensorRepr(VkStorageType[storage], VkMemoryLayout[layout])
 
@@ -43,9 +49,9 @@ class TransitionPlan:
 def set_reprs(node_labels: dict[torch.fx.Node, str | list[str]]) -> None:
     for node, label in node_labels.items():
         if isinstance(label, list):
-            utils.set_node_repr(node, utils.TensorReprList([to_repr(x) for x in label]))
+            utils.set_node_repr(node, utils.TensorReprList([label_repr(x) for x in label]))
         else:
-            utils.set_node_repr(node, to_repr(label))
+            utils.set_node_repr(node, label_repr(label))
 
 
 def insert_transitions(graph_module: torch.fx.GraphModule, plans: list[TransitionPlan]) -> list[torch.fx.Node]:
@@ -60,7 +66,7 @@ def insert_transitions(graph_module: torch.fx.GraphModule, plans: list[Transitio
             clone.meta["val"] = plan.source.meta["val"]
             clone.meta["spec"] = TensorSpec.from_tensor(clone.meta["val"])
             clone.meta["spec"].const = False
-            utils.set_node_repr(clone, to_repr(label))
+            utils.set_node_repr(clone, label_repr(label))
             clones.append(clone)
         for use in plan.uses:
             args = list(use.consumer.args)

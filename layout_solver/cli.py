@@ -126,8 +126,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from layout_solver.compare import compare, format_table
+    from layout_solver.compare import format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+    from layout_solver.zoo.runner import compare_named
 
     options = _vulkan_options(args) if args.target == "vulkan" else _ethos_u_options(args)
     if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
@@ -143,43 +144,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError(f"--method-weights is for multi-method models ({', '.join(MULTI_METHOD_ZOO)})")
     try:
         build(args.model)  # a broken model is the user's error: said before any lowering
-        result = compare(args.model, args.target, time_limit=args.time_limit, service=args.service, **options)
+        comparison = compare_named(args.model, args.target, time_limit=args.time_limit, service=args.service,
+                                   **options)
     except ModelError as exc:
         raise ProblemError(str(exc)) from exc
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     if args.json:
-        slim = {k: ({kk: vv for kk, vv in v.items() if kk not in ("transition_list", "traceback")}
-                    if isinstance(v, dict) else v) for k, v in result.items()}
-        print(format_table(result), file=sys.stderr)
-        print(json.dumps(slim))
+        print(format_table(comparison), file=sys.stderr)
+        print(json.dumps(comparison.model_dump(mode="json", exclude_unset=True,
+                                               exclude={side: {"transition_list", "traceback"}
+                                                        for side in ("stock", "solver")})))
     else:
-        print(format_table(result))
-    failed = [side for side in ("stock", "solver") if "error" in result.get(side, {})]
-    crashed = args.target == "vulkan" and args.execute and result.get("stock", {}).get("executed") \
-        and not result.get("solver", {}).get("executed")
-    return 1 if "solver" in failed or crashed else 0
+        print(format_table(comparison))
+    crashed = args.target == "vulkan" and args.execute and comparison.side("stock").executed \
+        and not comparison.side("solver").executed
+    return 1 if comparison.side("solver").failed or crashed else 0
 
 
 def _compare_methods(args: argparse.Namespace, options: dict) -> int:
     """`compare` on a built-in multi-method model: stock, per-method and joint solver, per method."""
-    from layout_solver.compare_methods import compare_methods, format_table
+    from layout_solver.compare import format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+    from layout_solver.zoo.runner import compare_named
 
     if options.get("input_order", "nchw") != "nchw":
         raise ProblemError("--input-order applies to single-method models")
     try:
-        result = compare_methods(args.model, args.target, time_limit=args.time_limit, weights=args.method_weights,
-                                 **{k: v for k, v in options.items() if k != "input_order"})
+        comparison = compare_named(args.model, args.target, time_limit=args.time_limit, weights=args.method_weights,
+                                   **options)
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     if args.json:
-        print(format_table(result), file=sys.stderr)
-        print(json.dumps({k: ({kk: vv for kk, vv in v.items() if kk != "traceback"} if isinstance(v, dict) else v)
-                          for k, v in result.items()}))
+        print(format_table(comparison), file=sys.stderr)
+        print(json.dumps(comparison.model_dump(mode="json", exclude_unset=True,
+                                               exclude={side: {"traceback"} for side in
+                                                        ("stock", "per_method", "joint")})))
     else:
-        print(format_table(result))
-    return 1 if any("error" in result.get(side, {}) for side in ("per_method", "joint")) else 0
+        print(format_table(comparison))
+    return 1 if any(getattr(comparison, side) and getattr(comparison, side).error
+                    for side in ("per_method", "joint")) else 0
 
 
 def _method_weights(text: str) -> dict[str, float]:

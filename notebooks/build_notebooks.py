@@ -76,15 +76,15 @@ VULKAN = [
     "from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner\n"
     "from executorch.exir import to_edge_transform_and_lower\n"
     "from cost_models import vulkan as vk\nfrom layout_solver import solve\n"
-    "from layout_solver.vulkan import passes, rules\nfrom layout_solver.zoo.models import build, ZOO\n"
+    "from layout_solver.report import collecting_reports\nfrom layout_solver.vulkan import hooks, passes, rules\nfrom layout_solver.zoo.models import build, ZOO\n"
     "FULL = os.environ.get('LAYOUT_SOLVER_FULL') == '1'\n"
     "MODELS = list(ZOO) if FULL else ['resnet8', 'convnext_stack']"),
     ("def capture(name):\n    problems = []\n"
     "    class Capture(passes.SolverTagMemoryMetaPass):\n"
-    "        def _call(self, gm):\n            problems.append(rules.build_problem(gm, self.texture_limits, name).problem)\n"
-    "            return super()._call(gm)\n"
+    "        def call(self, gm):\n            problems.append(rules.build_problem(gm, self.texture_limits, name).problem)\n"
+    "            return super().call(gm)\n"
     "    module, inputs = build(name)\n"
-    "    with passes.collect_reports(), passes._substituted_pass(Capture):\n"
+    "    with collecting_reports(), hooks.substituted_pass(Capture):\n"
     "        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])\n"
     "    return problems\n\nproblems = {m: capture(m) for m in MODELS}\n"
     "{m: [len(p.ops) for p in ps] for m, ps in problems.items()}"),
@@ -120,10 +120,10 @@ VULKAN_DEVICE = [
     "`benchmarks/bench_vulkan_runtime.py` is the same comparison as a table."),
     ("import os, logging, warnings\nimport matplotlib.pyplot as plt\n"
     "warnings.filterwarnings('ignore'); logging.getLogger().setLevel(logging.WARNING)\n"
-    "from layout_solver.compare import compare_vulkan\nfrom layout_solver.zoo.models import ZOO\n"
+    "from layout_solver.zoo.runner import compare_named\nfrom layout_solver.zoo.models import ZOO\n"
     "FULL = os.environ.get('LAYOUT_SOLVER_FULL') == '1'\n"
     "MODELS = list(ZOO) if FULL else ['ds_cnn', 'resnet8']\n"
-    "results = {m: compare_vulkan(m, execute=True, cost_profile='lavapipe', rounds=21 if FULL else 9) for m in MODELS}\n"
+    "results = {m: compare_named(m, 'vulkan', execute=True, cost_profile='lavapipe', rounds=21 if FULL else 9).to_json() for m in MODELS}\n"
     "for m, r in results.items():\n"
     "    print(f\"{m:16} stock {r['stock']['run_ms']:8.2f} ms  solver {r['solver']['run_ms']:8.2f} ms  \"\n"
     "          f\"measured {r['measured_delta_us']:9.0f} us  predicted {r['predicted_delta_us']:9.0f} us\")"),

@@ -39,8 +39,8 @@ def test_canonical_write_back_is_cheaper_and_equivalent(tmp_path):
     import io
     from pathlib import Path
 
-    from layout_solver.arm.canonical import canonical_transposes
     from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.hooks import canonical_transposes
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention")
@@ -71,7 +71,8 @@ def test_one_quantization_lowers_twice_to_the_same_program_and_rejections_become
 
     import numpy as np
 
-    from layout_solver.arm.equivalence import ReferenceRejected, random_inputs, run_tosa, tosa_inputs
+    from graph_io.tosa import tosa_inputs
+    from layout_solver.arm.equivalence import ReferenceRejected, random_inputs, run_tosa
     from layout_solver.arm.measure import quantize_for
     from layout_solver.zoo.models import build
 

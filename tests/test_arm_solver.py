@@ -11,7 +11,7 @@ pytest.importorskip("executorch.backends.arm")
 import executorch.backends.arm._passes as arm_passes
 from executorch.backends.arm._passes import arm_pass_manager as apm
 
-from layout_solver.arm import rules, solver_layouts
+from layout_solver.arm import op_rules, solver_layouts
 
 TINY = Path(__file__).parent / "models" / "tiny.py"
 
@@ -59,7 +59,7 @@ def test_unknown_op_is_pinned_with_a_warning(monkeypatch, tmp_path):
     from layout_solver.arm.measure import lower_ethos_u
     from layout_solver.zoo.models import build
 
-    monkeypatch.setattr(rules, "ELEMENTWISE", rules.ELEMENTWISE - {"add.Tensor"})  # now unknown to the rules
+    monkeypatch.delitem(op_rules.RULES, "add.Tensor")  # now unknown to the rules
     module, inputs = build(f"{TINY}:residual")
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("always")

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models import ethos_u55, vulkan
-from cost_models.calibration.vela_runner import VelaUnsupported, measure_transpose
+from cost_models.vela import VelaUnsupported, measure_transpose
 
 
 @st.composite
@@ -204,7 +204,7 @@ def test_cost_cli_json(capsys):
 @given(shape_and_perm(), st.data())
 def test_view_orders_are_pure_reshapes(case, data):
     """Whatever order view_output_order proposes really moves no data."""
-    from layout_solver.arm.rules import view_output_order
+    from layout_solver.arm.orders import view_output_order
 
     shape, order_in = case
     n = math.prod(shape)
@@ -224,7 +224,7 @@ def test_view_orders_are_pure_reshapes(case, data):
 
 def test_view_orders_found_when_groups_move_whole():
     """A view is free when the input order moves whole reshape groups: [2,3,4] (1,2,0) -> [2,12] (1,0)."""
-    from layout_solver.arm.rules import view_output_order
+    from layout_solver.arm.orders import view_output_order
 
     assert view_output_order((2, 3, 4), (2, 12), (1, 2, 0)) == (1, 0)
     assert view_output_order((2, 12), (2, 3, 4), (1, 0)) == (1, 2, 0)

@@ -211,8 +211,25 @@ def test_no_import_cycles_among_the_projects_modules():
     graph = _project_imports()
     assert len(graph) > 30
     assert list(nx.simple_cycles(graph)) == []
-    # cost models are priced by the library, never the other way round
-    assert not [e for e in graph.edges if e[0].startswith("cost_models") and e[1].startswith("layout_solver")]
+    # cost models are priced by the library, never the other way round; graph_io knows no solver
+    assert not [e for e in graph.edges if e[0].startswith("cost_models") and
+                e[1].startswith(("layout_solver", "graph_io"))]
+    assert not [e for e in graph.edges if e[0].startswith("graph_io") and e[1].startswith("layout_solver")]
+
+
+def test_the_lowering_path_does_not_import_the_measurement_harness():
+    """What runs inside a user's lowering (the passes, their rules and hooks) reaches neither the
+    measurement code (quantize, Vela runs, reference model, comparisons, the zoo) nor calibration."""
+    import networkx as nx
+
+    graph = _project_imports()
+    lowering = ["layout_solver.arm.hooks", "layout_solver.arm.passes", "layout_solver.vulkan.hooks",
+                "layout_solver.vulkan.passes"]
+    harness = ("layout_solver.arm.measure", "layout_solver.arm.equivalence", "layout_solver.arm.compare",
+               "layout_solver.compare", "layout_solver.zoo",
+               "layout_solver.vulkan.runtime", "layout_solver.vulkan.calibrate", "cost_models.calibration")
+    reached = set().union(*(nx.descendants(graph, m) for m in lowering))
+    assert not sorted(m for m in reached if m.startswith(harness))
 
 
 def test_cost_models_import_without_torch():

@@ -12,6 +12,8 @@ from executorch.backends.vulkan import vulkan_preprocess
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
+from graph_io.vulkan import label_repr
+from layout_solver.report import collecting_reports
 from layout_solver.vulkan import (
     LayoutValidationError,
     rules,
@@ -19,6 +21,7 @@ from layout_solver.vulkan import (
     stock_layouts,
     validate,
 )
+from layout_solver.vulkan import hooks as vk_hooks
 from layout_solver.vulkan import passes as vk_passes
 
 TINY = Path(__file__).parent / "models" / "tiny.py"
@@ -67,11 +70,11 @@ def test_problem_comes_from_the_registry():
     captured = {}
 
     class Capture(vk_passes.SolverTagMemoryMetaPass):
-        def _call(self, gm):
+        def call(self, gm):
             captured["problem"] = rules.build_problem(gm, self.texture_limits).problem
-            return super()._call(gm)
+            return super().call(gm)
 
-    with vk_passes.collect_reports(), vk_passes._substituted_pass(Capture):
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
         from layout_solver.zoo.models import build
 
         module, inputs = build(f"{TINY}:mixed")
@@ -91,19 +94,19 @@ def test_validator_catches_a_wrong_representation():
     errors = []
 
     class Corrupting(vk_passes.SolverTagMemoryMetaPass):
-        def _call(self, gm):
-            result = super()._call(gm)
+        def call(self, gm):
+            result = super().call(gm)
             from executorch.backends.vulkan import utils
 
             conv = next(n for n in gm.graph.nodes if "convolution" in str(n.target))
-            utils.set_node_repr(conv.args[0], rules.label_repr("BUFFER:TENSOR_WIDTH_PACKED"))
+            utils.set_node_repr(conv.args[0], label_repr("BUFFER:TENSOR_WIDTH_PACKED"))
             try:
                 validate(gm, self.texture_limits)
             except LayoutValidationError as exc:
                 errors.append(str(exc))
             return result
 
-    with vk_passes.collect_reports(), vk_passes._substituted_pass(Corrupting):
+    with collecting_reports(), vk_hooks.substituted_pass(Corrupting):
         from layout_solver.zoo.models import build
 
         module, inputs = build(f"{TINY}:residual")
@@ -173,8 +176,8 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
     captured = {}
 
     class Capture(vk_passes.SolverTagMemoryMetaPass):
-        def _call(self, gm):
-            result = super()._call(gm)
+        def call(self, gm):
+            result = super().call(gm)
             captured["gm"] = gm
             captured["problem"] = rules.build_problem(gm, self.texture_limits).problem
             return result
@@ -187,7 +190,7 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
         def forward(self, x):
             return self.conv(x).flatten(2).transpose(1, 2).reshape(1, 4, 4, 2, 8).permute(0, 2, 3, 1, 4)
 
-    with vk_passes.collect_reports(), vk_passes._substituted_pass(Capture):
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
         to_edge_transform_and_lower(torch.export.export(Repro().eval(), (torch.randn(1, 3, 8, 8),)),
                                     partitioner=[VulkanPartitioner()])
     views = [op for op in captured["problem"].ops if "view_copy" in op.target]
@@ -198,7 +201,7 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
     gm = captured["gm"]
     view = next(n for n in gm.graph.nodes if "view_copy" in str(n.target))
     flipped = "BUFFER" if utils.get_node_repr(view).storage_type.name == "TEXTURE_3D" else "TEXTURE_3D"
-    utils.set_node_repr(view, rules.label_repr(f"{flipped}:TENSOR_WIDTH_PACKED"))
+    utils.set_node_repr(view, label_repr(f"{flipped}:TENSOR_WIDTH_PACKED"))
     with pytest.raises(LayoutValidationError, match="View.cpp"):
         validate(gm, utils.DEFAULT_TEXTURE_LIMITS)
 

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("executorch.backends.vulkan")
 
-from layout_solver.compare import lower_vulkan
+from layout_solver.compare.vulkan import lower_vulkan
 from layout_solver.vulkan import solver_layouts, stock_layouts
 from layout_solver.vulkan.runtime import ENV_VAR, VulkanRuntimeUnavailable, execute, locate_runtime, probe
 from layout_solver.zoo.models import ZOO, build
@@ -155,19 +155,21 @@ def test_a_crashing_program_is_a_record_not_the_end(runtime):
     the crash is pinned on that program, the other program in the batch still runs."""
     from executorch.backends.vulkan import utils
 
-    from layout_solver.vulkan import passes, rules
+    from graph_io.vulkan import label_repr
+    from layout_solver.report import collecting_reports
+    from layout_solver.vulkan import hooks, passes
 
     class Unchecked(passes.SolverTagMemoryMetaPass):
-        def _call(self, gm):
-            result = super()._call(gm)
+        def call(self, gm):
+            result = super().call(gm)
             view = next(n for n in gm.graph.nodes if "view_copy" in str(n.target))
             assert utils.get_node_repr(view).storage_type.name == "TEXTURE_3D"
-            utils.set_node_repr(view, rules.label_repr("BUFFER:TENSOR_WIDTH_PACKED"))
+            utils.set_node_repr(view, label_repr("BUFFER:TENSOR_WIDTH_PACKED"))
             return result
 
     @contextlib.contextmanager
     def unchecked():
-        with passes.collect_reports() as reports, passes._substituted_pass(Unchecked):
+        with collecting_reports() as reports, hooks.substituted_pass(Unchecked):
             yield reports
 
     class Flatten(torch.nn.Module):

@@ -57,3 +57,12 @@ def test_zoo_reports_a_multi_method_model_per_method(tmp_path):
     assert rows["decoder_kv:decode"]["method_weight"] == "128.0"
     assert float(rows["decoder_kv:decode"]["solver_modelled_us"]) > 0
     assert any((tmp_path / "subproblems").rglob("*.json"))  # the joint solve's cache, shared by later jobs
+
+
+def test_the_zoo_table_reads_fields_the_comparison_schema_defines():
+    """The zoo's columns are fields of the typed comparison result, so a renamed field fails here."""
+    from layout_solver.compare.result import Side
+    from layout_solver.zoo.runner import ROW_FIELDS
+
+    for target, keys in ROW_FIELDS.items():
+        assert set(keys) <= set(Side.model_fields), target

@@ -32,13 +32,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost_models.calibration.vela_runner import (
-    VelaUnsupported,
-    measure_transpose,
-    rescale_then_transpose_tosa,
-    run_vela,
-    vela_version,
-)
 from cost_models.ethos_u55 import (
     DTYPE_BYTES,
     PARAMS_VERSION,
@@ -56,6 +49,13 @@ from cost_models.ethos_u55 import (
     npu_transposes,
     rate_key,
     transpose_cost,
+)
+from cost_models.vela import (
+    VelaUnsupported,
+    measure_transpose,
+    rescale_then_transpose_tosa,
+    run_vela,
+    vela_version,
 )
 
 DIMS = [2, 3, 4, 7, 8, 12, 16, 24, 32, 48, 64, 96, 128, 196, 256]

@@ -18,14 +18,13 @@ own, after the stock propagation passes.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import ClassVar
 
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from cost_models.ethos_u55 import is_identity, materialisations
+from graph_io.fx import dtype_name
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
 _VIEW = exir_ops.edge.aten.view_copy.default
@@ -53,7 +52,7 @@ class CanonicalTransposePass(ArmPass):
 
     @staticmethod
     def _vela_cycles(shape, perm, dtype: str) -> float:
-        from cost_models.calibration.vela_runner import VelaUnsupported, measure_transpose
+        from cost_models.vela import VelaUnsupported, measure_transpose
 
         try:
             return float(measure_transpose(shape, perm, dtype).cycles)
@@ -77,7 +76,7 @@ class CanonicalTransposePass(ArmPass):
         if is_identity(fperm):
             _count(self.stats, "to_reshape")
             return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
-        dtype = str(x.data.dtype).removeprefix("torch.")
+        dtype = dtype_name(x.data)
         if dtype not in ("int8", "int16", "int32") or (
                 self._vela_cycles(fshape, fperm, dtype) >= self._vela_cycles(shape, perm, dtype)):
             _count(self.stats, "kept")
@@ -90,20 +89,3 @@ class CanonicalTransposePass(ArmPass):
         flat = super().call_operator(_VIEW, (x, list(fshape)), {}, meta, True)
         moved = super().call_operator(op, (flat, list(fperm)), {}, meta, True)
         return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)
-
-
-@contextlib.contextmanager
-def canonical_transposes(stats: dict | None = None) -> Iterator[dict]:
-    """Inside this block, Ethos-U lowering writes every transpose in its cheapest form.
-
-    The pass goes in just before InsertConstShapesPass: after the stock
-    view/permute fusers (which would fold the reshapes back) and early enough
-    that the new reshapes get their constant shape operands.
-    """
-    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
-
-    from layout_solver.arm.measure import inserted_passes
-
-    stats = {} if stats is None else stats
-    with inserted_passes(before={InsertConstShapesPass: [CanonicalTransposePass(stats)]}):
-        yield stats

@@ -58,7 +58,7 @@ def _layout_stage(request: pytest.FixtureRequest):
     if request.config.getoption("--layout-stage") != "solver":
         yield
         return
-    from layout_solver.arm.passes import solver_layouts
+    from layout_solver.arm.hooks import solver_layouts
 
     with solver_layouts(request.config.getoption("--layout-time-limit")) as reports:
         yield

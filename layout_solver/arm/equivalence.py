@@ -12,22 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-_NUMPY = {"INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "BOOL": np.bool_, "FP32": np.float32}
-
-
-def tosa_inputs(path: Path) -> list[tuple[str, list[int], type]]:
-    """(name, shape, numpy dtype) of each input of a TOSA flatbuffer; raises ValueError if unreadable."""
-    import tosa_serializer as ts
-
-    graph = ts.TosaSerializer("")
-    if not graph.loadTosaFlatbuffer(str(path)):
-        raise ValueError(f"cannot read TOSA flatbuffer {path}")
-    block = graph.regions[0].basicBlocks[0]
-    specs = []
-    for name in block.inputs:
-        tensor = block.tensors[name]
-        specs.append((name, list(tensor.shape), _NUMPY[tensor.dtype.name]))
-    return specs
+from graph_io.tosa import tosa_inputs
 
 
 def random_inputs(specs, rng: np.random.Generator) -> list[np.ndarray]:

@@ -15,7 +15,6 @@ rows.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,7 +25,10 @@ import torch
 from executorch.exir.pass_base import ExportPass, PassResult
 
 from cost_models import ethos_u55
-from cost_models.calibration.vela_runner import run_vela
+from cost_models.vela import run_vela
+from graph_io.fx import dtype_name
+from graph_io.tosa import tosa_ops
+from layout_solver.arm.hooks import inserted_passes
 
 
 class RecordTransposes(ExportPass):
@@ -42,67 +44,8 @@ class RecordTransposes(ExportPass):
                 val = node.args[0].meta["val"]
                 self.sink.append({"node": node.name, "shape": [int(d) for d in val.shape],
                                   "perm": [int(p) for p in node.args[1]],
-                                  "dtype": str(val.dtype).removeprefix("torch.")})
+                                  "dtype": dtype_name(val)})
         return PassResult(graph_module, False)
-
-
-def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
-    """Every operator of a TOSA flatbuffer, with what the U55 transpose accounting needs."""
-    from tosa.DType import DType
-    from tosa.Op import Op
-    from tosa.ReduceSumAttribute import ReduceSumAttribute
-    from tosa.TosaGraph import TosaGraph
-    from tosa.TransposeAttribute import TransposeAttribute
-
-    names = {v: k for k, v in vars(Op).items() if not k.startswith("_")}
-    dtypes = {v: k.lower() for k, v in vars(DType).items() if not k.startswith("_")}
-    text = lambda b: b.decode() if isinstance(b, bytes) else b
-    graph = TosaGraph.GetRootAs(tosa, 0)
-    found = []
-    for r in range(graph.RegionsLength()):
-        region = graph.Regions(r)
-        for b in range(region.BlocksLength()):
-            block = region.Blocks(b)
-            tensors = {text(block.Tensors(t).Name()): block.Tensors(t) for t in range(block.TensorsLength())}
-            for o in range(block.OperatorsLength()):
-                op = block.Operators(o)
-                inputs = tuple(text(op.Inputs(i)) for i in range(op.InputsLength()))
-                shapes = tuple(tuple(int(d) for d in tensors[t].ShapeAsNumpy()) if t in tensors and
-                               not tensors[t].ShapeIsNone() else () for t in inputs)
-                first = tensors.get(inputs[0]) if inputs else None
-                extra = {}
-                if op.Op() in (Op.TRANSPOSE, Op.REDUCE_SUM):
-                    attr = TransposeAttribute() if op.Op() == Op.TRANSPOSE else ReduceSumAttribute()
-                    attr.Init(op.Attribute().Bytes, op.Attribute().Pos)
-                    extra = {"perm": tuple(int(p) for p in attr.PermsAsNumpy())} if op.Op() == Op.TRANSPOSE \
-                        else {"axis": int(attr.Axis())}
-                found.append(ethos_u55.TosaOp(
-                    names.get(op.Op(), str(op.Op())), inputs, tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
-                    shapes, dtypes.get(first.Type(), "other") if first is not None else "other", **extra))
-    return found
-
-
-@contextlib.contextmanager
-def inserted_passes(before: dict | None = None, after: dict | None = None) -> Iterator[None]:
-    """Scoped insertion into the Arm pipeline via its public (but global) registry.
-
-    `before` / `after` map a stock pass type to the passes to insert. The
-    registry is put back exactly as found on every exit, exceptions included.
-    """
-    from executorch.backends.arm._passes import arm_pass_manager as apm
-
-    # Copy the containers, keep the user's own pass instances.
-    saved = {target: dataclasses.replace(ins, before_passes=list(ins.before_passes), after_passes=list(ins.after_passes))
-             for target, ins in apm._registered_pass_insertions.items()}
-    try:
-        for target, passes in (before or {}).items():
-            apm.register_pass_insertions_before(target, list(passes))
-        for target, passes in (after or {}).items():
-            apm.register_pass_insertions_after(target, list(passes))
-        yield
-    finally:
-        apm.clear_registered_pass_insertions()
-        apm._registered_pass_insertions.update(saved)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,8 @@ from torch.nn import functional as F
 
 from cost_models import vulkan as vk_cost
 from layout_solver.problem import ProblemError
-from layout_solver.vulkan import passes
+from layout_solver.report import collecting_reports
+from layout_solver.vulkan import hooks, passes
 from layout_solver.vulkan.runtime import execute, locate_runtime
 
 FLOAT_LABELS = [f"{s}:TENSOR_{p}_PACKED" for s in ("TEXTURE_3D", "BUFFER") for p in ("WIDTH", "HEIGHT", "CHANNELS")]
@@ -130,8 +131,8 @@ def lower_pinned(module: nn.Module, inputs: tuple, pattern: tuple[str, ...]) -> 
     from executorch.exir import to_edge_transform_and_lower
 
     exported = torch.export.export(module, inputs)
-    with warnings.catch_warnings(), passes.collect_reports() as reports, \
-            passes._substituted_pass(_pinned_pass(pattern)):
+    with warnings.catch_warnings(), collecting_reports() as reports, \
+            hooks.substituted_pass(_pinned_pass(pattern)):
         warnings.simplefilter("ignore")
         program = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()]).to_executorch()
     if any(r.kind != "solver" for r in reports) or len(reports) != 1:

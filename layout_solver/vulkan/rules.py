@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 import torch
 from executorch.backends.vulkan import utils
 from executorch.backends.vulkan.op_registry import get_op_features, has_impl
-from executorch.backends.vulkan.serialization.vulkan_graph_schema import VkMemoryLayout, VkStorageType
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from cost_models import vulkan as vk_cost
+from graph_io.fx import dtype_name
+from graph_io.vulkan import label_repr
 from layout_solver.problem import Problem, ProblemError
 
 log = logging.getLogger(__name__)
@@ -39,17 +40,6 @@ log = logging.getLogger(__name__)
 # More modes than this for one op means many independent slots; keep each
 # independent slot to its preferred representations instead of the product.
 MAX_MODES_PER_OP = 4096
-
-
-def repr_label(r: utils.TensorRepr) -> str:
-    """The problem's label of a representation, "STORAGE:LAYOUT" (e.g. "TEXTURE_3D:TENSOR_WIDTH_PACKED")."""
-    return f"{r.storage_type.name}:{r.memory_layout.name}"
-
-
-def label_repr(label: str) -> utils.TensorRepr:
-    """The representation a label names (inverse of repr_label); raises KeyError for an unknown name."""
-    storage, layout = label.split(":")
-    return utils.TensorRepr(VkStorageType[storage], VkMemoryLayout[layout])
 
 
 def repset_labels(repset: utils.TensorRepSet, dtype: str | None = None) -> list[str]:
@@ -200,10 +190,6 @@ def _tensor_value_node(node) -> bool:
     return isinstance(node, torch.fx.Node) and utils.is_tensor_node(node) and not is_constant_tensor(node)
 
 
-def _dtype_name(val) -> str:
-    return str(val.dtype).removeprefix("torch.")
-
-
 def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str = "vulkan",
                   profile: vk_cost.VulkanProfile | str | None = None) -> VulkanProblem:
     """The layout problem of a Vulkan edge graph, priced with `profile` (a VulkanProfile, a name or a path).
@@ -226,7 +212,7 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
         if any(not isinstance(d, int) for d in val.shape):
             raise ProblemError(f"node {node.name!r}: dynamic shape {tuple(val.shape)} is not supported", ops=[node.name])
         shape = [int(d) for d in val.shape]
-        dtype = _dtype_name(val)
+        dtype = dtype_name(val)
         values[vid] = {"id": vid, "shape": shape, "dtype": dtype, "size_bytes": vk_cost.tensor_bytes(shape, dtype),
                        "kind": kind}
         value_node[vid] = node
@@ -282,7 +268,7 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
             if not items:
                 continue
             registered = repsets.get_arg_repset(i)
-            labels = repset_labels(registered, _dtype_name(items[0][1].meta["val"]))
+            labels = repset_labels(registered, dtype_name(items[0][1].meta["val"]))
             if not labels:
                 raise ProblemError(f"node {node.name!r}: no legal representation for argument {i}", ops=[node.name])
             if i in storage_free:

@@ -8,11 +8,12 @@ downloads anything.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from layout_solver.compare.methods import MultiMethodModel
 
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
@@ -468,16 +469,6 @@ class CachedDecoder(nn.Module):
             x = x + y
             x = x + mlp(norm2(x))
         return self.lm_head(x), torch.cat(updated).reshape(cache.shape)
-
-
-@dataclass
-class MultiMethodModel:
-    """One module exported as several methods that share its weights (and buffers): inputs per method, and
-    how often each method runs per use of the program (the solver's `method_weights`)."""
-
-    module: nn.Module
-    inputs: dict[str, tuple[torch.Tensor, ...]]
-    weights: dict[str, float]
 
 
 def decoder_kv() -> MultiMethodModel:

@@ -65,15 +65,29 @@ def job_key(job: Job) -> str:
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
+def compare_named(name: str, target: str, **options):
+    """`layout_solver.compare.compare` on a zoo model by name (or `path/to/file.py:factory`): the built-in
+    multi-method models get their three-sided comparison (graph inputs as their methods declare them, solved
+    in-process, so `input_order` and `service` do not apply). Raises ModelError for a model that cannot be built."""
+    from layout_solver.compare import compare
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO, build, build_methods
+
+    if name in MULTI_METHOD_ZOO:
+        options = {k: v for k, v in options.items() if k not in ("input_order", "service")}
+        return compare(build_methods(name), None, target, name=name, **options)
+    module, inputs = build(name)
+    return compare(module, inputs, target, name=name, **options)
+
+
 def run_job(job: Job) -> dict:
     """Runs in a worker: never raises, a failure becomes a record."""
-    from layout_solver.compare import compare
-
     start = time.perf_counter()
     try:
-        result = compare(job.model, job.target, **dict(job.options))
-        failed = [s for s in ("stock", "solver", "per_method", "joint") if "error" in result.get(s, {})]
+        comparison = compare_named(job.model, job.target, **dict(job.options))
+        failed = [s for s in ("stock", "solver", "per_method", "joint") if getattr(getattr(comparison, s, None),
+                                                                                    "error", None)]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
+        result = comparison.to_json()
     except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
         result = {"model": job.model, "target": job.target,
                   "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500], "traceback": traceback.format_exc()}

@@ -27,8 +27,11 @@ import tempfile
 import time
 import traceback
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from layout_solver.compare.result import MethodsComparison, MethodsSide
 from layout_solver.quiet import quiet
 
 SIDES = ("stock", "per_method", "joint")
@@ -67,16 +70,23 @@ def _weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) 
     return round(sum(weights[m] * v for m, v in zip(weights, values)), 3)
 
 
-def compare_methods(model, target: str, time_limit: float = 10.0, execute: bool = False,
-                    runtime: str | None = None, cost_profile: str | None = None, rounds: int = 15,
-                    weights: dict[str, float] | None = None, cache_dir: str | None = None) -> dict:
-    """Stock vs per-method vs joint for `model` (a built-in multi-method name, or a MultiMethodModel: module,
-    inputs per method, weights) on `target` ("vulkan" or "ethos-u55-128"); `weights` overrides the model's method weights; `cache_dir` is the
-    joint solve's subproblem cache (shared across models and runs)."""
-    from layout_solver.zoo.models import MultiMethodModel, build_methods
+@dataclass
+class MultiMethodModel:
+    """One module exported as several methods that share its weights (and buffers): inputs per method, and
+    how often each method runs per use of the program (the solver's `method_weights`)."""
 
-    built = model if isinstance(model, MultiMethodModel) else build_methods(model)
-    model = model if isinstance(model, str) else type(built.module).__name__
+    module: Any
+    inputs: dict[str, tuple]
+    weights: dict[str, float]
+
+
+def compare_methods(built: MultiMethodModel, target: str, name: str | None = None, time_limit: float = 10.0,
+                    execute: bool = False, runtime: str | None = None, cost_profile: str | None = None,
+                    rounds: int = 15, weights: dict[str, float] | None = None,
+                    cache_dir: str | None = None) -> MethodsComparison:
+    """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` ("vulkan" or
+    "ethos-u55-128"); `weights` overrides the model's method weights; `cache_dir` is the joint solve's
+    subproblem cache (shared across models and runs). `name` labels the result (default: the module's class)."""
     weights = dict(weights or built.weights)
     with quiet():
         if target == "vulkan":
@@ -85,7 +95,8 @@ def compare_methods(model, target: str, time_limit: float = 10.0, execute: bool 
             result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
         else:
             raise ValueError(f"unknown target {target!r}")
-    return {"model": model, "target": target, "methods": list(built.inputs), "weights": weights, **result}
+    return MethodsComparison(model=name or type(built.module).__name__, target=target, methods=list(built.inputs),
+                             weights=weights, **{k: MethodsSide(**v) if k in SIDES else v for k, v in result.items()})
 
 
 # ------------------------------------------------------------------ Vulkan ---
@@ -199,7 +210,7 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
     from executorch.backends.arm.ethosu import EthosUBackend, EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    from cost_models.calibration.vela_runner import run_vela
+    from cost_models.vela import run_vela
     from layout_solver.arm import solver_layouts
     from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.measure import quantize_for
@@ -257,29 +268,3 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
                 result[f"{side}_reference"] = same.reference["right"]
                 result["stock_reference"] = same.reference["left"]
     return result
-
-
-def format_table(result: dict) -> str:
-    """Per method and weighted, the three sides side by side."""
-    lines = [f"{result['model']} on {result['target']}: methods {result['methods']}, weights {result['weights']}"]
-    sides = [s for s in SIDES if s in result]
-    lines.append(f"{'':34}" + "".join(f"{s:>16}" for s in sides))
-    metrics = [k for k in dict.fromkeys(k for s in sides for m in result[s].get("per_method", {}).values() for k in m)
-               if isinstance(next(iter(result[sides[0]].get("per_method", {}).values()), {}).get(k), (int, float))]
-    for method in result["methods"]:
-        for key in metrics:
-            cells = [result[s].get("per_method", {}).get(method, {}).get(key) for s in sides]
-            lines.append(f"{method + ' ' + key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
-    for key in ("weighted_total_cycles", "weighted_transpose_cycles", "weighted_modelled_us", "weighted_run_ms",
-                "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "joint_solve_seconds",
-                "lower_seconds", "joint_groups", "cache_hits", "linked_values", "merged_values"):
-        cells = [result[s].get(key) for s in sides]
-        if any(c is not None for c in cells):
-            lines.append(f"{key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
-    for side in sides:
-        if "error" in result[side]:
-            lines.append(f"{side} failed: {result[side]['error']}")
-    for key in ("per_method_equivalent", "joint_equivalent", "stock_reference", "max_abs_diff_solver_vs_stock"):
-        if key in result:
-            lines.append(f"{key}: {result[key]}")
-    return "\n".join(lines)

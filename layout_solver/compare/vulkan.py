@@ -1,10 +1,5 @@
-"""Stock versus solver lowering of one model, side by side, in one run.
-
-`compare(model, target)` returns the JSON-ready dict that
-`layout-solver compare MODEL --target T --json` prints. Each side is lowered
-from a fresh export of the same module and inputs, so neither sees the
-other's mutations. A side that fails is recorded with its error.
-"""
+"""Vulkan: stock TagMemoryMetaPass versus the solver on one module, and optionally both programs run on the
+Vulkan device against eager."""
 
 from __future__ import annotations
 
@@ -12,50 +7,30 @@ import time
 import traceback
 from collections import Counter
 
+from layout_solver.compare.result import Comparison, Side
 from layout_solver.quiet import quiet
 
-TARGETS = ("vulkan", "ethos-u55-128")
 
-
-def compare(model: str, target: str, time_limit: float = 10.0, service: str | None = None, **options) -> dict:
-    """Stock versus solver on `target`; `service` is a layout-solver service URL to solve on (None:
-    $LAYOUT_SOLVER_SERVICE or in-process); `options` go to the target's comparison (Vulkan: execute,
-    runtime, cost_profile; Ethos-U: input_order)."""
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO
-
-    if model in MULTI_METHOD_ZOO:
-        from layout_solver.compare_methods import compare_methods
-
-        options.pop("input_order", None)
-        return compare_methods(model, target, time_limit, **options)
-    if target == "vulkan":
-        return compare_vulkan(model, time_limit, service=service, **options)
-    if target == "ethos-u55-128":
-        from layout_solver.arm.compare import compare_ethos_u
-
-        return compare_ethos_u(model, time_limit, service=service, **options)
-    raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
-
-
-def compare_vulkan(model: str, time_limit: float = 10.0, execute: bool = False, runtime: str | None = None,
-                   cost_profile: str | None = None, rounds: int = 15, service: str | None = None) -> dict:
-    """Lower `model` with the stock TagMemoryMetaPass and with the solver; with `execute`, run both on the
-    Vulkan device (runtime plugin `runtime` or $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager.
+def compare_vulkan(module, inputs: tuple, name: str | None = None, time_limit: float = 10.0, execute: bool = False,
+                   runtime: str | None = None, cost_profile: str | None = None, rounds: int = 15,
+                   service: str | None = None) -> Comparison:
+    """Lower `module` on `inputs` with the stock TagMemoryMetaPass and with the solver (each from a fresh
+    export); with `execute`, run both on the Vulkan device (runtime plugin `runtime` or
+    $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager. `name` labels the result (default: the module's class).
 
     Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
     """
     with quiet():
-        return _compare_vulkan(model, time_limit, execute, runtime, cost_profile, rounds, service)
+        return _compare_vulkan(module, inputs, name or type(module).__name__, time_limit, execute, runtime,
+                               cost_profile, rounds, service)
 
 
-def _compare_vulkan(model, time_limit, execute, runtime, cost_profile, rounds, service) -> dict:
+def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_profile, rounds, service) -> Comparison:
     from layout_solver.vulkan import solver_layouts, stock_layouts
     from layout_solver.vulkan.runtime import probe
-    from layout_solver.zoo.models import build
 
     if execute:
         probe(runtime)
-    module, inputs = build(model)
     sides = {}
     buffers = {}
     contexts = (("stock", lambda: stock_layouts(cost_profile)), ("solver", lambda: solver_layouts(time_limit, cost_profile, service)))
@@ -91,13 +66,12 @@ def _compare_vulkan(model, time_limit, execute, runtime, cost_profile, rounds, s
                 problem_ops=sum(r.problem_ops for r in reports),
                 solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
                 phase_seconds={k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)
-                               for k in ("build", "solve", "write_back", "validate")},
+                               for k in ("build", "solve", "write_back", "check")},
             )
         sides[side] = record
-    result = {"model": model, "target": "vulkan", "cost_profile": cost_profile or "mobile-gpu", **sides}
-    if execute and buffers:
-        result.update(execute_on_device(module, inputs, buffers, sides, runtime, rounds))
-    return result
+    extra = execute_on_device(module, inputs, buffers, sides, runtime, rounds) if execute and buffers else {}
+    return Comparison(model=name, target="vulkan", cost_profile=cost_profile or "mobile-gpu",
+                      **{side: Side(**record) for side, record in sides.items()}, **extra)
 
 
 def lower_vulkan(module, inputs: tuple, context) -> tuple[bytes, list]:
@@ -150,29 +124,3 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
         extra["max_abs_diff_stock_vs_solver"] = float(max(
             (np.abs(a.astype(np.float64) - b).max() for a, b in zip(stock.outputs, solver.outputs)), default=0.0))
     return extra
-
-
-def format_table(result: dict) -> str:
-    """Side-by-side table of the scalar fields both sides report."""
-    stock, solver = result.get("stock", {}), result.get("solver", {})
-    lines = [f"{result['model']} on {result['target']}", f"{'':24} {'stock':>16} {'solver':>16} {'ratio':>8}"]
-    keys = [k for k in dict.fromkeys([*stock, *solver])
-            if isinstance(stock.get(k, solver.get(k)), (int, float)) and not isinstance(stock.get(k), bool)]
-    for key in keys:
-        a, b = stock.get(key), solver.get(key)
-        ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else ""
-        fmt = lambda v: "" if v is None else f"{v:,.4g}" if isinstance(v, float) else f"{v:,}"
-        lines.append(f"{key:24} {fmt(a):>16} {fmt(b):>16} {ratio:>8}")
-    for side, record in (("stock", stock), ("solver", solver)):
-        if "error" in record:
-            lines.append(f"{side} failed: {record['error']}")
-        if record.get("tensors_by_repr"):
-            lines.append(f"{side} tensors by representation: " +
-                         ", ".join(f"{k} {v}" for k, v in record["tensors_by_repr"].items()))
-    for key in ("equivalent", "max_abs_diff", "stock_reference", "solver_reference", "run_ratio",
-                "measured_delta_us", "predicted_delta_us", "max_abs_diff_stock_vs_solver"):
-        if key in result:
-            shown = "not checked (the reference model rejected a side)" if key == "equivalent" and \
-                result[key] is None else result[key]
-            lines.append(f"{key}: {shown}")
-    return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""`layout-solver compare MODEL --target ethos-u55-128`: stock versus solver, one run, same model."""
+"""Ethos-U: stock versus the solver's layout stage on one module, both lowered from one int8 program: TOSA
+transposes, Vela cycles, and equivalence on the TOSA reference model."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import traceback
 from pathlib import Path
 
 from layout_solver.arm.equivalence import compare_lowerings
+from layout_solver.arm.hooks import solver_layouts
 from layout_solver.arm.measure import lower_ethos_u, quantize_for
-from layout_solver.arm.passes import solver_layouts
+from layout_solver.compare.result import Comparison, Side
 from layout_solver.quiet import quiet
 
 INPUT_ORDERS = ("nchw", "nhwc")
@@ -32,20 +34,21 @@ def declare_input_order(inputs: tuple, order: str) -> tuple:
                  for t in inputs)
 
 
-def compare_ethos_u(model: str, time_limit: float = 10.0, target: str = "ethos-u55-128",
-                    service: str | None = None, input_order: str = "nchw") -> dict:
-    """Stock versus solver lowering of `model` for `target`: TOSA transposes, Vela cycles and equivalence on
-    the TOSA reference model; `input_order` is the graph-input contract (see declare_input_order)."""
+def compare_ethos_u(module, inputs: tuple, name: str | None = None, time_limit: float = 10.0,
+                    target: str = "ethos-u55-128", service: str | None = None, input_order: str = "nchw") -> Comparison:
+    """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles and
+    equivalence on the TOSA reference model; `input_order` is the graph-input contract (see
+    declare_input_order). `name` labels the result (default: the module's class). A side that fails is
+    recorded with its error; the other side's numbers stay."""
     with quiet():
-        return _compare_ethos_u(model, time_limit, target, service, input_order)
+        result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order)
+    return Comparison(model=name or type(module).__name__, target=target, input_order=input_order,
+                      **{k: Side(**v) if k in ("stock", "solver") else v for k, v in result.items()})
 
 
-def _compare_ethos_u(model, time_limit, target, service, input_order) -> dict:
-    from layout_solver.zoo.models import build
-
-    module, inputs = build(model)
+def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -> dict:
     inputs = declare_input_order(inputs, input_order)
-    result: dict = {"model": model, "target": target, "input_order": input_order}
+    result: dict = {}
     # Quantize once: both sides lower the same int8 program, so any difference is the layout stage's.
     try:
         quantized = quantize_for(module, inputs, target)

@@ -1,0 +1,151 @@
+"""Every scoped change the Arm integration makes to ExecuTorch, in one place; each is restored on every
+exit, exceptions included.
+
+* `inserted_passes`: passes put into the Arm pipeline through its public (but global) insertion registry;
+* `skipping_stock_propagation`: ArmPassManager swapped for a subclass that skips the stock permute
+  heuristics the solver replaces and exposes the exported program being lowered;
+* `solver_layouts` / `canonical_transposes`: the user-facing blocks built from those two.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+from layout_solver.joint_lowering import JointReports, joint_preprocess
+from layout_solver.multimethod import SubproblemCache
+from layout_solver.report import collecting_reports
+from layout_solver.service.client import solve_problem
+
+# Stock heuristics the solver replaces: they push permutes through views and
+# merge them without a cost model (on a ViT, into 10-op rank-5 transposes).
+REPLACED_STOCK_PASSES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
+
+# The exported program the Arm pipeline is transforming, so the solver pass can
+# tell parameters and constants (whose transposes fold) from real inputs.
+_current_program: contextvars.ContextVar = contextvars.ContextVar("layout_solver_arm_program", default=None)
+
+
+def current_program():
+    """The exported program the Arm pipeline is lowering right now (None outside a lowering)."""
+    return _current_program.get()
+
+
+@contextlib.contextmanager
+def inserted_passes(before: dict | None = None, after: dict | None = None) -> Iterator[None]:
+    """Scoped insertion into the Arm pipeline via its public (but global) registry.
+
+    `before` / `after` map a stock pass type to the passes to insert. The
+    registry is put back exactly as found on every exit, exceptions included.
+    """
+    from executorch.backends.arm._passes import arm_pass_manager as apm
+
+    # Copy the containers, keep the user's own pass instances.
+    saved = {target: dataclasses.replace(ins, before_passes=list(ins.before_passes), after_passes=list(ins.after_passes))
+             for target, ins in apm._registered_pass_insertions.items()}
+    try:
+        for target, passes in (before or {}).items():
+            apm.register_pass_insertions_before(target, list(passes))
+        for target, passes in (after or {}).items():
+            apm.register_pass_insertions_after(target, list(passes))
+        yield
+    finally:
+        apm.clear_registered_pass_insertions()
+        apm._registered_pass_insertions.update(saved)
+
+
+@contextlib.contextmanager
+def skipping_stock_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
+    """Scoped substitution of ArmPassManager (tosa/backend.py imports the name lazily) by a
+    subclass that skips the replaced stock passes (none if `names` is empty) and exposes the
+    exported program to the solver pass; restored on every exit."""
+    import executorch.backends.arm._passes as arm_passes
+
+    skipped = tuple(getattr(arm_passes, n) for n in names)
+    original = arm_passes.ArmPassManager
+
+    class SolverArmPassManager(original):
+        def configure_skip_passes(self):
+            # The user's own skip rules (from the compile spec) stay in force.
+            self._skip_pass_types = tuple(set(super().configure_skip_passes()) | set(skipped))
+            return self._skip_pass_types
+
+        def transform_to_backend_pipeline(self, exported_program, graph_module):
+            token = _current_program.set(exported_program)
+            try:
+                return super().transform_to_backend_pipeline(exported_program, graph_module)
+            finally:
+                _current_program.reset(token)
+
+    arm_passes.ArmPassManager = SolverArmPassManager
+    try:
+        yield
+    finally:
+        arm_passes.ArmPassManager = original
+
+
+@contextlib.contextmanager
+def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service: str | None = None,
+                   method_weights: dict[str, float] | None = None, constant_byte_cost: float = 0.0,
+                   cache_dir: str | Path | None = None) -> Iterator[JointReports]:
+    """Inside this block, Ethos-U lowering lays tensors out with the solver.
+
+    `service`: URL of a `layout-solver serve` instance to solve on (default
+    $LAYOUT_SOLVER_SERVICE; unset: in-process); on any failure the problem is
+    solved in-process and the report's notes say so.
+
+    The stock permute-propagation heuristics are skipped (replace_stock), the
+    solver pass and then the canonical-transpose pass run just before
+    InsertConstShapesPass through the public pass-insertion registry;
+    everything after (ExirToTosaPass, Vela) is unchanged. All of it is
+    restored on every exit. Yields one PassReport per delegate.
+
+    `method_weights` ({"decode": 128, "prefill": 1}) makes a multi-method
+    lowering one joint problem over all partitions of all methods (see
+    `layout_solver.joint_lowering`): parameters and constants with equal bytes
+    are linked (one home order), identical partitions are solved once (with
+    `cache_dir`, across runs too); the reports' `.joint` says how it went.
+    `constant_byte_cost` prices an extra stored order of a linked constant per
+    byte. It defaults to 0 because on Ethos-U it is never paid: each delegate's
+    Vela command stream carries its own (re-encoded) weights, so stock already
+    stores one copy per delegate and a per-method layout adds none. Set it if
+    your deployment shares weights across delegates. Single-method programs
+    are lowered exactly as without it.
+    """
+    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+    from executorch.backends.arm.ethosu import EthosUBackend
+
+    from layout_solver.arm.canonical import CanonicalTransposePass
+    from layout_solver.arm.passes import SolverLayoutPass
+
+    reports = JointReports()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(collecting_reports(reports))
+        if method_weights:
+            stack.enter_context(joint_preprocess(
+                EthosUBackend, method_weights, lambda p: solve_problem(p, time_limit, service), reports,
+                constant_byte_cost, SubproblemCache(cache_dir)))
+        stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
+        solver_pass = SolverLayoutPass(time_limit, service, program_of=current_program)
+        stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass, CanonicalTransposePass()]}))
+        yield reports
+
+
+@contextlib.contextmanager
+def canonical_transposes(stats: dict | None = None) -> Iterator[dict]:
+    """Inside this block, Ethos-U lowering writes every transpose in its cheapest form.
+
+    The pass goes in just before InsertConstShapesPass: after the stock
+    view/permute fusers (which would fold the reshapes back) and early enough
+    that the new reshapes get their constant shape operands.
+    """
+    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+
+    from layout_solver.arm.canonical import CanonicalTransposePass
+
+    stats = {} if stats is None else stats
+    with inserted_passes(before={InsertConstShapesPass: [CanonicalTransposePass(stats)]}):
+        yield stats

@@ -1,0 +1,125 @@
+"""Dim orders: a value stored in order `o` is `logical.permute(o)` in memory. Labels, composition, inverse,
+and which orders keep a reshape a pure reshape. Plain Python and numpy (no torch), shared by the op rules,
+the problem builder and the write-back.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+Order = tuple[int, ...]
+
+VIEW_CHECK_LIMIT = 1 << 20  # elements; larger views stay in the identity order
+
+
+def order_label(order) -> str:
+    """The problem's label of an order.
+
+    >>> order_label((0, 2, 3, 1))
+    '0,2,3,1'
+    """
+    return ",".join(str(i) for i in order)
+
+
+def label_order(label: str) -> Order:
+    """The order a label names.
+
+    >>> label_order('0,2,3,1')
+    (0, 2, 3, 1)
+    """
+    return tuple(int(x) for x in label.split(",")) if label else ()
+
+
+def compose(a, b) -> Order:
+    """a[b]: the order of transpose(transpose(x, a), b).
+
+    >>> compose((0, 2, 3, 1), (0, 3, 1, 2))
+    (0, 1, 2, 3)
+    """
+    return tuple(a[i] for i in b)
+
+
+def inverse(p) -> Order:
+    """The permutation that undoes `p`.
+
+    >>> inverse((0, 2, 3, 1))
+    (0, 3, 1, 2)
+    """
+    inv = [0] * len(p)
+    for i, x in enumerate(p):
+        inv[x] = i
+    return tuple(inv)
+
+
+def _reshape_groups(s_in, s_out) -> list[tuple[list[int], list[int]]] | None:
+    """Pair contiguous runs of input and output axes with equal element counts."""
+    groups, i, j = [], 0, 0
+    while i < len(s_in) or j < len(s_out):
+        gi, gj = [], []
+        pi = pj = 1
+        while True:
+            if pi <= pj and i < len(s_in):
+                pi *= s_in[i]
+                gi.append(i)
+                i += 1
+            elif j < len(s_out):
+                pj *= s_out[j]
+                gj.append(j)
+                j += 1
+            else:
+                return None
+            if pi == pj and (i == len(s_in) or s_in[i] != 1 or j == len(s_out)) and \
+                    (j == len(s_out) or s_out[j] != 1 or i == len(s_in)):
+                break
+        groups.append((gi, gj))
+    return groups
+
+
+def view_output_order(s_in, s_out, order_in) -> Order | None:
+    """The output order in which reshaping s_in -> s_out moves no data, given the input order.
+
+    Proposed from the reshape's axis groups, then checked exactly on index arrays.
+
+    >>> view_output_order([2, 3, 4], [2, 12], (0, 2, 1)) is None  # (3, 4) interleaved in memory
+    True
+    >>> view_output_order([2, 3, 4], [6, 4], (2, 0, 1))
+    (1, 0)
+    """
+    return _view_output_order(tuple(int(d) for d in s_in), tuple(int(d) for d in s_out), tuple(order_in))
+
+
+@functools.lru_cache(maxsize=4096)
+def _view_output_order(s_in, s_out, order_in) -> Order | None:
+    # Cached: the domain propagation and the mode building ask the same questions,
+    # and each exact check builds index arrays of up to VIEW_CHECK_LIMIT elements.
+    s_in, s_out = list(s_in), list(s_out)
+    if list(order_in) == list(range(len(s_in))):
+        return tuple(range(len(s_out)))  # a view of a row-major tensor is always a pure reshape
+    n = 1
+    for d in s_in:
+        n *= d
+    if n > VIEW_CHECK_LIMIT or n == 0:
+        return None
+    groups = _reshape_groups(s_in, s_out)
+    if groups is None:
+        return None
+    group_of = {a: g for g, (gi, _) in enumerate(groups) for a in gi}
+    sequence = []
+    for a in order_in:  # group sequence in physical order, axes of a group kept contiguous and ascending
+        g = group_of[a]
+        if not sequence or sequence[-1][0] != g:
+            sequence.append((g, [a]))
+        else:
+            sequence[-1][1].append(a)
+    if len({g for g, _ in sequence}) != len(sequence) or any(axes != sorted(axes) for _, axes in sequence):
+        return None
+    order_out = tuple(b for g, _ in sequence for b in groups[g][1])
+    if sorted(order_out) != list(range(len(s_out))):
+        return None
+    index = np.arange(n)
+    if not np.array_equal(index.reshape(s_in).transpose(order_in).ravel(),
+                          index.reshape(s_out).transpose(order_out).ravel()):
+        return None
+    return order_out

@@ -1,0 +1,135 @@
+"""The typed results of a comparison: what each side of a lowering measured, and what the comparison found.
+
+One schema for both targets and for multi-method programs, so the CLI, the zoo and the benchmarks read the
+same fields. A field is present only when the comparison measured it (`to_json()` leaves unset fields
+out), and None where it was measured and has no value: `equivalent=None` means "not checked, the
+reference model rejected a side".
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+Number = float | int
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    def to_json(self) -> dict:
+        """The JSON-ready dict of the fields that were set (what `compare --json` prints)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+class Side(_Record):
+    """One side (stock or solver) of a single-method comparison."""
+
+    # a side that failed: its error (first line) and traceback; nothing else is set
+    error: str | None = None
+    traceback: str | None = None
+    lower_seconds: float | None = None
+    # Ethos-U: TOSA transposes, Vela's per-layer figures for the NPU, what stayed on the CPU
+    tosa_transposes: int | None = None
+    vela_transpose_rows: int | None = None
+    vela_transpose_cycles: int | None = None
+    vela_total_cycles: int | None = None
+    npu_ops: int | None = None
+    cpu_ops: int | None = None
+    predicted_transpose_cycles: float | None = None
+    pinned_unknown: list[str] | None = None
+    # Vulkan: transitions (clones), representations, the profile's price of the tagged graph
+    transitions: int | None = None
+    transition_cost: float | None = None
+    tensors_by_repr: dict[str, int] | None = None
+    delegates: int | None = None
+    modelled_us: float | None = None
+    transition_list: list[dict] | None = None
+    fallbacks: list[str] | None = None
+    phase_seconds: dict[str, float] | None = None
+    # Vulkan with execute: the device run
+    executed: bool | None = None
+    run_ms: float | None = None
+    max_abs_diff_vs_eager: float | None = None
+    execute_error: str | None = None
+    # the solver side: its answer and timings
+    pass_seconds: float | None = None
+    solve_seconds: float | None = None
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    problem_ops: int | None = None
+    solver_notes: list[str] | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class Comparison(_Record):
+    """Stock versus solver lowering of one single-method model on one target."""
+
+    model: str
+    target: str
+    input_order: str | None = None  # Ethos-U: the graph-input contract
+    cost_profile: str | None = None  # Vulkan: the profile both sides are priced with
+    stock: Side | None = None
+    solver: Side | None = None
+    # Ethos-U: the TOSA reference model's verdict on the two programs
+    equivalent: bool | None = None
+    max_abs_diff: float | None = None
+    stock_reference: str | None = None
+    solver_reference: str | None = None
+    equivalence_notes: list[str] | None = None
+    # Vulkan with execute: solver against stock on the device
+    run_ratio: float | None = None
+    measured_delta_us: float | None = None
+    predicted_delta_us: float | None = None
+    max_abs_diff_stock_vs_solver: float | None = None
+
+    def side(self, name: str) -> Side:
+        """A side by name; an empty Side if it was not lowered."""
+        return getattr(self, name, None) or Side()
+
+
+class MethodsSide(_Record):
+    """One side (stock, per_method or joint) of a multi-method comparison: per-method rows, weighted totals,
+    program bytes and, for the joint side, what the joint solve reported."""
+
+    error: str | None = None
+    traceback: str | None = None
+    per_method: dict[str, dict[str, Number | bool | str | None]] | None = None
+    weighted_total_cycles: float | None = None
+    weighted_transpose_cycles: float | None = None
+    weighted_modelled_us: float | None = None
+    weighted_run_ms: float | None = None
+    lower_seconds: float | None = None
+    solve_seconds: float | None = None
+    pte_bytes: int | None = None
+    delegate_bytes: int | None = None
+    constant_bytes: int | None = None
+    constant_entries: int | None = None
+    pte_sha256: str | None = None
+    joint_groups: int | None = None
+    cache_hits: int | None = None
+    linked_values: int | None = None
+    merged_values: int | None = None
+    joint_solve_seconds: float | None = None
+    joint_notes: list[str] | None = None
+
+
+class MethodsComparison(_Record):
+    """Stock, per-method solver and joint solver lowerings of one multi-method model."""
+
+    model: str
+    target: str
+    methods: list[str]
+    weights: dict[str, float]
+    stock: MethodsSide | None = None
+    per_method: MethodsSide | None = None
+    joint: MethodsSide | None = None
+    per_method_equivalent: bool | None = None
+    joint_equivalent: bool | None = None
+    per_method_reference: str | None = None
+    joint_reference: str | None = None
+    stock_reference: str | None = None
+    max_abs_diff_solver_vs_stock: float | None = None

@@ -1,0 +1,132 @@
+"""What a layout pass did to one delegate, how reports are collected, and the one skeleton every solver
+pass runs: build the problem, solve it, write the answer back, check the post-condition.
+
+Both backends' passes (Arm's SolverLayoutPass, Vulkan's SolverTagMemoryMetaPass and the counting stock
+pass) report through `record()` into the list `collecting_reports()` yields, so a comparison reads both
+sides, and both targets, the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from layout_solver.joint_lowering import current_partition, program_links, solve_partition
+from layout_solver.problem import Problem, Solution
+from layout_solver.service.client import solve_problem
+from layout_solver.solve import gc_paused
+
+Built = TypeVar("Built")
+Written = TypeVar("Written")
+
+PHASES = ("build", "solve", "write_back", "check")
+
+
+@dataclass
+class PassReport:
+    """One layout pass on one delegate.
+
+    `kind`: "solver", "stock" or "stock-fallback" (the solver declined the
+    graph; the notes say why). `transitions`: one record per layout change the
+    pass wrote (Vulkan: value, src, dst, bytes, cost); `transitions_written`
+    counts them where no record is kept (Arm: permutes inserted), and
+    `ops_removed` the ops the answer made free (Arm: permutes). Objective,
+    bound and gap are the solver's (None for stock). `modelled_us` prices the
+    tagged graph with the Vulkan profile; `tensors_by_repr` counts its tensors
+    per representation. `partition` is "method#index" in a multi-method lowering.
+    """
+
+    kind: str
+    objective: float | None = None
+    bound: float | None = None
+    gap: float | None = None
+    pass_seconds: float = 0.0
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    problem_ops: int = 0
+    transitions: list[dict] = field(default_factory=list)
+    transitions_written: int = 0
+    ops_removed: int = 0
+    pinned_unknown: list[str] = field(default_factory=list)
+    tensors_by_repr: Counter = field(default_factory=Counter)
+    modelled_us: float = 0.0
+    partition: str = field(default_factory=current_partition)
+
+    @property
+    def solve_seconds(self) -> float:
+        return self.phase_seconds.get("solve", 0.0)
+
+    @property
+    def transition_cost(self) -> float:
+        return sum(t["cost"] for t in self.transitions)
+
+
+_sink: contextvars.ContextVar[list | None] = contextvars.ContextVar("layout_solver_reports", default=None)
+
+
+@contextlib.contextmanager
+def collecting_reports(reports: list | None = None) -> Iterator[list]:
+    """Every PassReport recorded inside the block is appended to `reports` (a new list if None), yielded."""
+    reports = [] if reports is None else reports
+    token = _sink.set(reports)
+    try:
+        yield reports
+    finally:
+        _sink.reset(token)
+
+
+def record(report: PassReport) -> None:
+    """Append `report` to the list being collected, if any."""
+    sink = _sink.get()
+    if sink is not None:
+        sink.append(report)
+
+
+@dataclass
+class SolverPassRun(Generic[Built, Written]):
+    """What `run_solver_pass` did: the built problem, its solution, the write-back's result, seconds per phase."""
+
+    built: Built
+    solution: Solution
+    written: Written
+    phase_seconds: dict[str, float]
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.phase_seconds.values())
+
+
+def run_solver_pass(build: Callable[[], Built], solve: Callable[[Built], Solution],
+                    write_back: Callable[[Built, Solution], Written],
+                    check: Callable[[], None] | None = None) -> SolverPassRun[Built, Written]:
+    """The solver pass skeleton (torch.fx's requires / call / ensures): build, solve, write back, then the
+    post-condition `check`, which raises if the rewritten graph breaks a rule. Exceptions propagate (a pass
+    may fall back on a build error); the cyclic GC is paused throughout (the lowering heap is large)."""
+    with gc_paused():
+        marks = [time.perf_counter()]
+        built = build()
+        marks.append(time.perf_counter())
+        solution = solve(built)
+        marks.append(time.perf_counter())
+        written = write_back(built, solution)
+        marks.append(time.perf_counter())
+        if check is not None:
+            check()
+        marks.append(time.perf_counter())
+    return SolverPassRun(built, solution, written, {p: b - a for p, a, b in zip(PHASES, marks, marks[1:])})
+
+
+def lowering_solver(time_limit: float, service: str | None, program,
+                    placeholders: Callable[[], set[str]]) -> Callable[[Problem], Solution]:
+    """How a pass inside a lowering solves: its share of a joint multi-method answer if one is being
+    served, else on its own (in-process or on the service). `placeholders()` names the problem's
+    placeholders whose values may be shared across methods (linked by content or name)."""
+    def solve(problem: Problem) -> Solution:
+        return solve_partition(problem, lambda p: solve_problem(p, time_limit, service),
+                               lambda: program_links(program, placeholders()))
+    return solve
