@@ -17,11 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/layout-solver zoo --models resnet8,ds_cnn,mobilenet_v1_025 --target ethos-u55-128,vulkan --jobs 2 --out zoo-out/demo
 
-# Lint first (ruff, pinned in the test extra), then the suite. The Vulkan execution tests need a driver (installed here when root on Debian) and
+# Lint and format check first (ruff, pinned in the test extra), then the suite. The Vulkan execution tests need a driver (installed here when root on Debian) and
 # the ExecuTorch Vulkan runtime plugin, found through LAYOUT_SOLVER_VULKAN_RUNTIME.
 test: $(STAMP)
 	@scripts/ensure_vulkan_driver.sh
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

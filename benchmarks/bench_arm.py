@@ -17,11 +17,17 @@ from layout_solver.zoo.runner import compare_named
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
-    parser.add_argument("--input-order", default="nchw", choices=["nchw", "nhwc"],
-                        help="graph-input contract of both sides (layout-solver compare --input-order)")
+    parser.add_argument(
+        "--input-order",
+        default="nchw",
+        choices=["nchw", "nhwc"],
+        help="graph-input contract of both sides (layout-solver compare --input-order)",
+    )
     args = parser.parse_args()
-    print("| model | TOSA transposes stock / solver | Vela transpose rows | transpose cycles stock | solver | change "
-          "| total cycles stock | solver | change | lower s stock | solver | solve s | gap | equivalent |")
+    print(
+        "| model | TOSA transposes stock / solver | Vela transpose rows | transpose cycles stock | solver | change "
+        "| total cycles stock | solver | change | lower s stock | solver | solve s | gap | equivalent |"
+    )
     print("|" + "---|" * 14, flush=True)
     results = {}
     for name in args.models.split(","):
@@ -33,25 +39,37 @@ def main() -> None:
             continue
         tc = o["vela_transpose_cycles"] / s["vela_transpose_cycles"] - 1 if s["vela_transpose_cycles"] else 0.0
         tot = o["vela_total_cycles"] / s["vela_total_cycles"] - 1
-        print(f"| {name} | {s['tosa_transposes']} / {o['tosa_transposes']} | {s['vela_transpose_rows']} / "
-              f"{o['vela_transpose_rows']} | {s['vela_transpose_cycles']:,} | {o['vela_transpose_cycles']:,} | {tc:+.0%} "
-              f"| {s['vela_total_cycles']:,} | {o['vela_total_cycles']:,} | {tot:+.1%} | {s['lower_seconds']:.1f} | "
-              f"{o['lower_seconds']:.1f} | {o['solve_seconds']:.3f} | {o['gap']:.2%} | {r['equivalent']} |", flush=True)
+        print(
+            f"| {name} | {s['tosa_transposes']} / {o['tosa_transposes']} | {s['vela_transpose_rows']} / "
+            f"{o['vela_transpose_rows']} | {s['vela_transpose_cycles']:,} | {o['vela_transpose_cycles']:,} | {tc:+.0%} "
+            f"| {s['vela_total_cycles']:,} | {o['vela_total_cycles']:,} | {tot:+.1%} | {s['lower_seconds']:.1f} | "
+            f"{o['lower_seconds']:.1f} | {o['solve_seconds']:.3f} | {o['gap']:.2%} | {r['equivalent']} |",
+            flush=True,
+        )
     ok = {n: r for n, r in results.items() if "error" not in r.get("stock", {}) and "error" not in r.get("solver", {})}
     group = [n for n in ok if n in ARM_TRANSFORMERS]
     stock_t = sum(ok[n]["stock"]["vela_transpose_cycles"] for n in group)
     solver_t = sum(ok[n]["solver"]["vela_transpose_cycles"] for n in group)
     print()
-    print("- Vela total cycles <= stock on every model:",
-          all(r["solver"]["vela_total_cycles"] <= r["stock"]["vela_total_cycles"] for r in ok.values()))
+    print(
+        "- Vela total cycles <= stock on every model:",
+        all(r["solver"]["vela_total_cycles"] <= r["stock"]["vela_total_cycles"] for r in ok.values()),
+    )
     if stock_t:
-        print(f"- transpose cycles over {', '.join(group)}: stock {stock_t:,}, solver {solver_t:,} "
-              f"({solver_t / stock_t - 1:+.0%})")
-    print("- CNN TOSA transposes (stock -> solver):",
-          ", ".join(f"{n} {ok[n]['stock']['tosa_transposes']}->{ok[n]['solver']['tosa_transposes']}" for n in ok
-                    if n in CNNS))
-    print(f"- worst lowering-time ratio: "
-          f"{max(r['solver']['lower_seconds'] / r['stock']['lower_seconds'] for r in ok.values()):.2f}")
+        print(
+            f"- transpose cycles over {', '.join(group)}: stock {stock_t:,}, solver {solver_t:,} "
+            f"({solver_t / stock_t - 1:+.0%})"
+        )
+    print(
+        "- CNN TOSA transposes (stock -> solver):",
+        ", ".join(
+            f"{n} {ok[n]['stock']['tosa_transposes']}->{ok[n]['solver']['tosa_transposes']}" for n in ok if n in CNNS
+        ),
+    )
+    print(
+        f"- worst lowering-time ratio: "
+        f"{max(r['solver']['lower_seconds'] / r['stock']['lower_seconds'] for r in ok.values()):.2f}"
+    )
     print("- equivalent on every model:", all(r["equivalent"] for r in ok.values()))
     failed = sorted(set(results) - set(ok))
     if failed:

@@ -24,8 +24,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    print("| model | stock transposes (TOSA / Vela rows) | canonical | stock transpose cycles | canonical | "
-          "change | stock total cycles | canonical | stock lower s | canonical | equivalent |")
+    print(
+        "| model | stock transposes (TOSA / Vela rows) | canonical | stock transpose cycles | canonical | "
+        "change | stock total cycles | canonical | stock lower s | canonical | equivalent |"
+    )
     print("|" + "---|" * 11, flush=True)
     totals = {"stock": 0, "canonical": 0}
     for name in args.models.split(","):
@@ -39,13 +41,18 @@ def main() -> None:
         totals["stock"] += s["vela_transpose_cycles"]
         totals["canonical"] += c["vela_transpose_cycles"]
         change = c["vela_transpose_cycles"] / s["vela_transpose_cycles"] - 1 if s["vela_transpose_cycles"] else 0
-        print(f"| {name} | {s['tosa_transposes']} / {s['vela_transpose_rows']} | {c['tosa_transposes']} / "
-              f"{c['vela_transpose_rows']} | {s['vela_transpose_cycles']:,} | {c['vela_transpose_cycles']:,} | "
-              f"{change:+.0%} | {s['vela_total_cycles']:,} | {c['vela_total_cycles']:,} | {s['lower_seconds']:.1f} | "
-              f"{c['lower_seconds']:.1f} | {same.equivalent} (max diff {same.max_abs_diff:g}) |", flush=True)
+        print(
+            f"| {name} | {s['tosa_transposes']} / {s['vela_transpose_rows']} | {c['tosa_transposes']} / "
+            f"{c['vela_transpose_rows']} | {s['vela_transpose_cycles']:,} | {c['vela_transpose_cycles']:,} | "
+            f"{change:+.0%} | {s['vela_total_cycles']:,} | {c['vela_total_cycles']:,} | {s['lower_seconds']:.1f} | "
+            f"{c['lower_seconds']:.1f} | {same.equivalent} (max diff {same.max_abs_diff:g}) |",
+            flush=True,
+        )
     print()
-    print(f"- transpose cycles summed over the zoo: stock {totals['stock']:,}, canonical {totals['canonical']:,} "
-          f"({totals['canonical'] / totals['stock'] - 1:+.0%})")
+    print(
+        f"- transpose cycles summed over the zoo: stock {totals['stock']:,}, canonical {totals['canonical']:,} "
+        f"({totals['canonical'] / totals['stock'] - 1:+.0%})"
+    )
 
 
 if __name__ == "__main__":

@@ -39,28 +39,49 @@ def main() -> None:
             start = time.perf_counter()
             results[stage] = conformance.run(ids, stage, folder, Path(tmp) / f"{stage}.xml")
             seconds[stage] = time.perf_counter() - start
-            print(f"{stage}: {dict(Counter(r['outcome'] for r in results[stage].values()))} in "
-                  f"{seconds[stage]:.0f} s", flush=True)
+            print(
+                f"{stage}: {dict(Counter(r['outcome'] for r in results[stage].values()))} in {seconds[stage]:.0f} s",
+                flush=True,
+            )
     lost = conformance.regressions(results["stock"], results["solver"])
-    lines = [(f"Command: .venv/bin/python benchmarks/bench_arm_conformance.py --keyword {args.keyword} --every "
-             f"{args.every} ({time.strftime('%Y-%m-%d')}; executorch's own Arm op tests, run as shipped and with "
-             "solver_layouts() active; 2-core machine)"), "",
-             ("| file | tests | stock passed / failed / error / xfailed / skipped | solver passed / failed / error / "
-             "xfailed / skipped | solver laid out | lost |"), "|" + "---|" * 6]
+    lines = [
+        (
+            f"Command: .venv/bin/python benchmarks/bench_arm_conformance.py --keyword {args.keyword} --every "
+            f"{args.every} ({time.strftime('%Y-%m-%d')}; executorch's own Arm op tests, run as shipped and with "
+            "solver_layouts() active; 2-core machine)"
+        ),
+        "",
+        (
+            "| file | tests | stock passed / failed / error / xfailed / skipped | solver passed / failed / error / "
+            "xfailed / skipped | solver laid out | lost |"
+        ),
+        "|" + "---|" * 6,
+    ]
     for file in sorted({t.split("::")[0] for t in ids}):
         tests = [t for t in ids if t.startswith(file + "::")]
-        counts = {stage: Counter(results[stage].get(t, {}).get("outcome", "missing") for t in tests)
-                  for stage in conformance.STAGES}
+        counts = {
+            stage: Counter(results[stage].get(t, {}).get("outcome", "missing") for t in tests)
+            for stage in conformance.STAGES
+        }
         laid_out = sum(1 for t in tests if results["solver"].get(t, {}).get("delegates", 0) > 0)
         cells = [" / ".join(str(counts[stage][o]) for o in OUTCOMES) for stage in conformance.STAGES]
-        lines.append(f"| {file} | {len(tests)} | {cells[0]} | {cells[1]} | {laid_out} | "
-                     f"{sum(1 for t in lost if t.startswith(file + '::'))} |")
+        lines.append(
+            f"| {file} | {len(tests)} | {cells[0]} | {cells[1]} | {laid_out} | "
+            f"{sum(1 for t in lost if t.startswith(file + '::'))} |"
+        )
     total = {stage: Counter(r["outcome"] for r in results[stage].values()) for stage in conformance.STAGES}
-    lines += ["", (f"- tests: {len(ids)}; stock {dict(total['stock'])} in {seconds['stock']:.0f} s; solver "
-                  f"{dict(total['solver'])} in {seconds['solver']:.0f} s"),
-              (f"- tests the solver stage laid out (at least one delegate): "
-              f"{sum(1 for r in results['solver'].values() if r['delegates'] > 0)}"),
-              f"- passing stock but not with the solver stage: {len(lost)}" + (": " + ", ".join(lost) if lost else "")]
+    lines += [
+        "",
+        (
+            f"- tests: {len(ids)}; stock {dict(total['stock'])} in {seconds['stock']:.0f} s; solver "
+            f"{dict(total['solver'])} in {seconds['solver']:.0f} s"
+        ),
+        (
+            f"- tests the solver stage laid out (at least one delegate): "
+            f"{sum(1 for r in results['solver'].values() if r['delegates'] > 0)}"
+        ),
+        f"- passing stock but not with the solver stage: {len(lost)}" + (": " + ", ".join(lost) if lost else ""),
+    ]
     for test in lost:
         lines.append(f"  - {test}: {results['solver'][test]['outcome']}: {results['solver'][test]['text']}")
     print("\n".join(lines))

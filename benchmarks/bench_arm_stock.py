@@ -18,8 +18,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     args = parser.parse_args()
-    cols = ["tosa_transposes", "vela_transpose_rows", "vela_transpose_cycles", "vela_total_cycles", "npu_ops",
-            "cpu_ops", "lower_seconds", "predicted_transpose_cycles"]
+    cols = [
+        "tosa_transposes",
+        "vela_transpose_rows",
+        "vela_transpose_cycles",
+        "vela_total_cycles",
+        "npu_ops",
+        "cpu_ops",
+        "lower_seconds",
+        "predicted_transpose_cycles",
+    ]
     print("| model | " + " | ".join(cols) + " | transpose % |")
     print("|" + "---|" * (len(cols) + 2), flush=True)
     for name in args.models.split(","):

@@ -19,8 +19,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--models", default=",".join(ZOO))
     args = parser.parse_args()
-    print("| model | lowering | TOSA transposes | Vela Transpose rows | Vela transpose cycles | predicted | error "
-          "| Vela total cycles |")
+    print(
+        "| model | lowering | TOSA transposes | Vela Transpose rows | Vela transpose cycles | predicted | error "
+        "| Vela total cycles |"
+    )
     print("|" + "---|" * 8, flush=True)
     worst = 0.0
     for name in args.models.split(","):
@@ -33,8 +35,11 @@ def main() -> None:
             vela, predicted = m["vela_transpose_cycles"], m["predicted_transpose_cycles"]
             error = abs(predicted - vela) / vela if vela else float(predicted > 0)
             worst = max(worst, error)
-            print(f"| {name} | {side} | {m['tosa_transposes']} | {m['vela_transpose_rows']} | {vela:,} | "
-                  f"{predicted:,.0f} | {error:.1%} | {m['vela_total_cycles']:,} |", flush=True)
+            print(
+                f"| {name} | {side} | {m['tosa_transposes']} | {m['vela_transpose_rows']} | {vela:,} | "
+                f"{predicted:,.0f} | {error:.1%} | {m['vela_total_cycles']:,} |",
+                flush=True,
+            )
     print(f"\nworst relative error: {worst:.1%} (target: within 10%)")
 
 

@@ -56,59 +56,99 @@ def section(r: dict, warm: dict | None) -> tuple[list[str], list[str]]:
     if failed:
         return lines + failed + [""], failed
     arm = r["target"] != "vulkan"
-    keys = (["vela_transpose_rows", "vela_transpose_cycles", "vela_total_cycles"] if arm else
-            ["transitions", "modelled_us", "run_ms", "max_abs_diff_vs_eager"])
-    lines += ["| method | " + " | ".join(f"{k} (stock / per-method / joint)" for k in keys) + " |",
-              "|---|" + "---|" * len(keys)]
+    keys = (
+        ["vela_transpose_rows", "vela_transpose_cycles", "vela_total_cycles"]
+        if arm
+        else ["transitions", "modelled_us", "run_ms", "max_abs_diff_vs_eager"]
+    )
+    lines += [
+        "| method | " + " | ".join(f"{k} (stock / per-method / joint)" for k in keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
     for method in r["methods"]:
         cells = []
         for key in keys:
             values = [r[s]["per_method"][method].get(key) for s in sides]
             digits = 4 if key == "max_abs_diff_vs_eager" else (2 if key == "run_ms" else 0)
-            cells.append(" / ".join(f"{v:.2e}" if key == "max_abs_diff_vs_eager" and v is not None else _n(v, digits)
-                                    for v in values))
+            cells.append(
+                " / ".join(
+                    f"{v:.2e}" if key == "max_abs_diff_vs_eager" and v is not None else _n(v, digits) for v in values
+                )
+            )
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
-    weighted = (["weighted_total_cycles", "weighted_transpose_cycles"] if arm else
-                ["weighted_modelled_us", "weighted_run_ms"])
+    weighted = (
+        ["weighted_total_cycles", "weighted_transpose_cycles"] if arm else ["weighted_modelled_us", "weighted_run_ms"]
+    )
     lines += ["", "| | stock | per-method | joint |", "|---|---|---|---|"]
-    for key in [*weighted, "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "joint_solve_seconds",
-                "lower_seconds", "joint_groups", "linked_values", "merged_values", "cache_hits"]:
+    for key in [
+        *weighted,
+        "pte_bytes",
+        "delegate_bytes",
+        "constant_bytes",
+        "solve_seconds",
+        "joint_solve_seconds",
+        "lower_seconds",
+        "joint_groups",
+        "linked_values",
+        "merged_values",
+        "cache_hits",
+    ]:
         digits = 4 if key.endswith("solve_seconds") else (1 if key in ("lower_seconds", "weighted_run_ms") else 0)
         lines.append(f"| {key} | " + " | ".join(_n(r[s].get(key), digits) for s in sides) + " |")
     if warm is not None and "error" not in warm.get("joint", {}):
-        lines.append(f"| joint again, same cache dir: cache hits / groups / joint solve s | | | "
-                     f"{warm['joint'].get('cache_hits')} / {warm['joint'].get('joint_groups')} / "
-                     f"{_n(warm['joint'].get('joint_solve_seconds'), 4)} |")
+        lines.append(
+            f"| joint again, same cache dir: cache hits / groups / joint solve s | | | "
+            f"{warm['joint'].get('cache_hits')} / {warm['joint'].get('joint_groups')} / "
+            f"{_n(warm['joint'].get('joint_solve_seconds'), 4)} |"
+        )
     same = r["joint"].get("pte_sha256") == r["per_method"].get("pte_sha256")
-    lines += ["", f"Joint and per-method programs are byte-identical: {same}"
-              + (" (so any run-time difference between the two columns is measurement noise)." if same else "."), ""]
+    lines += [
+        "",
+        f"Joint and per-method programs are byte-identical: {same}"
+        + (" (so any run-time difference between the two columns is measurement noise)." if same else "."),
+        "",
+    ]
     # The checks.
     objective = "weighted_total_cycles" if arm else "weighted_modelled_us"
     if r["joint"][objective] > r["per_method"][objective] + 1e-6:
-        failed.append(f"{r['model']}/{r['target']}: joint {objective} {r['joint'][objective]} > per-method "
-                      f"{r['per_method'][objective]}")
+        failed.append(
+            f"{r['model']}/{r['target']}: joint {objective} {r['joint'][objective]} > per-method "
+            f"{r['per_method'][objective]}"
+        )
     if arm:
         for side in ("per_method", "joint"):
             if r.get(f"{side}_equivalent") is not True:
-                failed.append(f"{r['model']}/{r['target']}: {side} not equivalent to stock on the TOSA reference "
-                              f"model ({r.get(f'{side}_equivalent')}, {r.get(f'{side}_reference')})")
-        lines.append(f"TOSA reference model, every delegate of every method, bit-exact against stock: per-method "
-                     f"{r.get('per_method_equivalent')}, joint {r.get('joint_equivalent')}.")
+                failed.append(
+                    f"{r['model']}/{r['target']}: {side} not equivalent to stock on the TOSA reference "
+                    f"model ({r.get(f'{side}_equivalent')}, {r.get(f'{side}_reference')})"
+                )
+        lines.append(
+            f"TOSA reference model, every delegate of every method, bit-exact against stock: per-method "
+            f"{r.get('per_method_equivalent')}, joint {r.get('joint_equivalent')}."
+        )
     else:
         for side in sides:
             for method, row in r[side]["per_method"].items():
                 if not row.get("executed"):
-                    failed.append(f"{r['model']}/{r['target']}: {side} {method} did not run: {row.get('execute_error')}")
+                    failed.append(
+                        f"{r['model']}/{r['target']}: {side} {method} did not run: {row.get('execute_error')}"
+                    )
                 elif side != "stock":
                     stock = r["stock"]["per_method"][method]
                     if row["max_abs_diff_vs_eager"] > 1.05 * max(stock.get("max_abs_diff_vs_eager") or 0, 1e-4):
-                        failed.append(f"{r['model']}/{r['target']}: {side} {method} differs from eager by "
-                                      f"{row['max_abs_diff_vs_eager']}")
-        lines.append(f"Every method of every side ran on the Vulkan device; max |solver - stock| over all outputs: "
-                     f"{r.get('max_abs_diff_solver_vs_stock', 0):.2e}.")
+                        failed.append(
+                            f"{r['model']}/{r['target']}: {side} {method} differs from eager by "
+                            f"{row['max_abs_diff_vs_eager']}"
+                        )
+        lines.append(
+            f"Every method of every side ran on the Vulkan device; max |solver - stock| over all outputs: "
+            f"{r.get('max_abs_diff_solver_vs_stock', 0):.2e}."
+        )
     if r["joint"]["constant_bytes"] > r["stock"]["constant_bytes"]:
-        failed.append(f"{r['model']}/{r['target']}: joint stores {r['joint']['constant_bytes']} constant bytes, "
-                      f"stock {r['stock']['constant_bytes']}")
+        failed.append(
+            f"{r['model']}/{r['target']}: joint stores {r['joint']['constant_bytes']} constant bytes, "
+            f"stock {r['stock']['constant_bytes']}"
+        )
     lines.append("")
     return lines, failed
 
@@ -120,29 +160,49 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    out = ["# Multi-method programs: stock, per-method and joint solving", "",
-           "Command: `" + " ".join(["LAYOUT_SOLVER_VULKAN_RUNTIME=... .venv/bin/python benchmarks/bench_multimethod.py",
-                                    f"--models {args.models} --targets {args.targets} --rounds {args.rounds}"]) + "`",
-           "", ("Vulkan: lavapipe (Mesa's CPU Vulkan driver, 2 cores), `lavapipe` cost profile, median of "
-           f"{args.rounds} interleaved rounds per method. Ethos-U55: ethos-u55-128, Vela 5.1, int8 (each method "
-           "quantized once, all sides lower copies). Weighted = sum over methods of weight x per-method cost."), ""]
+    out = [
+        "# Multi-method programs: stock, per-method and joint solving",
+        "",
+        "Command: `"
+        + " ".join(
+            [
+                "LAYOUT_SOLVER_VULKAN_RUNTIME=... .venv/bin/python benchmarks/bench_multimethod.py",
+                f"--models {args.models} --targets {args.targets} --rounds {args.rounds}",
+            ]
+        )
+        + "`",
+        "",
+        (
+            "Vulkan: lavapipe (Mesa's CPU Vulkan driver, 2 cores), `lavapipe` cost profile, median of "
+            f"{args.rounds} interleaved rounds per method. Ethos-U55: ethos-u55-128, Vela 5.1, int8 (each method "
+            "quantized once, all sides lower copies). Weighted = sum over methods of weight x per-method cost."
+        ),
+        "",
+    ]
     failures = []
     started = time.perf_counter()
     for model in args.models.split(","):
         for target in args.targets.split(","):
             print(f"{model} on {target} ...", flush=True)
             with tempfile.TemporaryDirectory() as cache:
-                options = {"execute": True, "cost_profile": "lavapipe", "rounds": args.rounds} if target == "vulkan" else {}
+                options = (
+                    {"execute": True, "cost_profile": "lavapipe", "rounds": args.rounds} if target == "vulkan" else {}
+                )
                 r = compare_named(model, target, cache_dir=cache, **options).to_json()
-                warm = compare_named(model, target, cache_dir=cache,
-                                     **({"cost_profile": "lavapipe"} if target == "vulkan" else {})).to_json()
+                warm = compare_named(
+                    model, target, cache_dir=cache, **({"cost_profile": "lavapipe"} if target == "vulkan" else {})
+                ).to_json()
             lines, failed = section(r, warm)
             print("\n".join(lines), flush=True)
             out += lines
             failures += failed
     out += [WHY, "## Checks", ""]
-    out += [f"- FAILED: {f}" for f in failures] or [("- joint never worse than per-method on the weighted objective; "
-                                                     "every program runs and matches; no constant duplicated: all hold")]
+    out += [f"- FAILED: {f}" for f in failures] or [
+        (
+            "- joint never worse than per-method on the weighted objective; "
+            "every program runs and matches; no constant duplicated: all hold"
+        )
+    ]
     out += ["", f"Wall time: {time.perf_counter() - started:.0f} s.", ""]
     text = "\n".join(out)
     print(text)

@@ -52,11 +52,19 @@ def zoo_sized_problems(count: int, seed: int = 0) -> list[bytes]:
     bodies = set()
     while len(bodies) < count:
         if rng.random() < 0.5:
-            problem = cnn_like(rng.randint(4, 64), n_labels=rng.choice([2, 4, 6]), channels=rng.choice([8, 16, 32, 64,
-                               96, 128]), hw=rng.choice([7, 14, 28, 56]))
+            problem = cnn_like(
+                rng.randint(4, 64),
+                n_labels=rng.choice([2, 4, 6]),
+                channels=rng.choice([8, 16, 32, 64, 96, 128]),
+                hw=rng.choice([7, 14, 28, 56]),
+            )
         else:
-            problem = transformer_like(rng.randint(2, 30), n_labels=rng.choice([3, 4, 6]),
-                                       tokens=rng.choice([49, 64, 196]), dim=rng.choice([64, 96, 128, 192, 256]))
+            problem = transformer_like(
+                rng.randint(2, 30),
+                n_labels=rng.choice([3, 4, 6]),
+                tokens=rng.choice([49, 64, 196]),
+                dim=rng.choice([64, 96, 128, 192, 256]),
+            )
         bodies.add(problem.model_dump_json().encode())
     return sorted(bodies)
 
@@ -114,9 +122,15 @@ def load(url: str, bodies: list[bytes], clients: int, token: str, server_pid: in
         wall = time.perf_counter() - start
         after = service_cpu(server_pid)
     errors = [e for _, errs, _ in results for e in errs]
-    return {"latencies": [t for lat, _, _ in results for t in lat], "errors": len(errors), "wall": wall,
-            "samples": errors[:5], "client_cpu": sum(c for _, _, c in results),
-            "server_cpu": after["server"] - before["server"], "worker_cpu": after["workers"] - before["workers"]}
+    return {
+        "latencies": [t for lat, _, _ in results for t in lat],
+        "errors": len(errors),
+        "wall": wall,
+        "samples": errors[:5],
+        "client_cpu": sum(c for _, _, c in results),
+        "server_cpu": after["server"] - before["server"],
+        "worker_cpu": after["workers"] - before["workers"],
+    }
 
 
 def service_cpu(server_pid: int) -> dict[str, float]:
@@ -138,8 +152,10 @@ def start_server(workers: int, cache: Path, token: str) -> tuple[subprocess.Pope
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cli = Path(sys.executable).with_name("layout-solver")
-    proc = subprocess.Popen([str(cli), "serve", "--port", str(port), "--workers", str(workers), "--cache", str(cache),
-                             "--token", token], stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(cli), "serve", "--port", str(port), "--workers", str(workers), "--cache", str(cache), "--token", token],
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -163,14 +179,46 @@ def zoo_equivalence(models: str, url: str, token: str, out: Path) -> list[str]:
     runs = {}
     for name, extra in (("in-process", []), ("service", ["--service", url])):
         target = out / name
-        subprocess.run([str(cli), "zoo", "--models", models, "--target", "ethos-u55-128,vulkan", "--jobs", "1",
-                        "--out", str(target), *extra], env=env, check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                str(cli),
+                "zoo",
+                "--models",
+                models,
+                "--target",
+                "ethos-u55-128,vulkan",
+                "--jobs",
+                "1",
+                "--out",
+                str(target),
+                *extra,
+            ],
+            env=env,
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
         with open(target / "results.csv") as f:
             runs[name] = {(r["model"], r["target"]): r for r in csv.DictReader(f)}
     # Columns that are the solver's answer and its effect on the program (not timings or notes).
-    keys = [k for k in next(iter(runs["in-process"].values())) if any(
-        w in k for w in ("transition", "transpose", "gap", "cycles", "equivalent", "status", "npu_ops", "cpu_ops",
-                         "problem_ops", "modelled"))]
+    keys = [
+        k
+        for k in next(iter(runs["in-process"].values()))
+        if any(
+            w in k
+            for w in (
+                "transition",
+                "transpose",
+                "gap",
+                "cycles",
+                "equivalent",
+                "status",
+                "npu_ops",
+                "cpu_ops",
+                "problem_ops",
+                "modelled",
+            )
+        )
+    ]
     diffs = []
     for row_key, row in runs["in-process"].items():
         other = runs["service"].get(row_key, {})
@@ -178,8 +226,13 @@ def zoo_equivalence(models: str, url: str, token: str, out: Path) -> list[str]:
             if row.get(k) != other.get(k):
                 diffs.append(f"{row_key} {k}: in-process {row.get(k)!r} vs service {other.get(k)!r}")
     via = sorted({r.get("solved_by", "") for r in runs["service"].values()})
-    return [(f"compared {len(runs['in-process'])} rows x {len(keys)} columns ({', '.join(keys)}); the service run "
-            f"was solved by: {', '.join(via)}"), *diffs]
+    return [
+        (
+            f"compared {len(runs['in-process'])} rows x {len(keys)} columns ({', '.join(keys)}); the service run "
+            f"was solved by: {', '.join(via)}"
+        ),
+        *diffs,
+    ]
 
 
 def main() -> None:
@@ -193,14 +246,21 @@ def main() -> None:
     parser.add_argument("--out", help="write the markdown report here")
     args = parser.parse_args()
     everything = zoo_sized_problems(args.distinct * args.rounds)
-    sets = [everything[r::args.rounds] for r in range(args.rounds)]  # distinct problems per round: all uncached
+    sets = [everything[r :: args.rounds] for r in range(args.rounds)]  # distinct problems per round: all uncached
     ops = sorted(len(parse_problem(b).ops) for b in everything)
-    lines = [(f"# layout-solver service under load (loopback, {os.cpu_count()} cores, {args.workers} solver workers, "
-              f"{args.clients} clients)"), "",
-             (f"Problems: {len(everything)} distinct graph-shaped problems, {ops[0]}-{ops[-1]} ops "
-              f"(median {ops[len(ops) // 2]}), {statistics.mean(len(b) for b in everything) / 1024:.0f} KiB of JSON "
-              f"on average, in {args.rounds} rounds of {args.distinct}. Command: `{' '.join(['python', *sys.argv])}`"),
-             ""]
+    lines = [
+        (
+            f"# layout-solver service under load (loopback, {os.cpu_count()} cores, {args.workers} solver workers, "
+            f"{args.clients} clients)"
+        ),
+        "",
+        (
+            f"Problems: {len(everything)} distinct graph-shaped problems, {ops[0]}-{ops[-1]} ops "
+            f"(median {ops[len(ops) // 2]}), {statistics.mean(len(b) for b in everything) / 1024:.0f} KiB of JSON "
+            f"on average, in {args.rounds} rounds of {args.distinct}. Command: `{' '.join(['python', *sys.argv])}`"
+        ),
+        "",
+    ]
     print("\n".join(lines), flush=True)
     token = "bench"
     rounds = []
@@ -220,31 +280,52 @@ def main() -> None:
     cold_errors = sum(run["errors"] for _, _, run in rounds)
     cold_samples = [e for _, _, run in rounds for e in run["samples"]]
     warm, warm_errors, warm_wall, warm_samples = (warm_run[k] for k in ("latencies", "errors", "wall", "samples"))
-    table = [("| round | in-process solves/s | service solves/s | ratio | in-process CPU ms/solve | service CPU ms/solve "
-             "(workers + server) | clients' CPU s | service p50 ms | p99 ms |"), "|" + "---|" * 9]
+    table = [
+        (
+            "| round | in-process solves/s | service solves/s | ratio | in-process CPU ms/solve | service CPU ms/solve "
+            "(workers + server) | clients' CPU s | service p50 ms | p99 ms |"
+        ),
+        "|" + "---|" * 9,
+    ]
     ratios = []
     for r, (baseline, baseline_cpu, run) in enumerate(rounds, 1):
         throughput = args.distinct / run["wall"]
         ratios.append(throughput / baseline)
-        table.append(f"| {r} | {baseline:.1f} | {throughput:.1f} | {ratios[-1]:.0%} | {baseline_cpu * 1e3:.1f} | "
-                     f"{(run['worker_cpu'] + run['server_cpu']) / args.distinct * 1e3:.1f} | {run['client_cpu']:.1f} | "
-                     f"{percentile(run['latencies'], 50) * 1e3:.0f} | {percentile(run['latencies'], 99) * 1e3:.0f} |")
-    table += ["", "| cached | requests | errors | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|---|",
-              (f"| all rounds' problems again | {len(warm)} | {warm_errors} | {len(warm) / warm_wall:.0f} | "
-              f"{percentile(warm, 50) * 1e3:.2f} | {percentile(warm, 99) * 1e3:.2f} |")]
+        table.append(
+            f"| {r} | {baseline:.1f} | {throughput:.1f} | {ratios[-1]:.0%} | {baseline_cpu * 1e3:.1f} | "
+            f"{(run['worker_cpu'] + run['server_cpu']) / args.distinct * 1e3:.1f} | {run['client_cpu']:.1f} | "
+            f"{percentile(run['latencies'], 50) * 1e3:.0f} | {percentile(run['latencies'], 99) * 1e3:.0f} |"
+        )
+    table += [
+        "",
+        "| cached | requests | errors | requests/s | p50 ms | p99 ms |",
+        "|---|---|---|---|---|---|",
+        (
+            f"| all rounds' problems again | {len(warm)} | {warm_errors} | {len(warm) / warm_wall:.0f} | "
+            f"{percentile(warm, 50) * 1e3:.2f} | {percentile(warm, 99) * 1e3:.2f} |"
+        ),
+    ]
     verdict = [
         "",
-        (f"Uncached throughput, service / in-process on the same cores: median {statistics.median(ratios):.0%} over "
-        f"{len(ratios)} rounds (target >= 80%); errors {cold_errors} uncached, {warm_errors} cached (target 0)."),
+        (
+            f"Uncached throughput, service / in-process on the same cores: median {statistics.median(ratios):.0%} over "
+            f"{len(ratios)} rounds (target >= 80%); errors {cold_errors} uncached, {warm_errors} cached (target 0)."
+        ),
         f"Cached p99 {percentile(warm, 99) * 1e3:.2f} ms (target <= 20 ms).",
-        ("The service's CPU per solve includes the server process (HTTP, cache) and the workers' content hashing and "
-        "disk cache; the clients share the cores only because the test is on loopback."),
+        (
+            "The service's CPU per solve includes the server process (HTTP, cache) and the workers' content hashing and "
+            "disk cache; the clients share the cores only because the test is on loopback."
+        ),
     ]
     for sample in cold_samples + warm_samples:
         verdict.append(f"error: {sample}")
     if zoo is not None:
-        verdict += ["", f"Zoo with and without --service ({args.zoo}, ethos-u55-128 and vulkan): {zoo[0]}; "
-                    + ("identical." if len(zoo) == 1 else f"{len(zoo) - 1} differences:"), *zoo[1:]]
+        verdict += [
+            "",
+            f"Zoo with and without --service ({args.zoo}, ethos-u55-128 and vulkan): {zoo[0]}; "
+            + ("identical." if len(zoo) == 1 else f"{len(zoo) - 1} differences:"),
+            *zoo[1:],
+        ]
     report = "\n".join(lines + table + verdict)
     print("\n".join(table + verdict))
     if args.out:

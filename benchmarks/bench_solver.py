@@ -50,14 +50,27 @@ def block_graphs(sizes: list[int]):
 
 
 def table(header: tuple, rows: list[tuple]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + \
-        ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(str(c) for c in row) + " |" for row in rows
+    ]
 
 
 def suite_blocks(sizes: list[int], time_limit: float, emit) -> None:
     emit("## Repeated-block graphs", "")
-    header = ("graph", "ops", "values", "components", "blocks", "memo hits", "methods",
-              "compile ms", "solve ms", "total ms", "us/op", "gap")
+    header = (
+        "graph",
+        "ops",
+        "values",
+        "components",
+        "blocks",
+        "memo hits",
+        "methods",
+        "compile ms",
+        "solve ms",
+        "total ms",
+        "us/op",
+        "gap",
+    )
     emit(*table(header, []))
     for name, problem in block_graphs(sizes):
         solve(problem, time_limit=time_limit) if len(problem.ops) < 2000 else None  # warm imports/caches
@@ -65,10 +78,20 @@ def suite_blocks(sizes: list[int], time_limit: float, emit) -> None:
         solution = solve(problem, time_limit=time_limit)
         wall = time.perf_counter() - t0
         methods = ", ".join(f"{k} {v}" for k, v in sorted(solution.components.by_method.items()))
-        row = (name, f"{len(problem.ops):,}", f"{len(problem.values):,}", f"{solution.components.count:,}",
-               f"{solution.components.blocks:,}", f"{solution.components.memo_hits:,}", methods,
-               f"{solution.timings['compile'] * 1e3:.0f}", f"{solution.timings['solve'] * 1e3:.0f}",
-               f"{wall * 1e3:.0f}", f"{wall * 1e6 / len(problem.ops):.0f}", f"{solution.gap:.2%}")
+        row = (
+            name,
+            f"{len(problem.ops):,}",
+            f"{len(problem.values):,}",
+            f"{solution.components.count:,}",
+            f"{solution.components.blocks:,}",
+            f"{solution.components.memo_hits:,}",
+            methods,
+            f"{solution.timings['compile'] * 1e3:.0f}",
+            f"{solution.timings['solve'] * 1e3:.0f}",
+            f"{wall * 1e3:.0f}",
+            f"{wall * 1e6 / len(problem.ops):.0f}",
+            f"{solution.gap:.2%}",
+        )
         emit("| " + " | ".join(row) + " |")
     emit("")
 
@@ -85,9 +108,15 @@ def _irregular_case(ops: int, window: int | None, time_limit: float, workers: in
             writer = csv.writer(f)
             writer.writerow(["seconds", "phase", "piece_vars", "incumbent", "bound"])
             writer.writerows((f"{r.seconds:.4f}", r.phase, r.piece_vars, r.incumbent, r.bound) for r in trace)
-    return {"ops": len(problem.ops), "wall": wall, "status": solution.status, "gap": solution.gap,
-            "methods": dict(solution.components.by_method), "objective": solution.objective,
-            "peak_mb": peak_rss_mb()}
+    return {
+        "ops": len(problem.ops),
+        "wall": wall,
+        "status": solution.status,
+        "gap": solution.gap,
+        "methods": dict(solution.components.by_method),
+        "objective": solution.objective,
+        "peak_mb": peak_rss_mb(),
+    }
 
 
 def peak_rss_mb() -> float:
@@ -105,8 +134,12 @@ def in_fresh_process(fn, *args):
 
 
 def suite_irregular(sizes: list[int], time_limit: float, workers: int, emit) -> None:
-    emit("## Irregular graphs (4 labels, seed 1)", "",
-         f"Each case in a fresh process, `solve(time_limit, workers={workers})`; time is the whole call.", "")
+    emit(
+        "## Irregular graphs (4 labels, seed 1)",
+        "",
+        f"Each case in a fresh process, `solve(time_limit, workers={workers})`; time is the whole call.",
+        "",
+    )
     header = ("graph", "ops", "time limit s", "time s", "status", "gap", "methods", "peak MB")
     rows = []
     traces = []
@@ -122,14 +155,27 @@ def suite_irregular(sizes: list[int], time_limit: float, workers: int, emit) -> 
                     traces.append((f"{name}, {ops:,} ops", trace_to))
                 r = in_fresh_process(_irregular_case, ops, window, limit, workers, trace_to)
                 methods = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items()))
-                rows.append((name, f"{r['ops']:,}", f"{limit:g}", f"{r['wall']:.2f}", r["status"], f"{r['gap']:.2%}",
-                             methods, f"{r['peak_mb']:.0f}"))
+                rows.append(
+                    (
+                        name,
+                        f"{r['ops']:,}",
+                        f"{limit:g}",
+                        f"{r['wall']:.2f}",
+                        r["status"],
+                        f"{r['gap']:.2%}",
+                        methods,
+                        f"{r['peak_mb']:.0f}",
+                    )
+                )
                 print(f"  {rows[-1]}", flush=True)
     emit(*table(header, rows), "")
     if traces:
         plot_traces(traces, RESULTS / "solver_trace.png")
-        emit(f"Incumbent and bound over time: {', '.join(Path(t).name for _, t in traces)}, plotted in "
-             "`solver_trace.png`.", "")
+        emit(
+            f"Incumbent and bound over time: {', '.join(Path(t).name for _, t in traces)}, plotted in "
+            "`solver_trace.png`.",
+            "",
+        )
 
 
 def plot_traces(traces: list[tuple[str, str]], out: Path) -> None:
@@ -179,8 +225,9 @@ def reference_mincut(problem: Problem) -> float:
     for value in problem.values:
         if value.id not in producer:
             producer[value.id] = f"in:{value.id}"
-            graph.add_edge(*(("S", producer[value.id]) if value.fixed == first else (producer[value.id], "T")),
-                           capacity=infinite)
+            graph.add_edge(
+                *(("S", producer[value.id]) if value.fixed == first else (producer[value.id], "T")), capacity=infinite
+            )
     readers: dict[str, list[str]] = {}
     for op in problem.ops:
         for vid in op.operands:
@@ -198,8 +245,16 @@ def reference_mincut(problem: Problem) -> float:
 
 def suite_mincut(sizes: list[int], time_limit: float, emit) -> None:
     emit("## Two labels, unit costs: the solver against one s-t min cut", "")
-    header = ("graph", "ops", "min-cut objective", "min-cut s", "solver objective", "solver s", "solver methods",
-              "same")
+    header = (
+        "graph",
+        "ops",
+        "min-cut objective",
+        "min-cut s",
+        "solver objective",
+        "solver s",
+        "solver methods",
+        "same",
+    )
     rows = []
     for ops in sizes:
         for window in (40, None):
@@ -210,9 +265,18 @@ def suite_mincut(sizes: list[int], time_limit: float, emit) -> None:
             solution = solve(problem, time_limit=time_limit)
             t2 = time.perf_counter()
             methods = ", ".join(f"{k} {v}" for k, v in sorted(solution.components.by_method.items()))
-            rows.append((f"window {window}" if window else "uniform random", f"{ops:,}", f"{reference:g}",
-                         f"{t1 - t0:.2f}", f"{solution.objective:g}", f"{t2 - t1:.2f}", methods,
-                         "yes" if abs(reference - solution.objective) < 1e-6 else "NO"))
+            rows.append(
+                (
+                    f"window {window}" if window else "uniform random",
+                    f"{ops:,}",
+                    f"{reference:g}",
+                    f"{t1 - t0:.2f}",
+                    f"{solution.objective:g}",
+                    f"{t2 - t1:.2f}",
+                    methods,
+                    "yes" if abs(reference - solution.objective) < 1e-6 else "NO",
+                )
+            )
             print(f"  {rows[-1]}", flush=True)
     emit(*table(header, rows), "")
 

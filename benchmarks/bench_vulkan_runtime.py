@@ -33,13 +33,21 @@ def row(model: str, r: dict) -> tuple[str, dict | None]:
         return f"| {model} | lowering failed: stock {s.get('error', 'ok')}; solver {o.get('error', 'ok')} |", None
     stock_us = (s.get("run_ms") or 0) * 1000
     predicted_ratio = 1 + r["predicted_delta_us"] / stock_us if stock_us and "predicted_delta_us" in r else None
-    line = (f"| {model} | {s['transitions']} / {o['transitions']} | {s.get('executed')} / {o.get('executed')} | "
-            f"{_g(s.get('max_abs_diff_vs_eager'))} / {_g(o.get('max_abs_diff_vs_eager'))} | "
-            f"{_f(s.get('run_ms'))} | {_f(o.get('run_ms'))} | {_f(r.get('run_ratio'), 3)} | "
-            f"{_f(predicted_ratio, 3)} | {_f(r.get('measured_delta_us'), 0)} | {_f(r.get('predicted_delta_us'), 0)} |")
-    return line, {"stock": s, "solver": o, "ratio": r.get("run_ratio"), "measured": r.get("measured_delta_us"),
-                  "predicted": r.get("predicted_delta_us"), "stock_us": stock_us,
-                  "vs_stock": r.get("max_abs_diff_stock_vs_solver")}
+    line = (
+        f"| {model} | {s['transitions']} / {o['transitions']} | {s.get('executed')} / {o.get('executed')} | "
+        f"{_g(s.get('max_abs_diff_vs_eager'))} / {_g(o.get('max_abs_diff_vs_eager'))} | "
+        f"{_f(s.get('run_ms'))} | {_f(o.get('run_ms'))} | {_f(r.get('run_ratio'), 3)} | "
+        f"{_f(predicted_ratio, 3)} | {_f(r.get('measured_delta_us'), 0)} | {_f(r.get('predicted_delta_us'), 0)} |"
+    )
+    return line, {
+        "stock": s,
+        "solver": o,
+        "ratio": r.get("run_ratio"),
+        "measured": r.get("measured_delta_us"),
+        "predicted": r.get("predicted_delta_us"),
+        "stock_us": stock_us,
+        "vs_stock": r.get("max_abs_diff_stock_vs_solver"),
+    }
 
 
 def _f(v, digits: int = 2) -> str:
@@ -56,9 +64,12 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     runs = all(r["solver"].get("executed") for r in ran.values())
     # No worse than stock (5% slack for float rounding: other kernels sum in other orders), or (where stock
     # itself is off, e.g. the upstream depthwise shader bug) the same outputs as stock's within 1e-4.
-    diff = all((r["solver"]["max_abs_diff_vs_eager"] or 0) <= 1.05 * max(r["stock"]["max_abs_diff_vs_eager"] or 0, 1e-4)
-               or (r["vs_stock"] is not None and r["vs_stock"] <= 1e-4)
-               for r in ran.values() if r["solver"].get("executed"))
+    diff = all(
+        (r["solver"]["max_abs_diff_vs_eager"] or 0) <= 1.05 * max(r["stock"]["max_abs_diff_vs_eager"] or 0, 1e-4)
+        or (r["vs_stock"] is not None and r["vs_stock"] <= 1e-4)
+        for r in ran.values()
+        if r["solver"].get("executed")
+    )
     ratios = {m: r["ratio"] for m, r in ran.items() if r["ratio"]}
     with_transitions = [m for m in ratios if ok[m]["stock"]["transitions"] > 0]
     geo = math.exp(statistics.fmean(math.log(ratios[m]) for m in with_transitions)) if with_transitions else None
@@ -66,8 +77,11 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     def sign(delta: float, stock_us: float) -> int:
         return 0 if abs(delta) < NOISE_US * stock_us else (1 if delta > 0 else -1)
 
-    signs = {m: (sign(r["measured"], r["stock_us"]), sign(r["predicted"], r["stock_us"]))
-             for m, r in ran.items() if r["measured"] is not None and r["predicted"] is not None}
+    signs = {
+        m: (sign(r["measured"], r["stock_us"]), sign(r["predicted"], r["stock_us"]))
+        for m, r in ran.items()
+        if r["measured"] is not None and r["predicted"] is not None
+    }
     disagree = [m for m, (a, b) in signs.items() if a != b and a != 0]
     moved = [m for m in signs if abs(ran[m]["measured"]) >= NOISE_US * ran[m]["stock_us"]]
     errors = sorted(abs(ran[m]["predicted"] - ran[m]["measured"]) / abs(ran[m]["measured"]) for m in moved)
@@ -75,15 +89,23 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     return [
         f"- solver program runs wherever stock's runs ({len(ran)} models): {runs}",
         f"- max abs diff vs eager no worse than stock's (or equal to stock's outputs within 1e-4): {diff}",
-        (f"- run-time ratio <= 1.03 on every model: {all(v <= 1.03 for v in ratios.values())} "
-        f"(worst {max(ratios.values(), default=float('nan')):.3f})"),
-        (f"- geometric mean ratio over the {len(with_transitions)} models where stock inserts transitions: "
-        f"{_f(geo, 3)} (target <= 0.85)"),
-        (f"- predicted and measured change agree in sign (changes under {NOISE_US:.0%} of stock's time count as 0; "
-        f"a predicted change the device does not show is not a disagreement): "
-        f"{'all' if not disagree else 'not on ' + ', '.join(disagree)}"),
-        (f"- |predicted - measured| / |measured| on the median model that moved more than noise "
-        f"({len(moved)} models): {_f(None if median_error is None else 100 * median_error, 0)}% (target <= 25%)"),
+        (
+            f"- run-time ratio <= 1.03 on every model: {all(v <= 1.03 for v in ratios.values())} "
+            f"(worst {max(ratios.values(), default=float('nan')):.3f})"
+        ),
+        (
+            f"- geometric mean ratio over the {len(with_transitions)} models where stock inserts transitions: "
+            f"{_f(geo, 3)} (target <= 0.85)"
+        ),
+        (
+            f"- predicted and measured change agree in sign (changes under {NOISE_US:.0%} of stock's time count as 0; "
+            f"a predicted change the device does not show is not a disagreement): "
+            f"{'all' if not disagree else 'not on ' + ', '.join(disagree)}"
+        ),
+        (
+            f"- |predicted - measured| / |measured| on the median model that moved more than noise "
+            f"({len(moved)} models): {_f(None if median_error is None else 100 * median_error, 0)}% (target <= 25%)"
+        ),
     ]
 
 
@@ -95,17 +117,25 @@ def main() -> None:
     parser.add_argument("--runtime", help="runtime plugin (default $LAYOUT_SOLVER_VULKAN_RUNTIME)")
     parser.add_argument("--out", help="also write the table and checks to this markdown file")
     args = parser.parse_args()
-    lines = [(f"Command: .venv/bin/python benchmarks/bench_vulkan_runtime.py --profile {args.profile} "
-             f"--rounds {args.rounds} (device: the runtime's Vulkan device; {time.strftime('%Y-%m-%d')}; "
-             "2-core machine; median of interleaved rounds)"), "",
-             ("| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "
-             "stock ms | solver ms | ratio | predicted ratio | measured change us | predicted change us |"),
-             "|" + "---|" * 10]
+    lines = [
+        (
+            f"Command: .venv/bin/python benchmarks/bench_vulkan_runtime.py --profile {args.profile} "
+            f"--rounds {args.rounds} (device: the runtime's Vulkan device; {time.strftime('%Y-%m-%d')}; "
+            "2-core machine; median of interleaved rounds)"
+        ),
+        "",
+        (
+            "| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "
+            "stock ms | solver ms | ratio | predicted ratio | measured change us | predicted change us |"
+        ),
+        "|" + "---|" * 10,
+    ]
     print("\n".join(lines), flush=True)
     rows = {}
     for model in args.models.split(","):
-        result = compare_named(model, "vulkan", execute=True, runtime=args.runtime, cost_profile=args.profile,
-                               rounds=args.rounds).to_json()
+        result = compare_named(
+            model, "vulkan", execute=True, runtime=args.runtime, cost_profile=args.profile, rounds=args.rounds
+        ).to_json()
         line, rows[model] = row(model, result)
         lines.append(line)
         print(line, flush=True)

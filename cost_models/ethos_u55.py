@@ -56,6 +56,7 @@ class UnsupportedTranspose(ValueError):
 
 # --- forms ---------------------------------------------------------------------------------------------------------
 
+
 def canonical_transpose(shape, perm) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Cheapest equivalent transpose: unit dims dropped, adjacent-staying axes merged."""
     shape, perm = list(shape), list(perm)
@@ -89,9 +90,11 @@ def moves_no_data(shape, perm) -> bool:
 
 # --- decomposition -------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class NpuTranspose:
     """One U55 transpose op: a 3D view (h, w, c) with two of its axes swapped."""
+
     view: tuple[int, int, int]
     swap: str
 
@@ -111,13 +114,13 @@ class NpuTranspose:
 
 def _view3d(shape: list[int], outer: int, middle: int) -> list[int]:
     """Merge shape into 3 groups of axes: the first `outer`, the next `middle`, the rest."""
-    return [math.prod(shape[:outer]), math.prod(shape[outer:outer + middle]), math.prod(shape[outer + middle:])]
+    return [math.prod(shape[:outer]), math.prod(shape[outer : outer + middle]), math.prod(shape[outer + middle :])]
 
 
 def _swap_axes(shape: list[int], a: int, b: int, ops: list[NpuTranspose], dtype: str) -> None:
     """Append the U55 ops that swap axes a < b of `shape`; updates `shape` in place."""
     n = len(shape)
-    if n <= 3 or (a >= n - 3 and math.prod(shape[:n - 3]) == 1):
+    if n <= 3 or (a >= n - 3 and math.prod(shape[: n - 3]) == 1):
         pair = (a - (n - 3), b - (n - 3))
         if pair == (0, 2) and DTYPE_BYTES[dtype] == 4:
             # 32-bit H<->C is not native: W<->C, H<->W, W<->C.
@@ -174,12 +177,14 @@ def npu_transposes(shape, perm, dtype: str = "int8") -> list[NpuTranspose]:
         if max(op.view) > MAX_AXIS:
             raise UnsupportedTranspose(f"{given}: NPU op on view {op.view} has an axis over {MAX_AXIS}")
         if op.swap == SWAP_HW and DTYPE_BYTES[dtype] == 4 and op.inner_in > MAX_INNER_32BIT_HW:
-            raise UnsupportedTranspose(f"{given}: 32-bit H<->W swap on view {op.view} has an innermost axis "
-                                       f"over {MAX_INNER_32BIT_HW}")
+            raise UnsupportedTranspose(
+                f"{given}: 32-bit H<->W swap on view {op.view} has an innermost axis over {MAX_INNER_32BIT_HW}"
+            )
     return ops
 
 
 # --- parameters ----------------------------------------------------------------------------------------------------
+
 
 def out_class(inner_out: int) -> str:
     """Output innermost dims Vela can write as whole blocks."""
@@ -219,11 +224,15 @@ class EthosU55Params:
 @cache
 def load_params(version: int = PARAMS_VERSION) -> EthosU55Params:
     data = json.loads((resources.files("cost_models") / "data" / f"ethos_u55_v{version}.json").read_text())
-    tables = {dtype: DtypeRates(t["op_rates"], t["default_rate"], t["min_op_cycles"], t["copy_cycles_per_byte"],
-                                t["copy_fixed_cycles"])
-              for dtype, t in data["tables"].items()}
-    return EthosU55Params(data["version"], data["vela_version"], tables, data.get("standalone_rescale", {}),
-                          data.get("fit", {}))
+    tables = {
+        dtype: DtypeRates(
+            t["op_rates"], t["default_rate"], t["min_op_cycles"], t["copy_cycles_per_byte"], t["copy_fixed_cycles"]
+        )
+        for dtype, t in data["tables"].items()
+    }
+    return EthosU55Params(
+        data["version"], data["vela_version"], tables, data.get("standalone_rescale", {}), data.get("fit", {})
+    )
 
 
 def op_cycles(op: NpuTranspose, dtype: str, params: EthosU55Params | None = None) -> float:
@@ -238,16 +247,30 @@ def copy_cycles(elements: int, dtype: str, params: EthosU55Params | None = None)
 
 # Vela folds a RESCALE into the op that produces its input (the op's output scaling) or into the op that
 # consumes its output (input scaling), never into a transpose. Op names as in the Arm pre-TOSA graph.
-RESCALE_FOLDS_INTO_OUTPUT_OF = frozenset({
-    "CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MATMUL.default",
-    "MAX_POOL2D.default", "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "add.Tensor", "sub.Tensor",
-    "mul.Tensor", "sum.dim_IntList", "TABLE.default"})
-RESCALE_FOLDS_INTO_INPUT_OF = frozenset({"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum.default",
-                                         "minimum.default"})
+RESCALE_FOLDS_INTO_OUTPUT_OF = frozenset(
+    {
+        "CONV2D.default",
+        "DEPTHWISE_CONV2D.default",
+        "TRANSPOSE_CONV2D.default",
+        "MATMUL.default",
+        "MAX_POOL2D.default",
+        "AVG_POOL2D.default",
+        "AVG_POOL2D_ADAPTIVE.default",
+        "add.Tensor",
+        "sub.Tensor",
+        "mul.Tensor",
+        "sum.dim_IntList",
+        "TABLE.default",
+    }
+)
+RESCALE_FOLDS_INTO_INPUT_OF = frozenset(
+    {"add.Tensor", "sub.Tensor", "mul.Tensor", "maximum.default", "minimum.default"}
+)
 
 
-def standalone_rescale_cycles(elements: int, dtype_in: str, dtype_out: str,
-                              params: EthosU55Params | None = None) -> float:
+def standalone_rescale_cycles(
+    elements: int, dtype_in: str, dtype_out: str, params: EthosU55Params | None = None
+) -> float:
     """A RESCALE Vela cannot fold into the compute op next to it runs as its own elementwise ops.
 
     Vela fuses a RESCALE into its producer's output or its consumer's input,
@@ -259,6 +282,7 @@ def standalone_rescale_cycles(elements: int, dtype_in: str, dtype_out: str,
 
 
 # --- costs ---------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TransposeCost:
@@ -312,8 +336,9 @@ def _as_given(shape, perm, dtype: str, params: EthosU55Params | None) -> Transpo
     ops = [op for c in chunks for op in npu_transposes(c, perm, dtype)]
     # Every element is sliced out and concatenated back once: two copies of the tensor.
     copies = 2 * copy_cycles(math.prod(shape), dtype, params)
-    return TransposeCost(sum(op_cycles(op, dtype, params) for op in ops) + copies, len(ops) + 2 * len(chunks),
-                         shape, perm, "chunked")
+    return TransposeCost(
+        sum(op_cycles(op, dtype, params) for op in ops) + copies, len(ops) + 2 * len(chunks), shape, perm, "chunked"
+    )
 
 
 def materialisations(shape, perm) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -338,8 +363,9 @@ def materialisations(shape, perm) -> list[tuple[tuple[int, ...], tuple[int, ...]
     return list(dict.fromkeys(forms))
 
 
-def transpose_cost(shape, perm, dtype: str = "int8", params: EthosU55Params | None = None, exact: bool = False,
-                   form: str = "cheapest") -> TransposeCost:
+def transpose_cost(
+    shape, perm, dtype: str = "int8", params: EthosU55Params | None = None, exact: bool = False, form: str = "cheapest"
+) -> TransposeCost:
     """Cycles of TRANSPOSE(shape, perm) on ethos-u55-128.
 
     form="as_given" prices the transpose exactly as written; form="cheapest"
@@ -372,15 +398,17 @@ def reduce_sum_cycles(shape, axis: int, dtype: str = "int32", params: EthosU55Pa
     axis %= len(shape)
     if axis == len(shape) - 1:
         return 0.0
-    view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))
+    view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
     return sum(op_cycles(op, dtype, params) for op in npu_transposes(view, (0, 2, 1), dtype))
 
 
 # --- whole graphs --------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TosaOp:
     """The facts about one TOSA operator that decide which transposes Vela compiles for it."""
+
     op: str  # TOSA op name, e.g. "TRANSPOSE", "RESHAPE", "REDUCE_SUM", "MATMUL"
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
@@ -440,9 +468,17 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
         if source is not None and source.op == "RESHAPE" and single_path(op.inputs[0]):
             pre = list(source.input_shapes[0])
             if [d for d in pre if d != 1] == [d for d in shape if d != 1]:
-                perm, shape, reason = _unit_fixed_perm(pre, shape, list(perm)), pre, "transpose after a unit-axis reshape"
-        elif source is not None and source.op == "TRANSPOSE" and single_path(op.inputs[0]) \
-                and source.outputs[0] in effective:
+                perm, shape, reason = (
+                    _unit_fixed_perm(pre, shape, list(perm)),
+                    pre,
+                    "transpose after a unit-axis reshape",
+                )
+        elif (
+            source is not None
+            and source.op == "TRANSPOSE"
+            and single_path(op.inputs[0])
+            and source.outputs[0] in effective
+        ):
             first_shape, first_perm, _ = effective.pop(source.outputs[0])
             first_out = [first_shape[p] for p in first_perm]
             if first_out != shape:  # the first one was moved past a unit-axis reshape: so is this one
@@ -462,13 +498,22 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
         if op.op == "REDUCE_SUM" and op.axis % len(op.input_shapes[0]) != len(op.input_shapes[0]) - 1:
             shape = op.input_shapes[0]
             axis = op.axis % len(shape)
-            view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:]))
+            view = (math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :]))
             # Vela folds a RESCALE feeding the reduction into it first, so the transpose moves the narrower data.
             source = writer.get(op.inputs[0])
-            dtype = source.dtype if source is not None and source.op == "RESCALE" and single_path(op.inputs[0]) \
-                and source.dtype in DTYPE_BYTES else op.dtype
-            found.append(GraphTranspose(op.outputs[0], "reduce_sum", view, (0, 2, 1), dtype,
-                                        reduce_sum_cycles(shape, axis, dtype, params)))
+            dtype = (
+                source.dtype
+                if source is not None
+                and source.op == "RESCALE"
+                and single_path(op.inputs[0])
+                and source.dtype in DTYPE_BYTES
+                else op.dtype
+            )
+            found.append(
+                GraphTranspose(
+                    op.outputs[0], "reduce_sum", view, (0, 2, 1), dtype, reduce_sum_cycles(shape, axis, dtype, params)
+                )
+            )
         elif op.op == "MATMUL":
             b = op.input_shapes[1]
             view = (math.prod(b[:-2]), b[-2], b[-1])

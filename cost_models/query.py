@@ -45,8 +45,10 @@ class TransposeQuery(BaseModel):
         if bad:
             raise ValueError(f"shape {self.shape}: every dimension must be >= 1")
         if math.prod(self.shape) > MAX_ELEMENTS:
-            raise ValueError(f"shape {self.shape} has {math.prod(self.shape):,} elements, above the limit "
-                             f"{MAX_ELEMENTS:,} (32-bit tensor addressing)")
+            raise ValueError(
+                f"shape {self.shape} has {math.prod(self.shape):,} elements, above the limit "
+                f"{MAX_ELEMENTS:,} (32-bit tensor addressing)"
+            )
         if self.target == "ethos-u55-128":
             self.dtype = self.dtype or "int8"
             if self.dtype not in ETHOS_DTYPES:
@@ -60,8 +62,10 @@ class TransposeQuery(BaseModel):
             if self.dtype not in VULKAN_DTYPES:
                 raise ValueError(f"dtype {self.dtype!r} is not a Vulkan dtype; expected one of {VULKAN_DTYPES}")
             if self.perm is not None:
-                raise ValueError("perm means nothing for Vulkan: a transition changes storage and packing "
-                                 "(src, dst), not the dim order")
+                raise ValueError(
+                    "perm means nothing for Vulkan: a transition changes storage and packing "
+                    "(src, dst), not the dim order"
+                )
             if self.exact or self.form != "cheapest":
                 raise ValueError("exact and form are Ethos-U55 options")
         return self
@@ -73,11 +77,20 @@ def price(query: TransposeQuery) -> dict:
         from cost_models import ethos_u55
 
         predicted = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, form=query.form)
-        result = {"target": query.target, "shape": query.shape, "perm": query.perm, "dtype": query.dtype,
-                  "form": query.form, "cycles": round(predicted.cycles, 1), "npu_ops": predicted.npu_ops,
-                  "source": predicted.source, "priced_shape": list(predicted.shape),
-                  "priced_perm": list(predicted.perm), "canonical_shape": list(predicted.canonical_shape),
-                  "canonical_perm": list(predicted.canonical_perm)}
+        result = {
+            "target": query.target,
+            "shape": query.shape,
+            "perm": query.perm,
+            "dtype": query.dtype,
+            "form": query.form,
+            "cycles": round(predicted.cycles, 1),
+            "npu_ops": predicted.npu_ops,
+            "source": predicted.source,
+            "priced_shape": list(predicted.shape),
+            "priced_perm": list(predicted.perm),
+            "canonical_shape": list(predicted.canonical_shape),
+            "canonical_perm": list(predicted.canonical_perm),
+        }
         if query.exact:
             vela = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, exact=True, form=query.form)
             result.update(vela_cycles=vela.cycles, vela_npu_ops=vela.npu_ops)
@@ -88,5 +101,13 @@ def price(query: TransposeQuery) -> dict:
     for representation in (query.src, query.dst):
         vulkan.split_repr(representation)
     microseconds = vulkan.transition_cost(query.shape, query.dtype, query.src, query.dst, profile)
-    return {"target": "vulkan", "shape": query.shape, "dtype": query.dtype, "src": query.src, "dst": query.dst,
-            "profile": profile.name, "cycles": None, "microseconds": round(microseconds, 3)}
+    return {
+        "target": "vulkan",
+        "shape": query.shape,
+        "dtype": query.dtype,
+        "src": query.src,
+        "dst": query.dst,
+        "profile": profile.name,
+        "cycles": None,
+        "microseconds": round(microseconds, 3),
+    }

@@ -74,13 +74,21 @@ def rescale_then_transpose_tosa(shape: tuple[int, ...], dtype_in: str, dtype_out
     din, dout = getattr(ts.DType, dtype_in.upper()), getattr(ts.DType, dtype_out.upper())
     graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
     graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), din, data=None))
-    consts = [graph.addConst([1], ts.DType.INT32, [1 << 30], name="multiplier"),
-              graph.addConst([1], ts.DType.INT8, [30], name="shift"),
-              graph.addConst([1], din, [0], name="input_zp"), graph.addConst([1], dout, [0], name="output_zp")]
+    consts = [
+        graph.addConst([1], ts.DType.INT32, [1 << 30], name="multiplier"),
+        graph.addConst([1], ts.DType.INT8, [30], name="shift"),
+        graph.addConst([1], din, [0], name="input_zp"),
+        graph.addConst([1], dout, [0], name="output_zp"),
+    ]
     scaled = graph.addIntermediate(list(shape), dout)
     attr = ts.TosaSerializerAttribute()
-    attr.RescaleAttribute(scale32=True, rounding_mode=ts.RoundingMode.SINGLE_ROUND, per_channel=False,
-                          input_unsigned=False, output_unsigned=False)
+    attr.RescaleAttribute(
+        scale32=True,
+        rounding_mode=ts.RoundingMode.SINGLE_ROUND,
+        per_channel=False,
+        input_unsigned=False,
+        output_unsigned=False,
+    )
     graph.addOperator(ts.Op.RESCALE, ["input"] + [c.name for c in consts], [scaled.name], attr)
     perm = list(range(len(shape) - 3)) + [len(shape) - 2, len(shape) - 3, len(shape) - 1]
     out = graph.addIntermediate([shape[p] for p in perm], dout)
@@ -98,8 +106,15 @@ def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
     path = workdir / "op.tosa"
     path.write_bytes(tosa)
     out = workdir / "out"
-    args = [f"--accelerator-config={ACCELERATOR}", f"--config={_vela_ini()}", f"--system-config={SYSTEM_CONFIG}",
-            f"--memory-mode={MEMORY_MODE}", "--verbose-performance", f"--output-dir={out}", str(path)]
+    args = [
+        f"--accelerator-config={ACCELERATOR}",
+        f"--config={_vela_ini()}",
+        f"--system-config={SYSTEM_CONFIG}",
+        f"--memory-mode={MEMORY_MODE}",
+        "--verbose-performance",
+        f"--output-dir={out}",
+        str(path),
+    ]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             code = vela.main(args)
@@ -118,8 +133,15 @@ def measure_transpose(shape, perm, dtype: str = "int8", cache_dir: Path | None =
     cached = cache_dir / f"{key}.json" if cache_dir else None
     if cached and cached.exists():
         data = json.loads(cached.read_text())
-        return VelaMeasurement(tuple(data["shape"]), tuple(data["perm"]), data["dtype"], data["npu_ops"],
-                               data["cycles"], tuple(tuple(r) for r in data["rows"]), data["vela_version"])
+        return VelaMeasurement(
+            tuple(data["shape"]),
+            tuple(data["perm"]),
+            data["dtype"],
+            data["npu_ops"],
+            data["cycles"],
+            tuple(tuple(r) for r in data["rows"]),
+            data["vela_version"],
+        )
     with tempfile.TemporaryDirectory() as tmp:
         rows = run_vela(transpose_tosa(shape, perm, dtype), Path(tmp))
     npu = [(r["NNG Operator"], int(float(r["Op Cycles"]))) for r in rows if r["Target"] == "NPU"]

@@ -27,12 +27,26 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 MIB = 1024 * 1024
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1, "uint8": 1,
-               "int16": 2, "bool": 1}
+DTYPE_BYTES = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "bool": 1,
+}
 
 _PACKED_DIM = {
-    "TENSOR_WIDTH_PACKED": 0, "TENSOR_HEIGHT_PACKED": 1, "TENSOR_CHANNELS_PACKED": 2,
-    "PACKED_INT8_4W4C": 2, "PACKED_INT8_4H4W": 0, "PACKED_INT8_4W": 0, "PACKED_INT8_4C1W": 2,
+    "TENSOR_WIDTH_PACKED": 0,
+    "TENSOR_HEIGHT_PACKED": 1,
+    "TENSOR_CHANNELS_PACKED": 2,
+    "PACKED_INT8_4W4C": 2,
+    "PACKED_INT8_4H4W": 0,
+    "PACKED_INT8_4W": 0,
+    "PACKED_INT8_4C1W": 2,
     "PACKED_INT8_CONV2D": 2,
 }
 BUILT_IN = {"mobile-gpu": "vulkan_v1.json", "lavapipe": "vulkan_lavapipe.json"}
@@ -61,7 +75,9 @@ class Linear(_Strict):
     points: int = 0
 
     def at(self, nbytes: float, slices: float = 0.0, mflop: float = 0.0) -> float:
-        return self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices + self.us_per_mflop * mflop
+        return (
+            self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices + self.us_per_mflop * mflop
+        )
 
 
 class VulkanProfile(_Strict):
@@ -178,8 +194,9 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
         factor *= p.param("packed_dim_change_factor")
     if s_layout.startswith("PACKED_INT8") or d_layout.startswith("PACKED_INT8"):
         factor *= p.param("int8_repack_factor")
-    return p.param("dispatch_overhead_us") + factor * nbytes / MIB * (p.param("read_us_per_mib") +
-                                                                       p.param("write_us_per_mib"))
+    return p.param("dispatch_overhead_us") + factor * nbytes / MIB * (
+        p.param("read_us_per_mib") + p.param("write_us_per_mib")
+    )
 
 
 @lru_cache(maxsize=65536)
@@ -188,8 +205,11 @@ def _view_change_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p:
     # through a texture, an upper bound the device measured, not the parametric guess.
     if src.startswith("BUFFER") and dst.startswith("BUFFER"):
         via = {key.split("->")[1] for key in p.transitions if key.startswith(src + "->")}
-        routes = [_transition_cost(shape, dtype, src, t, p) + _transition_cost(shape, dtype, t, dst, p)
-                  for t in via if f"{t}->{dst}" in p.transitions]
+        routes = [
+            _transition_cost(shape, dtype, src, t, p) + _transition_cost(shape, dtype, t, dst, p)
+            for t in via
+            if f"{t}->{dst}" in p.transitions
+        ]
         if routes:
             return min(routes)
     return _transition_cost(shape, dtype, src, dst, p)
@@ -200,8 +220,15 @@ def mflop(shape, contraction: int) -> float:
     return 2.0 * math.prod(shape) * contraction / 1e6
 
 
-def op_mode_cost(op_class: str | None, shape, dtype: str, output_label: str,
-                 profile: VulkanProfile | None = None, contraction: int = 0, input_label: str | None = None) -> float:
+def op_mode_cost(
+    op_class: str | None,
+    shape,
+    dtype: str,
+    output_label: str,
+    profile: VulkanProfile | None = None,
+    contraction: int = 0,
+    input_label: str | None = None,
+) -> float:
     """Microseconds for one op of `op_class` writing a `shape` x `dtype` tensor in `output_label`;
     `contraction` is the length of the sums behind each output element (linear, matmul), else 0;
     `input_label` the representation a view reads (a view between two texture packings costs a clone).

@@ -70,6 +70,7 @@ def _identity(order: Order) -> bool:
 def _permuted_list(graph: torch.fx.Graph, arg, order: Order, before: torch.fx.Node, pairs: bool = False):
     """A per-axis list argument in physical order (pairs: two entries per axis, as PAD's lo/hi);
     a CONST_SHAPE node gets a permuted copy."""
+
     def permute(values):
         if pairs:
             return [v for i in order for v in (values[2 * i], values[2 * i + 1])]
@@ -127,7 +128,7 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         if rewrite is None:
             continue
         if rewrite.alias:
-            (vid, want), = rewrite.reads.items()
+            ((vid, want),) = rewrite.reads.items()
             physical[node.name] = read_as(vid, want, node)
             removed.append(node)
             continue
@@ -150,4 +151,3 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         node.replace_all_uses_with(physical[node.name])
         graph.erase_node(node)
     return len(transitions), len(removed)
-

@@ -39,8 +39,15 @@ def fake_like(like: torch.Tensor, shape) -> torch.Tensor:
         return torch.empty([int(d) for d in shape], dtype=like.dtype)
 
 
-def create_like(graph: torch.fx.Graph, template: torch.fx.Node, target, args: tuple, kwargs: dict | None = None,
-                before: torch.fx.Node | None = None, keep_val: bool = True) -> torch.fx.Node:
+def create_like(
+    graph: torch.fx.Graph,
+    template: torch.fx.Node,
+    target,
+    args: tuple,
+    kwargs: dict | None = None,
+    before: torch.fx.Node | None = None,
+    keep_val: bool = True,
+) -> torch.fx.Node:
     """A new call_function node inserted before `before` (default: before `template`) that inherits
     `template`'s metadata (debug handles, quantization parameters, ...); without `keep_val`, the tensor
     metadata ("val", "tensor_meta") is left for the caller to set."""

@@ -48,16 +48,30 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
             for o in range(block.OperatorsLength()):
                 op = block.Operators(o)
                 inputs = tuple(text(op.Inputs(i)) for i in range(op.InputsLength()))
-                shapes = tuple(tuple(int(d) for d in tensors[t].ShapeAsNumpy()) if t in tensors and
-                               not tensors[t].ShapeIsNone() else () for t in inputs)
+                shapes = tuple(
+                    tuple(int(d) for d in tensors[t].ShapeAsNumpy())
+                    if t in tensors and not tensors[t].ShapeIsNone()
+                    else ()
+                    for t in inputs
+                )
                 first = tensors.get(inputs[0]) if inputs else None
                 extra = {}
                 if op.Op() in (Op.TRANSPOSE, Op.REDUCE_SUM):
                     attr = TransposeAttribute() if op.Op() == Op.TRANSPOSE else ReduceSumAttribute()
                     attr.Init(op.Attribute().Bytes, op.Attribute().Pos)
-                    extra = {"perm": tuple(int(p) for p in attr.PermsAsNumpy())} if op.Op() == Op.TRANSPOSE \
+                    extra = (
+                        {"perm": tuple(int(p) for p in attr.PermsAsNumpy())}
+                        if op.Op() == Op.TRANSPOSE
                         else {"axis": int(attr.Axis())}
-                found.append(ethos_u55.TosaOp(
-                    names.get(op.Op(), str(op.Op())), inputs, tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
-                    shapes, dtypes.get(first.Type(), "other") if first is not None else "other", **extra))
+                    )
+                found.append(
+                    ethos_u55.TosaOp(
+                        names.get(op.Op(), str(op.Op())),
+                        inputs,
+                        tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
+                        shapes,
+                        dtypes.get(first.Type(), "other") if first is not None else "other",
+                        **extra,
+                    )
+                )
     return found

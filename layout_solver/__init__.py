@@ -17,7 +17,15 @@ from layout_solver.problem import (
 from layout_solver.solve import solve
 
 __all__ = [
-    "InfeasibleError", "Mode", "Op", "Problem", "ProblemError", "Solution", "Transition",
-    "TransitionCost", "Value", "solve",
+    "InfeasibleError",
+    "Mode",
+    "Op",
+    "Problem",
+    "ProblemError",
+    "Solution",
+    "Transition",
+    "TransitionCost",
+    "Value",
+    "solve",
 ]
 __version__ = "0.1.0"

@@ -42,8 +42,10 @@ def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
         f"objective    {solution.objective:,.2f}",
         f"bound        {solution.bound:,.2f}",
         f"gap          {solution.gap:.4%}",
-        (f"components   {solution.components.count} ({solution.components.blocks} blocks, "
-        f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}"),
+        (
+            f"components   {solution.components.count} ({solution.components.blocks} blocks, "
+            f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}"
+        ),
         "timings      " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items()),
         f"transitions  {len(solution.transitions)}, cost {sum(t.cost for t in solution.transitions):,.2f}",
     ]
@@ -97,7 +99,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         write_atomically(out, solution.model_dump_json(indent=1))
     if trace_file is not None:
         rows = ["seconds,phase,piece_vars,incumbent,bound"] + [
-            f"{r.seconds:.4f},{r.phase},{r.piece_vars},{r.incumbent:.6g},{r.bound:.6g}" for r in trace]
+            f"{r.seconds:.4f},{r.phase},{r.piece_vars},{r.incumbent:.6g},{r.bound:.6g}" for r in trace
+        ]
         write_atomically(trace_file, "\n".join(rows) + "\n")
     if args.json:
         print(solution.model_dump_json())
@@ -144,21 +147,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError(f"--method-weights is for multi-method models ({', '.join(MULTI_METHOD_ZOO)})")
     try:
         build(args.model)  # a broken model is the user's error: said before any lowering
-        comparison = compare_named(args.model, args.target, time_limit=args.time_limit, service=args.service,
-                                   **options)
+        comparison = compare_named(args.model, args.target, time_limit=args.time_limit, service=args.service, **options)
     except ModelError as exc:
         raise ProblemError(str(exc)) from exc
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     if args.json:
         print(format_table(comparison), file=sys.stderr)
-        print(json.dumps(comparison.model_dump(mode="json", exclude_unset=True,
-                                               exclude={side: {"transition_list", "traceback"}
-                                                        for side in ("stock", "solver")})))
+        print(
+            json.dumps(
+                comparison.model_dump(
+                    mode="json",
+                    exclude_unset=True,
+                    exclude={side: {"transition_list", "traceback"} for side in ("stock", "solver")},
+                )
+            )
+        )
     else:
         print(format_table(comparison))
-    crashed = args.target == "vulkan" and args.execute and comparison.side("stock").executed \
+    crashed = (
+        args.target == "vulkan"
+        and args.execute
+        and comparison.side("stock").executed
         and not comparison.side("solver").executed
+    )
     return 1 if comparison.side("solver").failed or crashed else 0
 
 
@@ -171,19 +183,29 @@ def _compare_methods(args: argparse.Namespace, options: dict) -> int:
     if options.get("input_order", "nchw") != "nchw":
         raise ProblemError("--input-order applies to single-method models")
     try:
-        comparison = compare_named(args.model, args.target, time_limit=args.time_limit, weights=args.method_weights,
-                                   **options)
+        comparison = compare_named(
+            args.model, args.target, time_limit=args.time_limit, weights=args.method_weights, **options
+        )
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     if args.json:
         print(format_table(comparison), file=sys.stderr)
-        print(json.dumps(comparison.model_dump(mode="json", exclude_unset=True,
-                                               exclude={side: {"traceback"} for side in
-                                                        ("stock", "per_method", "joint")})))
+        print(
+            json.dumps(
+                comparison.model_dump(
+                    mode="json",
+                    exclude_unset=True,
+                    exclude={side: {"traceback"} for side in ("stock", "per_method", "joint")},
+                )
+            )
+        )
     else:
         print(format_table(comparison))
-    return 1 if any(getattr(comparison, side) and getattr(comparison, side).error
-                    for side in ("per_method", "joint")) else 0
+    return (
+        1
+        if any(getattr(comparison, side) and getattr(comparison, side).error for side in ("per_method", "joint"))
+        else 0
+    )
 
 
 def _method_weights(text: str) -> dict[str, float]:
@@ -243,13 +265,24 @@ def _ints(text: str) -> tuple[int, ...]:
 def cmd_cost(args: argparse.Namespace) -> int:
     from cost_models.query import TransposeQuery, price
 
-    fields = {"target": args.target, "shape": list(args.shape), "perm": list(args.perm) if args.perm else None,
-              "dtype": args.dtype, "form": args.form, "exact": args.exact, "src": args.src, "dst": args.dst,
-              "cost_profile": args.cost_profile}
+    fields = {
+        "target": args.target,
+        "shape": list(args.shape),
+        "perm": list(args.perm) if args.perm else None,
+        "dtype": args.dtype,
+        "form": args.form,
+        "exact": args.exact,
+        "src": args.src,
+        "dst": args.dst,
+        "cost_profile": args.cost_profile,
+    }
     if args.target == "ethos-u55-128":
         fields = {k: v for k, v in fields.items() if k not in ("src", "dst", "cost_profile")}
-        stray = [flag for flag, given in (("--src", args.src), ("--dst", args.dst),
-                                          ("--cost-profile", args.cost_profile)) if given]
+        stray = [
+            flag
+            for flag, given in (("--src", args.src), ("--dst", args.dst), ("--cost-profile", args.cost_profile))
+            if given
+        ]
         if stray:
             raise ProblemError(f"{', '.join(stray)}: Vulkan options (--target vulkan)")
     try:
@@ -275,7 +308,9 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     models = [m.strip() for m in args.models.split(",")] if args.models else list(ZOO)
     missing = [m for m in models if m not in ZOO and m not in MULTI_METHOD_ZOO and ":" not in m]
     if unknown or missing:
-        raise ProblemError(f"unknown targets {unknown} / models {missing}; models: {', '.join([*ZOO, *MULTI_METHOD_ZOO])}")
+        raise ProblemError(
+            f"unknown targets {unknown} / models {missing}; models: {', '.join([*ZOO, *MULTI_METHOD_ZOO])}"
+        )
     needed = ["tqdm", "matplotlib"] + (["ray"] if args.executor == "ray" else [])
     absent = [name for name in needed if importlib.util.find_spec(name) is None]
     if absent:
@@ -294,10 +329,14 @@ def cmd_zoo(args: argparse.Namespace) -> int:
         except VulkanRuntimeUnavailable as exc:
             raise ProblemError(str(exc)) from exc
         if args.jobs > 1:
-            print("layout-solver: --execute with --jobs > 1 times programs while other jobs share the cores; "
-                  "use --jobs 1 for run times you compare", file=sys.stderr)
-    results = run_zoo(models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address,
-                      options=options)
+            print(
+                "layout-solver: --execute with --jobs > 1 times programs while other jobs share the cores; "
+                "use --jobs 1 for run times you compare",
+                file=sys.stderr,
+            )
+    results = run_zoo(
+        models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address, options=options
+    )
     print((out / "report.md").read_text())
     print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
     return 0 if all(r["status"] == "ok" for r in results) else 1
@@ -307,23 +346,36 @@ RUNTIME_ENV = "LAYOUT_SOLVER_VULKAN_RUNTIME"
 
 
 def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--execute", action="store_true",
-                   help="Vulkan: run stock and solver programs on the Vulkan device against eager, and time them")
+    p.add_argument(
+        "--execute",
+        action="store_true",
+        help="Vulkan: run stock and solver programs on the Vulkan device against eager, and time them",
+    )
     p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
-    p.add_argument("--cost-profile", help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
-                                          "written by `calibrate vulkan` (default mobile-gpu)")
+    p.add_argument(
+        "--cost-profile",
+        help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
+        "written by `calibrate vulkan` (default mobile-gpu)",
+    )
 
 
 def _add_ethos_u_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--input-order", choices=["nchw", "nhwc"], default="nchw",
-                   help="Ethos-U: the graph-input contract; nhwc when the application feeds 4-D inputs "
-                        "channels-last (camera frames usually are), so no input transpose is needed "
-                        "(default %(default)s, the delegate's identity contract)")
+    p.add_argument(
+        "--input-order",
+        choices=["nchw", "nhwc"],
+        default="nchw",
+        help="Ethos-U: the graph-input contract; nhwc when the application feeds 4-D inputs "
+        "channels-last (camera frames usually are), so no input transpose is needed "
+        "(default %(default)s, the delegate's identity contract)",
+    )
 
 
 def _add_service_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--service", help="solve on this layout-solver service (http://host:port; default "
-                                     "$LAYOUT_SOLVER_SERVICE, else in-process); falls back in-process and says so")
+    p.add_argument(
+        "--service",
+        help="solve on this layout-solver service (http://host:port; default "
+        "$LAYOUT_SOLVER_SERVICE, else in-process); falls back in-process and says so",
+    )
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -354,14 +406,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             raise ProblemError(str(exc)) from exc
         if not base.measured:
             raise ProblemError(f"--extend {args.extend}: not a measured profile (it holds assumptions)")
-    profile = calibrate(args.vulkan_runtime, ops=ops, sizes=args.sizes, rounds=args.rounds,
-                        transitions=not args.no_transitions, log=log,
-                        command=shlex.join(["layout-solver", *args.argv]), shapes=args.shapes, extend=base)
+    profile = calibrate(
+        args.vulkan_runtime,
+        ops=ops,
+        sizes=args.sizes,
+        rounds=args.rounds,
+        transitions=not args.no_transitions,
+        log=log,
+        command=shlex.join(["layout-solver", *args.argv]),
+        shapes=args.shapes,
+        extend=base,
+    )
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(profile.model_dump_json(indent=1) + "\n")
     tmp.replace(out)
-    print(f"profile for {profile.device}: {sum(len(t) for t in profile.op_modes.values())} op modes, "
-          f"{len(profile.transitions)} transitions -> {out}")
+    print(
+        f"profile for {profile.device}: {sum(len(t) for t in profile.op_modes.values())} op modes, "
+        f"{len(profile.transitions)} transitions -> {out}"
+    )
     return 0
 
 
@@ -373,9 +435,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc
     token = args.token or os.environ.get(TOKEN_ENV) or None
-    fields = {"host": args.host, "port": args.port, "workers": args.workers, "cache_dir": args.cache,
-              "cache_bytes": int(args.cache_size_mb * (1 << 20)), "max_body_bytes": int(args.max_body_mb * (1 << 20)),
-              "token": token}
+    fields = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "cache_dir": args.cache,
+        "cache_bytes": int(args.cache_size_mb * (1 << 20)),
+        "max_body_bytes": int(args.max_body_mb * (1 << 20)),
+        "token": token,
+    }
     try:
         settings = ServiceSettings.model_validate({k: v for k, v in fields.items() if v is not None})
         settings.resolved_cache_dir().mkdir(parents=True, exist_ok=True)
@@ -384,10 +452,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise ProblemError(f"cannot use cache directory {settings.resolved_cache_dir()}: {exc.strerror}") from exc
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(f"layout-solver: serving on {settings.host} without a token: anyone who can reach it may use it",
-              file=sys.stderr)
-    print(f"layout-solver service on http://{settings.host}:{settings.port} ({settings.workers} workers, cache "
-          f"{settings.resolved_cache_dir()}); docs at /docs", file=sys.stderr, flush=True)
+        print(
+            f"layout-solver: serving on {settings.host} without a token: anyone who can reach it may use it",
+            file=sys.stderr,
+        )
+    print(
+        f"layout-solver service on http://{settings.host}:{settings.port} ({settings.workers} workers, cache "
+        f"{settings.resolved_cache_dir()}); docs at /docs",
+        file=sys.stderr,
+        flush=True,
+    )
     serve(settings, log_level=args.log_level)
     return 0
 
@@ -397,9 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("solve", help="solve a problem snapshot (JSON)")
     p.add_argument("problem", help="PROBLEM.json, or - for stdin")
-    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT,
-                   help="seconds, a positive finite number (default %(default)s); the answer comes within it "
-                        "plus the time to check it (well under a second below 10k ops)")
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT,
+        help="seconds, a positive finite number (default %(default)s); the answer comes within it "
+        "plus the time to check it (well under a second below 10k ops)",
+    )
     p.add_argument("--workers", type=int, help="solver threads for wide pieces (default: all cores)")
     p.add_argument("--json", action="store_true", help="print the solution as one JSON object")
     p.add_argument("--out", help="write the solution JSON here (checked before solving, written atomically)")
@@ -409,12 +487,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", nargs="?", choices=["problem", "solution", "all"], default="all")
     p.set_defaults(func=cmd_schema)
     p = sub.add_parser("compare", help="lower a model with the stock pipeline and with the solver, side by side")
-    p.add_argument("model", help="built-in zoo name (multi-method: decoder_kv, convnext_two_res) or "
-                                 "path/to/file.py:factory")
+    p.add_argument(
+        "model", help="built-in zoo name (multi-method: decoder_kv, convnext_two_res) or path/to/file.py:factory"
+    )
     p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
-    p.add_argument("--method-weights", type=_method_weights,
-                   help="multi-method models: how often each method runs, e.g. decode=128,prefill=1 "
-                        "(default: the model's own)")
+    p.add_argument(
+        "--method-weights",
+        type=_method_weights,
+        help="multi-method models: how often each method runs, e.g. decode=128,prefill=1 (default: the model's own)",
+    )
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
     p.add_argument("--json", action="store_true", help="last line of stdout: one JSON object")
     _add_service_argument(p)
@@ -430,8 +511,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--src", help="Vulkan: source representation (default TEXTURE_3D:TENSOR_CHANNELS_PACKED)")
     t.add_argument("--dst", help="Vulkan: target representation (default TEXTURE_3D:TENSOR_WIDTH_PACKED)")
     t.add_argument("--dtype", help="default int8 (Ethos-U55), float32 (Vulkan)")
-    t.add_argument("--form", choices=["cheapest", "as_given"], default="cheapest",
-                   help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given")
+    t.add_argument(
+        "--form",
+        choices=["cheapest", "as_given"],
+        default="cheapest",
+        help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given",
+    )
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
     t.add_argument("--cost-profile", help="Vulkan: built-in profile name (mobile-gpu, lavapipe) or profile file")
     t.add_argument("--json", action="store_true")
@@ -456,8 +541,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sizes", type=int, default=3, help="tensor sizes per op class, 1-3 (default %(default)s)")
     c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
     c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
-    c.add_argument("--shapes", type=_shapes, help="measure at these shapes instead of the built-in ones, "
-                                                  "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)")
+    c.add_argument(
+        "--shapes",
+        type=_shapes,
+        help="measure at these shapes instead of the built-in ones, "
+        "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)",
+    )
     c.add_argument("--extend", help="a measured profile: add the new points to its samples and refit what they touch")
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")

@@ -78,8 +78,9 @@ def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str
                 needed.setdefault((vid, want), {})[op.id] = None
     # Built from validated parts, so skip re-validation (large graphs have many).
     transitions = [
-        Transition.model_construct(value=vid, src=labels[vid], dst=dst, consumers=list(consumers),
-                                   cost=pricer(vid, labels[vid], dst))
+        Transition.model_construct(
+            value=vid, src=labels[vid], dst=dst, consumers=list(consumers), cost=pricer(vid, labels[vid], dst)
+        )
         for (vid, dst), consumers in needed.items()
     ]
     objective = mode_cost + sum(t.cost for t in transitions)

@@ -105,8 +105,9 @@ def program_links(program, names: set[str]) -> dict[str, str]:
     return links
 
 
-def solve_partition(problem: Problem, solve_fn: Callable[[Problem], Solution],
-                    links: Callable[[], dict[str, str]]) -> Solution:
+def solve_partition(
+    problem: Problem, solve_fn: Callable[[Problem], Solution], links: Callable[[], dict[str, str]]
+) -> Solution:
     """What the backends' solver passes call instead of solving directly.
 
     `links()` gives the partition's linked values; it hashes every constant, so it
@@ -127,8 +128,9 @@ def solve_partition(problem: Problem, solve_fn: Callable[[Problem], Solution],
     solution = session.solutions.get(key)
     if solution is None or session.digests.get(key) != problem_digest(problem):
         solution = solve_fn(problem)
-        solution.notes.append(f"{key}: not part of the joint solve (its problem changed between the phases); "
-                              "solved on its own")
+        solution.notes.append(
+            f"{key}: not part of the joint solve (its problem changed between the phases); solved on its own"
+        )
     return solution
 
 
@@ -146,8 +148,9 @@ def _joint_multimethod(original, session: _Session, reports: JointReports):
             return original.__func__(cls, edge_programs, compile_specs)  # one method: exactly as today
         missing = sorted(set(edge_programs) - set(session.weights))
         if missing:
-            raise ValueError(f"method_weights has no weight for method(s) {missing}; "
-                             f"the program has {sorted(edge_programs)}")
+            raise ValueError(
+                f"method_weights has no weight for method(s) {missing}; the program has {sorted(edge_programs)}"
+            )
         session.collected.clear()
         session.solutions.clear()
         session.digests.clear()
@@ -164,12 +167,17 @@ def _joint_multimethod(original, session: _Session, reports: JointReports):
             session.phase = "collect"
             _each_partition(cls, edge_programs, compile_specs, collect)
             parts = list(session.collected.values())
-            result = solve_jointly(parts, session.weights, session.solve_fn, session.constant_byte_cost,
-                                   session.cache)
+            result = solve_jointly(parts, session.weights, session.solve_fn, session.constant_byte_cost, session.cache)
             session.solutions.update(result.solutions)
             reports.joint.append(result)
-            log.info("joint solve: %d partitions in %d groups, %d cache hits, %d linked values, objective %.1f",
-                     len(parts), result.groups, result.cache_hits, result.linked_values, result.objective)
+            log.info(
+                "joint solve: %d partitions in %d groups, %d cache hits, %d linked values, objective %.1f",
+                len(parts),
+                result.groups,
+                result.cache_hits,
+                result.linked_values,
+                result.objective,
+            )
             session.phase = "apply"
             return _each_partition(cls, edge_programs, compile_specs)
         finally:
@@ -199,9 +207,14 @@ def naming_partitions(backend_cls) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def joint_preprocess(backend_cls, weights: dict[str, float], solve_fn: Callable[[Problem], Solution],
-                     reports: JointReports, constant_byte_cost: float = 0.0,
-                     cache: SubproblemCache | None = None) -> Iterator[None]:
+def joint_preprocess(
+    backend_cls,
+    weights: dict[str, float],
+    solve_fn: Callable[[Problem], Solution],
+    reports: JointReports,
+    constant_byte_cost: float = 0.0,
+    cache: SubproblemCache | None = None,
+) -> Iterator[None]:
     """Scoped replacement of `backend_cls.preprocess_multimethod` by the joint version; restored on exit."""
     bad = {m: w for m, w in weights.items() if not (isinstance(w, (int, float)) and w > 0)}
     if bad:
@@ -210,7 +223,9 @@ def joint_preprocess(backend_cls, weights: dict[str, float], solve_fn: Callable[
     original = backend_cls.__dict__.get("preprocess_multimethod", None)
     backend_cls.preprocess_multimethod = _joint_multimethod(
         original or classmethod(lambda cls, p, s: super(backend_cls, cls).preprocess_multimethod(p, s)),
-        session, reports)
+        session,
+        reports,
+    )
     try:
         yield
     finally:

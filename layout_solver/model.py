@@ -124,8 +124,7 @@ def compile_problem(problem: Problem) -> CompiledProblem:
     for oi, op in enumerate(problem.ops):
         result_idx = [value_index[v] for v in op.results]
         legal = [
-            mi for mi, res in enumerate(mode_results[oi])
-            if all(label in home[v] for v, label in zip(result_idx, res))
+            mi for mi, res in enumerate(mode_results[oi]) if all(label in home[v] for v, label in zip(result_idx, res))
         ]
         if not legal:
             _raise_infeasible(problem, oi, result_idx)
@@ -174,9 +173,18 @@ def compile_problem(problem: Problem) -> CompiledProblem:
     ]
 
     compiled = CompiledProblem(
-        problem=problem, labels=list(label_ids), n_options=n_options, var_op=var_op, var_value=var_value,
-        var_choices=var_choices, unary=unary, factors=[], offset=0.0, price_key=price_key,
-        op_fixed_mode=op_fixed_mode, value_fixed_label=value_fixed_label,
+        problem=problem,
+        labels=list(label_ids),
+        n_options=n_options,
+        var_op=var_op,
+        var_value=var_value,
+        var_choices=var_choices,
+        unary=unary,
+        factors=[],
+        offset=0.0,
+        price_key=price_key,
+        op_fixed_mode=op_fixed_mode,
+        value_fixed_label=value_fixed_label,
     )
     compiled._pricer = TransitionPricer(problem)
     skip_constants = not problem.price_constants
@@ -203,8 +211,11 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         for oi, slots in uses.items():
             if len(slots) == 1:
                 slot = slots[0]
-                per_mode = [single.get(mode_operands[oi][mi][slot]) or single.setdefault(
-                    mode_operands[oi][mi][slot], frozenset((mode_operands[oi][mi][slot],))) for mi in legal_modes[oi]]
+                per_mode = [
+                    single.get(mode_operands[oi][mi][slot])
+                    or single.setdefault(mode_operands[oi][mi][slot], frozenset((mode_operands[oi][mi][slot],)))
+                    for mi in legal_modes[oi]
+                ]
             else:
                 per_mode = [frozenset(mode_operands[oi][mi][s] for s in slots) for mi in legal_modes[oi]]
             if oi in op_var and len(set(per_mode)) > 1:
@@ -239,5 +250,6 @@ def _raise_infeasible(problem: Problem, oi: int, result_idx: list[int]) -> None:
         )
     raise InfeasibleError(
         "infeasible: " + "; ".join(conflicting),
-        ops=[op.id], values=[problem.values[v].id for v in result_idx],
+        ops=[op.id],
+        values=[problem.values[v].id for v in result_idx],
     )

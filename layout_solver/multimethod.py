@@ -93,13 +93,18 @@ def merged_keys(parts: list[PartitionProblem], constant_byte_cost: float = 0.0) 
         for vid, key in part.links.items():
             if vid in by_id:
                 members.setdefault(key, []).append(by_id[vid])
-    return {key for key, vals in members.items()
-            if len(vals) > 1 and all(v.kind == "constant" for v in vals)
-            and len({(tuple(v.shape), v.dtype) for v in vals}) == 1}
+    return {
+        key
+        for key, vals in members.items()
+        if len(vals) > 1
+        and all(v.kind == "constant" for v in vals)
+        and len({(tuple(v.shape), v.dtype) for v in vals}) == 1
+    }
 
 
-def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte_cost: float = 0.0,
-         name: str = "joint") -> tuple[Problem, dict[str, dict[str, str]]]:
+def join(
+    parts: list[PartitionProblem], weights: dict[str, float], constant_byte_cost: float = 0.0, name: str = "joint"
+) -> tuple[Problem, dict[str, dict[str, str]]]:
     """One problem over `parts`: ids prefixed, costs scaled by the method's weight, linked values merged.
 
     Returns the problem and, per partition key, the map from the partition's value ids to the joint ids.
@@ -120,8 +125,9 @@ def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte
         weight = weights[part.method]
         pricer = TransitionPricer(part.problem)
         wanted = _wanted_labels(part.problem)
-        produced = {vid: {m.results[i] for m in op.modes} for op in part.problem.ops
-                    for i, vid in enumerate(op.results)}
+        produced = {
+            vid: {m.results[i] for m in op.modes} for op in part.problem.ops for i, vid in enumerate(op.results)
+        }
         rename = value_ids.setdefault(part.key, {})
         for value in part.problem.values:
             key = part.links.get(value.id)
@@ -133,8 +139,10 @@ def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte
                 domain = [label for label in before.domain if label in value.domain]
                 fixed = {f for f in (before.fixed, value.fixed) if f is not None}
                 if not domain or len(fixed) > 1 or (fixed and next(iter(fixed)) not in domain):
-                    raise ProblemError(f"linked value {key!r} has no label both {before.id!r} and "
-                                       f"{part.prefixed(value.id)!r} allow", values=[jid])
+                    raise ProblemError(
+                        f"linked value {key!r} has no label both {before.id!r} and {part.prefixed(value.id)!r} allow",
+                        values=[jid],
+                    )
                 joint_values[jid] = before.model_copy(update={"domain": domain, "fixed": next(iter(fixed), None)})
             else:
                 joint_values[jid] = value.model_copy(update={"id": jid})
@@ -151,14 +159,20 @@ def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte
                     if shared and constant_byte_cost > 0:
                         storage[(jid, src, dst)] = value.size_bytes * constant_byte_cost
         for op in part.problem.ops:
-            ops.append(op.model_copy(update={
-                "id": part.prefixed(op.id),
-                "graph": part.method,
-                "operands": [rename[v] for v in op.operands],
-                "results": [rename[v] for v in op.results],
-                "modes": [Mode(name=m.name, operands=m.operands, results=m.results, cost=m.cost * weight)
-                          for m in op.modes],
-            }))
+            ops.append(
+                op.model_copy(
+                    update={
+                        "id": part.prefixed(op.id),
+                        "graph": part.method,
+                        "operands": [rename[v] for v in op.operands],
+                        "results": [rename[v] for v in op.results],
+                        "modes": [
+                            Mode(name=m.name, operands=m.operands, results=m.results, cost=m.cost * weight)
+                            for m in op.modes
+                        ],
+                    }
+                )
+            )
     # Merged values are constants: their transitions fold at compile time, so the backends price them 0 and
     # only the stored copy costs. (A partition that prices constant transitions would be charged its price
     # whenever any partition may want that layout: an upper bound.)
@@ -168,16 +182,20 @@ def join(parts: list[PartitionProblem], weights: dict[str, float], constant_byte
         name=name,
         values=list(joint_values.values()),
         ops=ops,
-        transition_costs=[TransitionCost(value=v, src=s, dst=d, cost=c) for (v, s, d), c in costs.items()
-                          if s in joint_values[v].domain and d in joint_values[v].domain],
+        transition_costs=[
+            TransitionCost(value=v, src=s, dst=d, cost=c)
+            for (v, s, d), c in costs.items()
+            if s in joint_values[v].domain and d in joint_values[v].domain
+        ],
         default_cost_per_byte=0.0,
         price_constants=price_constants,
     )
     return problem, value_ids
 
 
-def split(joint: Problem, solution: Solution, parts: list[PartitionProblem],
-          value_ids: dict[str, dict[str, str]]) -> dict[str, Solution]:
+def split(
+    joint: Problem, solution: Solution, parts: list[PartitionProblem], value_ids: dict[str, dict[str, str]]
+) -> dict[str, Solution]:
     """The joint solution as one Solution per partition, in the partition's own ids and unscaled costs."""
     out = {}
     for part in parts:
@@ -192,14 +210,24 @@ def split(joint: Problem, solution: Solution, parts: list[PartitionProblem],
         else:  # the joint bound is over all partitions: no bound of this partition's own is known but 0
             bound, gap = 0.0, (1.0 if result.objective > 0 else 0.0)
             notes.append(f"part of a joint answer with gap {solution.gap:.3g}; this partition's own bound is unknown")
-        out[part.key] = Solution(problem=part.problem.name, status=solution.status, labels=result.labels,
-                                 modes=modes, transitions=result.transitions, objective=result.objective,
-                                 bound=bound, gap=gap, timings=dict(solution.timings), notes=notes)
+        out[part.key] = Solution(
+            problem=part.problem.name,
+            status=solution.status,
+            labels=result.labels,
+            modes=modes,
+            transitions=result.transitions,
+            objective=result.objective,
+            bound=bound,
+            gap=gap,
+            timings=dict(solution.timings),
+            notes=notes,
+        )
     return out
 
 
-def weighted_objective(joint: Problem, parts: list[PartitionProblem], value_ids: dict[str, dict[str, str]],
-                       solutions: dict[str, Solution]) -> float:
+def weighted_objective(
+    joint: Problem, parts: list[PartitionProblem], value_ids: dict[str, dict[str, str]], solutions: dict[str, Solution]
+) -> float:
     """The joint objective of per-partition solutions (e.g. each partition solved on its own).
 
     Where partitions store a merged constant differently, the joint answer keeps
@@ -230,12 +258,24 @@ def canonical(problem: Problem) -> tuple[Problem, dict[str, str], dict[str, str]
     values = {v.id: f"v{i}" for i, v in enumerate(problem.values)}
     ops = {o.id: f"o{i}" for i, o in enumerate(problem.ops)}
     renamed = Problem.model_construct(
-        schema_version=problem.schema_version, name="canonical",
+        schema_version=problem.schema_version,
+        name="canonical",
         values=[v.model_copy(update={"id": values[v.id]}) for v in problem.values],
-        ops=[o.model_copy(update={"id": ops[o.id], "graph": "main", "operands": [values[x] for x in o.operands],
-                                  "results": [values[x] for x in o.results]}) for o in problem.ops],
+        ops=[
+            o.model_copy(
+                update={
+                    "id": ops[o.id],
+                    "graph": "main",
+                    "operands": [values[x] for x in o.operands],
+                    "results": [values[x] for x in o.results],
+                }
+            )
+            for o in problem.ops
+        ],
         transition_costs=[t.model_copy(update={"value": values[t.value]}) for t in problem.transition_costs],
-        default_cost_per_byte=problem.default_cost_per_byte, price_constants=problem.price_constants)
+        default_cost_per_byte=problem.default_cost_per_byte,
+        price_constants=problem.price_constants,
+    )
     return renamed, values, ops
 
 
@@ -315,9 +355,13 @@ def _link_labels(parts: list[PartitionProblem], solutions: dict[str, Solution]) 
     return labels
 
 
-def solve_jointly(parts: list[PartitionProblem], weights: dict[str, float],
-                  solve_fn: Callable[[Problem], Solution], constant_byte_cost: float = 0.0,
-                  cache: SubproblemCache | None = None) -> JointResult:
+def solve_jointly(
+    parts: list[PartitionProblem],
+    weights: dict[str, float],
+    solve_fn: Callable[[Problem], Solution],
+    constant_byte_cost: float = 0.0,
+    cache: SubproblemCache | None = None,
+) -> JointResult:
     """Solve every group of linked partitions as one weighted problem; reuse cached identical groups.
 
     `solve_fn(problem)` solves one problem (in-process or through the service).
@@ -334,16 +378,24 @@ def solve_jointly(parts: list[PartitionProblem], weights: dict[str, float],
     notes: list[str] = []
     groups = _groups(parts, merged_keys(parts, constant_byte_cost))
     for group in groups:
-        joint, value_ids = join(group, weights, constant_byte_cost,
-                                name="joint:" + ",".join(p.key for p in group))
+        joint, value_ids = join(group, weights, constant_byte_cost, name="joint:" + ",".join(p.key for p in group))
         merged += sum(1 for v in joint.values if v.id.startswith("shared" + SEPARATOR))
         cached = cache.get(joint)
         if cached is not None:
             modes, free = cached
             result = evaluate(joint, modes, free)
-            solution = Solution(problem=joint.name, status="optimal", labels=result.labels, modes=modes,
-                                transitions=result.transitions, objective=result.objective,
-                                bound=result.objective, gap=0.0, timings={}, notes=["served from the cache"])
+            solution = Solution(
+                problem=joint.name,
+                status="optimal",
+                labels=result.labels,
+                modes=modes,
+                transitions=result.transitions,
+                objective=result.objective,
+                bound=result.objective,
+                gap=0.0,
+                timings={},
+                notes=["served from the cache"],
+            )
         else:
             solution = solve_fn(joint)
             cache.put(joint, solution)
@@ -357,10 +409,22 @@ def solve_jointly(parts: list[PartitionProblem], weights: dict[str, float],
         solutions.update(per_part)
         objective += solution.objective
         bound += min(solution.bound, solution.objective)
-    shared = {key: labels for key, labels in _link_labels(parts, solutions).items()
-              if sum(key in p.links.values() for p in parts) > 1}
+    shared = {
+        key: labels
+        for key, labels in _link_labels(parts, solutions).items()
+        if sum(key in p.links.values() for p in parts) > 1
+    }
     for key, labels in shared.items():
         if len(labels) > 1 and key.startswith("buffer:"):  # state both methods keep must agree on its layout
             notes.append(f"linked value {key!r} is stored as {sorted(labels)} by different partitions")
-    return JointResult(solutions, objective, bound, len(groups), cache.hits - hits_before, len(shared), merged,
-                       time.perf_counter() - start, notes)
+    return JointResult(
+        solutions,
+        objective,
+        bound,
+        len(groups),
+        cache.hits - hits_before,
+        len(shared),
+        merged,
+        time.perf_counter() - start,
+        notes,
+    )

@@ -71,7 +71,9 @@ class Value(_Strict):
         if self.fixed is not None and self.fixed not in self.domain:
             raise ValueError(f"value {self.id!r}: fixed label {self.fixed!r} is not in its domain {self.domain}")
         if any(d < 0 for d in self.shape):
-            raise ValueError(f"value {self.id!r}: negative dimension in shape {self.shape} (dynamic shapes are not supported)")
+            raise ValueError(
+                f"value {self.id!r}: negative dimension in shape {self.shape} (dynamic shapes are not supported)"
+            )
         return self
 
 
@@ -152,7 +154,8 @@ def validate_references(problem: Problem) -> None:
             if vid in producer:
                 raise ProblemError(
                     f"value {vid!r} is produced by both {producer[vid]!r} and {op.id!r}",
-                    ops=[producer[vid], op.id], values=[vid],
+                    ops=[producer[vid], op.id],
+                    values=[vid],
                 )
             producer[vid] = op.id
         for mode in op.modes:
@@ -161,14 +164,18 @@ def validate_references(problem: Problem) -> None:
                     raise ProblemError(
                         f"op {op.id!r} mode {mode.name!r} wants value {vid!r} in {label!r}, "
                         f"outside its domain {values[vid].domain}",
-                        ops=[op.id], values=[vid],
+                        ops=[op.id],
+                        values=[vid],
                     )
     priced: dict[tuple[str, str, str], float] = {}
     for t in problem.transition_costs:
         key = (t.value, t.src, t.dst)
         if priced.setdefault(key, t.cost) != t.cost:
-            raise ProblemError(f"transition cost of value {t.value!r} from {t.src!r} to {t.dst!r} is given twice, "
-                               f"as {priced[key]} and {t.cost}", values=[t.value])
+            raise ProblemError(
+                f"transition cost of value {t.value!r} from {t.src!r} to {t.dst!r} is given twice, "
+                f"as {priced[key]} and {t.cost}",
+                values=[t.value],
+            )
         if t.value not in values:
             raise ProblemError(f"transition cost for unknown value {t.value!r}", values=[t.value])
         for label in (t.src, t.dst):
@@ -184,8 +191,9 @@ def validate_references(problem: Problem) -> None:
 
 def _reject_cycles(problem: Problem, producer: dict[str, str]) -> None:
     """A value that feeds, through any chain of ops, the op producing it: no order can evaluate it."""
-    sorter = graphlib.TopologicalSorter({op.id: [producer[v] for v in op.operands if v in producer]
-                                         for op in problem.ops})
+    sorter = graphlib.TopologicalSorter(
+        {op.id: [producer[v] for v in op.operands if v in producer] for op in problem.ops}
+    )
     try:
         sorter.prepare()
     except graphlib.CycleError as exc:

@@ -101,9 +101,12 @@ class SolverPassRun(Generic[Built, Written]):
         return sum(self.phase_seconds.values())
 
 
-def run_solver_pass(build: Callable[[], Built], solve: Callable[[Built], Solution],
-                    write_back: Callable[[Built, Solution], Written],
-                    check: Callable[[], None] | None = None) -> SolverPassRun[Built, Written]:
+def run_solver_pass(
+    build: Callable[[], Built],
+    solve: Callable[[Built], Solution],
+    write_back: Callable[[Built, Solution], Written],
+    check: Callable[[], None] | None = None,
+) -> SolverPassRun[Built, Written]:
     """The solver pass skeleton (torch.fx's requires / call / ensures): build, solve, write back, then the
     post-condition `check`, which raises if the rewritten graph breaks a rule. Exceptions propagate (a pass
     may fall back on a build error); the cyclic GC is paused throughout (the lowering heap is large)."""
@@ -121,12 +124,16 @@ def run_solver_pass(build: Callable[[], Built], solve: Callable[[Built], Solutio
     return SolverPassRun(built, solution, written, {p: b - a for p, a, b in zip(PHASES, marks, marks[1:])})
 
 
-def lowering_solver(time_limit: float, service: str | None, program,
-                    placeholders: Callable[[], set[str]]) -> Callable[[Problem], Solution]:
+def lowering_solver(
+    time_limit: float, service: str | None, program, placeholders: Callable[[], set[str]]
+) -> Callable[[Problem], Solution]:
     """How a pass inside a lowering solves: its share of a joint multi-method answer if one is being
     served, else on its own (in-process or on the service). `placeholders()` names the problem's
     placeholders whose values may be shared across methods (linked by content or name)."""
+
     def solve(problem: Problem) -> Solution:
-        return solve_partition(problem, lambda p: solve_problem(p, time_limit, service),
-                               lambda: program_links(program, placeholders()))
+        return solve_partition(
+            problem, lambda p: solve_problem(p, time_limit, service), lambda: program_links(program, placeholders())
+        )
+
     return solve

@@ -52,8 +52,13 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def solve(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, workers: int = 1,
-          trace: list[TraceRow] | None = None, **tuning) -> Solution:
+def solve(
+    problem: Problem,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    workers: int = 1,
+    trace: list[TraceRow] | None = None,
+    **tuning,
+) -> Solution:
     """Cheapest assignment found within `time_limit` seconds, with a proven bound.
 
     The search stops at the time limit; stopping the engines and decoding and
@@ -85,6 +90,7 @@ def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceR
     t1 = time.perf_counter()
     decomposer = Decomposer(compiled, deadline=deadline, workers=workers, **tuning)
     if trace is not None:
+
         def record(phase: str, incumbent: float, bound: float, piece_vars: int = 0) -> None:
             trace.append(TraceRow(time.perf_counter() - t0, phase, piece_vars, incumbent, bound))
 
@@ -110,7 +116,11 @@ def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceR
     t3 = time.perf_counter()
     objective = result.objective
     lower = min(bound + compiled.offset, objective)
-    gap = 0.0 if objective - lower <= 1e-9 * max(1.0, abs(objective)) else (objective - lower) / max(abs(objective), 1e-12)
+    gap = (
+        0.0
+        if objective - lower <= 1e-9 * max(1.0, abs(objective))
+        else (objective - lower) / max(abs(objective), 1e-12)
+    )
     if gap == 0.0:
         lower = objective
     if trace is not None:

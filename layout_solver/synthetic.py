@@ -16,8 +16,9 @@ from layout_solver.problem import Mode, Op, Problem, TransitionCost, Value
 LABEL_POOL = ["A", "B", "C", "D", "E", "F"]
 
 
-def random_problem(seed: int, n_ops: int = 5, n_labels: int = 3, max_modes: int = 3, p_fixed: float = 0.2,
-                   binary: bool = False) -> Problem:
+def random_problem(
+    seed: int, n_ops: int = 5, n_labels: int = 3, max_modes: int = 3, p_fixed: float = 0.2, binary: bool = False
+) -> Problem:
     """A random DAG problem; with binary=True every op has at most two modes and every domain two labels."""
     rng = random.Random(seed)
     pool = LABEL_POOL[: (2 if binary else n_labels)]
@@ -27,8 +28,14 @@ def random_problem(seed: int, n_ops: int = 5, n_labels: int = 3, max_modes: int 
     def new_value(kind: str) -> Value:
         domain = list(pool) if binary else rng.sample(pool, rng.randint(1, len(pool)))
         fixed = rng.choice(domain) if rng.random() < p_fixed else None
-        value = Value(id=f"v{len(values)}", shape=[rng.randint(1, 8)], size_bytes=rng.randint(1, 20),
-                      kind=kind, domain=domain, fixed=fixed)
+        value = Value(
+            id=f"v{len(values)}",
+            shape=[rng.randint(1, 8)],
+            size_bytes=rng.randint(1, 20),
+            kind=kind,
+            domain=domain,
+            fixed=fixed,
+        )
         values.append(value)
         return value
 
@@ -39,12 +46,14 @@ def random_problem(seed: int, n_ops: int = 5, n_labels: int = 3, max_modes: int 
         results = [new_value("activation") for _ in range(2 if rng.random() < 0.15 else 1)]
         modes = []
         for m in range(rng.randint(1, 2 if binary else max_modes)):
-            modes.append(Mode(
-                name=f"m{m}",
-                operands=[rng.choice(v.domain) for v in operands],
-                results=[rng.choice(v.domain) for v in results],
-                cost=rng.choice([0, 0, 1, 3]),
-            ))
+            modes.append(
+                Mode(
+                    name=f"m{m}",
+                    operands=[rng.choice(v.domain) for v in operands],
+                    results=[rng.choice(v.domain) for v in results],
+                    cost=rng.choice([0, 0, 1, 3]),
+                )
+            )
         ops.append(Op(id=f"op{k}", operands=[v.id for v in operands], results=[v.id for v in results], modes=modes))
     costs = []
     for v in values:
@@ -52,8 +61,9 @@ def random_problem(seed: int, n_ops: int = 5, n_labels: int = 3, max_modes: int 
             for b in v.domain:
                 if a != b and rng.random() < 0.5:
                     costs.append(TransitionCost(value=v.id, src=a, dst=b, cost=rng.randint(0, 30)))
-    return Problem(name=f"random-{seed}", values=values, ops=ops, transition_costs=costs,
-                   price_constants=rng.random() < 0.3)
+    return Problem(
+        name=f"random-{seed}", values=values, ops=ops, transition_costs=costs, price_constants=rng.random() < 0.3
+    )
 
 
 class _Builder:
@@ -69,15 +79,31 @@ class _Builder:
         for d in shape:
             size *= d
         vid = f"t{len(self.values)}"
-        self.values.append(Value(id=vid, shape=list(shape), dtype="int8", size_bytes=size, kind=kind,
-                                 domain=list(domain or self.labels), fixed=fixed))
+        self.values.append(
+            Value(
+                id=vid,
+                shape=list(shape),
+                dtype="int8",
+                size_bytes=size,
+                kind=kind,
+                domain=list(domain or self.labels),
+                fixed=fixed,
+            )
+        )
         return vid
 
     def op(self, target: str, operands: list[str], results: list[str], modes: list[tuple]) -> None:
-        self.ops.append(Op(
-            id=f"{target}_{len(self.ops)}", target=target, operands=operands, results=results,
-            modes=[Mode(name=f"m{i}", operands=list(o), results=list(r), cost=c) for i, (o, r, c) in enumerate(modes)],
-        ))
+        self.ops.append(
+            Op(
+                id=f"{target}_{len(self.ops)}",
+                target=target,
+                operands=operands,
+                results=results,
+                modes=[
+                    Mode(name=f"m{i}", operands=list(o), results=list(r), cost=c) for i, (o, r, c) in enumerate(modes)
+                ],
+            )
+        )
 
     def any_common(self, target: str, operands: list[str], shape, cost=None) -> str:
         out = self.value(shape)
@@ -116,8 +142,9 @@ def cnn_like(n_blocks: int, n_labels: int = 2, channels: int = 32, hw: int = 16)
         x = b.any_common("clamp", [x], shape)
         if i % 4 == 3:
             # A channel reduction (squeeze-excite style): cheaper along the last axis.
-            s = b.any_common("reduce_sum", [x], (1, channels, 1, 1),
-                             cost={o: 300 if o.endswith("C") else 900 for o in orders})
+            s = b.any_common(
+                "reduce_sum", [x], (1, channels, 1, 1), cost={o: 300 if o.endswith("C") else 900 for o in orders}
+            )
             s = b.any_common("sigmoid", [s], (1, channels, 1, 1))
             x = b.any_common("mul", [x, s], shape)
     pooled = b.fixed("avg_pool2d", [x], (1, channels, 1, 1), "NHWC")
@@ -190,8 +217,9 @@ def window_problem(n_ops: int, window: int = 40, n_labels: int = 4, seed: int = 
         operands = [produced[i] for i in picks]
         out = b.value((1, rng.choice([8, 16, 32, 64]), rng.choice([4, 8, 16]), 8))
         chosen = rng.sample(labels, rng.randint(1, min(3, n_labels)))
-        b.op("op", operands, [out], [([lab] * len(operands), [lab], 0 if unit else rng.randint(0, 50))
-                                     for lab in chosen])
+        b.op(
+            "op", operands, [out], [([lab] * len(operands), [lab], 0 if unit else rng.randint(0, 50)) for lab in chosen]
+        )
         produced.append(out)
     problem = b.problem(f"window{window}-{n_ops}x{n_labels}-s{seed}{'-unit' if unit else ''}")
     if unit:

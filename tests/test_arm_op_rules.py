@@ -65,10 +65,12 @@ def _permutes(gm):
 def _wrapped(op):
     """x (NCHW) -> permute to NHWC -> op -> permute back: the pattern the Arm pipeline leaves around
     layout-sensitive ops; a free op in between lets both permutes go."""
+
     def body(graph, xs):
         inner = [_call(graph, aten.permute_copy.default, x, NHWC) for x in xs]
         y = op(graph, inner)
         return [_call(graph, aten.permute_copy.default, y, NCHW)]
+
     return body
 
 
@@ -85,6 +87,7 @@ CASES = {
 def test_a_free_op_between_a_permute_pair_loses_both(case):
     op, shapes, kind = CASES[case]
     if case == "view":  # NHWC [2,4,5,3] -> [2,20,3], then back to logical [2,3,20]
+
         def body(graph, xs):
             y = op(graph, [_call(graph, aten.permute_copy.default, xs[0], NHWC)])
             return [_call(graph, aten.permute_copy.default, y, [0, 2, 1])]
@@ -135,9 +138,10 @@ def test_every_registered_target_has_one_rule_and_a_kind():
 
 # --- the write-back on its own: hand-written plans, reference implementations of TOSA's per-axis ops ---
 
+
 def _pad(x, pairs):
     """TOSA PAD: [lo, hi] per axis, axes in order."""
-    return torch.nn.functional.pad(x, [p for i in reversed(range(x.dim())) for p in pairs[2 * i:2 * i + 2]])
+    return torch.nn.functional.pad(x, [p for i in reversed(range(x.dim())) for p in pairs[2 * i : 2 * i + 2]])
 
 
 def _slice(x, start, size):
@@ -153,12 +157,15 @@ def _cat(xs, dim=0):
     return torch.cat(xs, dim)
 
 
-@pytest.mark.parametrize("name, target, extra, remaps", [
-    ("pad", _pad, ([0, 0, 1, 2, 0, 1, 3, 0],), (ArgRemap(1, "per_axis_pairs"),)),
-    ("slice", _slice, ([0, 1, 0, 2], [1, 2, 4, 3]), (ArgRemap(1, "per_axis"), ArgRemap(2, "per_axis"))),
-    ("sum", _sum_keep, ([1, 3],), (ArgRemap(1, "axes"),)),
-    ("view", torch.reshape, ([2, 3, 20],), (ArgRemap(1, "physical_shape"),)),
-])
+@pytest.mark.parametrize(
+    "name, target, extra, remaps",
+    [
+        ("pad", _pad, ([0, 0, 1, 2, 0, 1, 3, 0],), (ArgRemap(1, "per_axis_pairs"),)),
+        ("slice", _slice, ([0, 1, 0, 2], [1, 2, 4, 3]), (ArgRemap(1, "per_axis"), ArgRemap(2, "per_axis"))),
+        ("sum", _sum_keep, ([1, 3],), (ArgRemap(1, "axes"),)),
+        ("view", torch.reshape, ([2, 3, 20],), (ArgRemap(1, "physical_shape"),)),
+    ],
+)
 def test_a_planned_order_remaps_per_axis_arguments(name, target, extra, remaps):
     """The node runs on its input stored NHWC and keeps its result NHWC; the output is read back in the
     identity order. Same function, whatever the order."""
@@ -171,8 +178,9 @@ def test_a_planned_order_remaps_per_axis_arguments(name, target, extra, remaps):
     gm, args = _graph(body, [(2, 3, 4, 5)])
     expected = gm(*args)[0]
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
-    plan = ArmRewritePlan({"x0": (0, 1, 2, 3), node.name: order},
-                          {node.name: NodeRewrite({"x0": reads_order}, order, remaps)})
+    plan = ArmRewritePlan(
+        {"x0": (0, 1, 2, 3), node.name: order}, {node.name: NodeRewrite({"x0": reads_order}, order, remaps)}
+    )
     assert apply_plan(gm, plan) == (2, 0)  # one permute in, one out
     gm.recompile()
     torch.testing.assert_close(gm(*args)[0], expected, rtol=0, atol=0)
@@ -186,8 +194,10 @@ def test_a_planned_concat_axis_given_by_keyword_is_remapped_once():
     expected = gm(*args)[0]
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
     order = tuple(NHWC)
-    plan = ArmRewritePlan({"x0": (0, 1, 2, 3), "x1": (0, 1, 2, 3), node.name: order},
-                          {node.name: NodeRewrite({"x0": order, "x1": order}, order, (ArgRemap(1, "axis"),))})
+    plan = ArmRewritePlan(
+        {"x0": (0, 1, 2, 3), "x1": (0, 1, 2, 3), node.name: order},
+        {node.name: NodeRewrite({"x0": order, "x1": order}, order, (ArgRemap(1, "axis"),))},
+    )
     apply_plan(gm, plan)
     gm.recompile()
     assert node.kwargs == {"dim": 3} and len(node.args) == 1
@@ -203,9 +213,13 @@ def test_an_aliased_permute_is_removed_and_its_users_read_the_source():
     expected = gm(*args)[0]
     perm = next(n for n in gm.graph.nodes if n.op == "call_function")
     neg = next(iter(perm.users))
-    plan = ArmRewritePlan({"x0": (0, 1, 2, 3), perm.name: (0, 3, 1, 2), neg.name: (0, 1, 2, 3)},
-                          {perm.name: NodeRewrite({"x0": (0, 1, 2, 3)}, (0, 3, 1, 2), alias=True),
-                           neg.name: NodeRewrite({perm.name: (0, 1, 2, 3)}, (0, 1, 2, 3))})
+    plan = ArmRewritePlan(
+        {"x0": (0, 1, 2, 3), perm.name: (0, 3, 1, 2), neg.name: (0, 1, 2, 3)},
+        {
+            perm.name: NodeRewrite({"x0": (0, 1, 2, 3)}, (0, 3, 1, 2), alias=True),
+            neg.name: NodeRewrite({perm.name: (0, 1, 2, 3)}, (0, 1, 2, 3)),
+        },
+    )
     assert apply_plan(gm, plan) == (1, 1)  # the output read in the identity order needs one permute
     gm.recompile()
     torch.testing.assert_close(gm(*args)[0], expected, rtol=0, atol=0)

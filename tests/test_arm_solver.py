@@ -78,8 +78,7 @@ def test_channels_last_input_contract_removes_the_input_transpose(capsys):
 
     results = {}
     for order in ("nchw", "nhwc"):
-        assert main(["compare", f"{TINY}:residual", "--target", "ethos-u55-128", "--input-order", order,
-                     "--json"]) == 0
+        assert main(["compare", f"{TINY}:residual", "--target", "ethos-u55-128", "--input-order", order, "--json"]) == 0
         results[order] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     nchw, nhwc = results["nchw"], results["nhwc"]
     assert nhwc["input_order"] == "nhwc" and nhwc["equivalent"] is True

@@ -33,20 +33,43 @@ def assert_clean(code: int, out: str, err: str) -> None:
         assert err.strip(), "an error exit needs a message"
 
 
-@pytest.mark.parametrize("text, words", [
-    ('{"values": [], "ops": [], "ops": []}', "duplicate JSON key"),
-    ('{"schema_version": 7, "values": [], "ops": []}', "schema_version"),
-    (('{"values": [{"id": "a", "domain": ["X"]}], "ops": [{"id": "o", "operands": ["a"], "results": ["a"], '
-     '"modes": [{"name": "m", "operands": ["X"], "results": ["X"]}]}]}'), "cycle: o -> o"),
-    (('{"values": [{"id": "a", "domain": ["X"], "kind": "input"}, {"id": "b", "domain": ["X"]}], "ops": [{"id": "o", '
-     '"operands": ["a"], "results": ["b"], "modes": [{"name": "m", "operands": ["X"], "results": ["X"], '
-     '"cost": 1e999}]}]}'), "op 'o' mode 'm' cost: Input should be a finite number"),
-    (('{"values": [{"id": "a", "domain": ["X", "Y"]}], "ops": [], "transition_costs": [{"value": "a", "src": "X", '
-     '"dst": "Y", "cost": 1e200}]}'), "less than or equal to 1000000000000000"),
-    (('{"values": [{"id": "a", "domain": ["X", "Y"]}], "ops": [], "transition_costs": [{"value": "a", "src": "X", '
-     '"dst": "Y", "cost": 1}, {"value": "a", "src": "X", "dst": "Y", "cost": 2}]}'), "given twice"),
-    ('{"values": [], "ops": [], "default_cost_per_byte": Infinity}', "non-finite"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ('{"values": [], "ops": [], "ops": []}', "duplicate JSON key"),
+        ('{"schema_version": 7, "values": [], "ops": []}', "schema_version"),
+        (
+            (
+                '{"values": [{"id": "a", "domain": ["X"]}], "ops": [{"id": "o", "operands": ["a"], "results": ["a"], '
+                '"modes": [{"name": "m", "operands": ["X"], "results": ["X"]}]}]}'
+            ),
+            "cycle: o -> o",
+        ),
+        (
+            (
+                '{"values": [{"id": "a", "domain": ["X"], "kind": "input"}, {"id": "b", "domain": ["X"]}], "ops": [{"id": "o", '
+                '"operands": ["a"], "results": ["b"], "modes": [{"name": "m", "operands": ["X"], "results": ["X"], '
+                '"cost": 1e999}]}]}'
+            ),
+            "op 'o' mode 'm' cost: Input should be a finite number",
+        ),
+        (
+            (
+                '{"values": [{"id": "a", "domain": ["X", "Y"]}], "ops": [], "transition_costs": [{"value": "a", "src": "X", '
+                '"dst": "Y", "cost": 1e200}]}'
+            ),
+            "less than or equal to 1000000000000000",
+        ),
+        (
+            (
+                '{"values": [{"id": "a", "domain": ["X", "Y"]}], "ops": [], "transition_costs": [{"value": "a", "src": "X", '
+                '"dst": "Y", "cost": 1}, {"value": "a", "src": "X", "dst": "Y", "cost": 2}]}'
+            ),
+            "given twice",
+        ),
+        ('{"values": [], "ops": [], "default_cost_per_byte": Infinity}', "non-finite"),
+    ],
+)
 def test_bad_problems_are_named(tmp_path, text, words):
     path = tmp_path / "p.json"
     path.write_text(text)
@@ -75,8 +98,10 @@ def test_bad_paths_and_limits(tmp_path):
         (["cost", "transpose", "--shape", "2,3", "--perm", "0,0"], "not a permutation"),
         (["cost", "transpose", "--target", "vulkan", "--shape", "4", "--src", "NOPE"], "not a Vulkan representation"),
         (["cost", "transpose", "--target", "vulkan", "--shape", "4", "--perm", "0"], "perm means nothing"),
-        (["cost", "transpose", "--shape", "2,3", "--perm", "1,0", "--src", "BUFFER:TENSOR_WIDTH_PACKED"],
-         "Vulkan options"),
+        (
+            ["cost", "transpose", "--shape", "2,3", "--perm", "1,0", "--src", "BUFFER:TENSOR_WIDTH_PACKED"],
+            "Vulkan options",
+        ),
     ):
         code, out, err = run_cli(argv)
         assert code == 2 and words in err, (argv, err)
@@ -90,17 +115,24 @@ def test_bad_paths_and_limits(tmp_path):
 
 def test_compare_turns_every_factory_failure_into_a_named_error(tmp_path):
     models = tmp_path / "m.py"
-    models.write_text("import torch\n"
-                      "def raises():\n    raise RuntimeError('boom')\n"
-                      "def exits():\n    import sys; sys.exit(3)\n"
-                      "def wrong():\n    return 42\n"
-                      "def not_tensors():\n    return torch.nn.ReLU(), ('x',)\n")
+    models.write_text(
+        "import torch\n"
+        "def raises():\n    raise RuntimeError('boom')\n"
+        "def exits():\n    import sys; sys.exit(3)\n"
+        "def wrong():\n    return 42\n"
+        "def not_tensors():\n    return torch.nn.ReLU(), ('x',)\n"
+    )
     (tmp_path / "broken.py").write_text("def f(:\n")
-    for spec, words in ((f"{models}:raises", "raised RuntimeError: boom"), (f"{models}:exits", "raised SystemExit"),
-                        (f"{models}:wrong", "must return"), (f"{models}:not_tensors", "must be tensors"),
-                        (f"{models}:missing", "no callable 'missing'"),
-                        (f"{tmp_path / 'broken.py'}:f", "SyntaxError"), (f"{tmp_path / 'none.py'}:f", "not found"),
-                        ("no_such_model", "unknown model")):
+    for spec, words in (
+        (f"{models}:raises", "raised RuntimeError: boom"),
+        (f"{models}:exits", "raised SystemExit"),
+        (f"{models}:wrong", "must return"),
+        (f"{models}:not_tensors", "must be tensors"),
+        (f"{models}:missing", "no callable 'missing'"),
+        (f"{tmp_path / 'broken.py'}:f", "SyntaxError"),
+        (f"{tmp_path / 'none.py'}:f", "not found"),
+        ("no_such_model", "unknown model"),
+    ):
         code, out, err = run_cli(["compare", spec, "--target", "vulkan"])
         assert code == 2 and words in err and spec.split(":")[0].split("/")[-1] in err, (spec, err)
         assert_clean(code, out, err)
@@ -108,8 +140,17 @@ def test_compare_turns_every_factory_failure_into_a_named_error(tmp_path):
 
 # --- fuzzing: mutated problems and arguments -------------------------------------------------------------------
 
-ODD = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
-                st.text(max_size=5), st.just([]), st.just({}), st.just(["X"]), st.just(1e308))
+ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True),
+    st.text(max_size=5),
+    st.just([]),
+    st.just({}),
+    st.just(["X"]),
+    st.just(1e308),
+)
 
 
 @st.composite
@@ -132,7 +173,9 @@ def mutated_problems(draw) -> str:
             item[draw(st.sampled_from(sorted(item)))] = copy.deepcopy(draw(ODD))
         elif kind == "delete":
             del item[draw(st.sampled_from(sorted(item)))]
-        elif kind == "self_loop" and section == "ops" and item.get("results") and isinstance(item.get("operands"), list):
+        elif (
+            kind == "self_loop" and section == "ops" and item.get("results") and isinstance(item.get("operands"), list)
+        ):
             item["operands"] = [*item["operands"], item["results"][0]]
         elif kind == "rename" and "id" in item:
             item["id"] = draw(st.sampled_from([v.get("id") for v in items if isinstance(v, dict)] + ["zz"]))
@@ -143,8 +186,9 @@ def mutated_problems(draw) -> str:
     return text
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(text=mutated_problems())
 def test_fuzzed_problems_exit_cleanly(tmp_path, text):
     path = tmp_path / "fuzz.json"
@@ -152,9 +196,38 @@ def test_fuzzed_problems_exit_cleanly(tmp_path, text):
     assert_clean(*run_cli(["solve", str(path), "--time-limit", "2", "--workers", "1"]))
 
 
-WORDS = ["solve", "cost", "transpose", "schema", "--shape", "--perm", "--time-limit", "--out", "--target", "vulkan",
-         "ethos-u55-128", "--dtype", "int8", "float64", "1,2,3", "0,2,1", "-1", "inf", "nan", "0", "x", "--json",
-         "--src", "--dst", "BUFFER:TENSOR_WIDTH_PACKED", "problem", "--form", "as_given", "--workers", "2"]
+WORDS = [
+    "solve",
+    "cost",
+    "transpose",
+    "schema",
+    "--shape",
+    "--perm",
+    "--time-limit",
+    "--out",
+    "--target",
+    "vulkan",
+    "ethos-u55-128",
+    "--dtype",
+    "int8",
+    "float64",
+    "1,2,3",
+    "0,2,1",
+    "-1",
+    "inf",
+    "nan",
+    "0",
+    "x",
+    "--json",
+    "--src",
+    "--dst",
+    "BUFFER:TENSOR_WIDTH_PACKED",
+    "problem",
+    "--form",
+    "as_given",
+    "--workers",
+    "2",
+]
 
 
 @settings(max_examples=150, deadline=None)

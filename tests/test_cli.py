@@ -23,9 +23,21 @@ def test_solve_summary(capsys):
 
 def test_bad_file_names_the_problem(tmp_path, capsys):
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"values": [{"id": "x", "domain": ["A"]}],
-                               "ops": [{"id": "relu", "operands": ["nope"], "results": [], "modes": [
-                                   {"name": "m", "operands": ["A"], "results": []}]}]}))
+    bad.write_text(
+        json.dumps(
+            {
+                "values": [{"id": "x", "domain": ["A"]}],
+                "ops": [
+                    {
+                        "id": "relu",
+                        "operands": ["nope"],
+                        "results": [],
+                        "modes": [{"name": "m", "operands": ["A"], "results": []}],
+                    }
+                ],
+            }
+        )
+    )
     assert main(["solve", str(bad)]) == 2
     assert "unknown value 'nope'" in capsys.readouterr().err
 
@@ -36,9 +48,17 @@ def test_missing_file(capsys):
 
 
 def test_infeasible_exit_code(tmp_path, capsys):
-    problem = {"values": [{"id": "x", "domain": ["A", "B"]}, {"id": "y", "domain": ["A", "B"], "fixed": "B"}],
-               "ops": [{"id": "conv", "operands": ["x"], "results": ["y"],
-                        "modes": [{"name": "m", "operands": ["A"], "results": ["A"]}]}]}
+    problem = {
+        "values": [{"id": "x", "domain": ["A", "B"]}, {"id": "y", "domain": ["A", "B"], "fixed": "B"}],
+        "ops": [
+            {
+                "id": "conv",
+                "operands": ["x"],
+                "results": ["y"],
+                "modes": [{"name": "m", "operands": ["A"], "results": ["A"]}],
+            }
+        ],
+    }
     path = tmp_path / "p.json"
     path.write_text(json.dumps(problem))
     assert main(["solve", str(path)]) == 3
@@ -48,8 +68,12 @@ def test_infeasible_exit_code(tmp_path, capsys):
 def test_console_script_installed(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(random_problem(1, n_ops=4).model_dump_json())
-    result = subprocess.run([sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
-                            check=False, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "layout_solver.cli", "solve", str(path), "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode in (0, 3), result.stderr
 
 

@@ -51,11 +51,14 @@ def test_vela_runner_reproduces_known_figures(tmp_path):
     assert again == m
 
 
-@pytest.mark.parametrize("shape, perm, ops, cycles", [
-    ((1, 16, 32, 64), (0, 2, 3, 1), 2, 24_576),
-    ((1, 196, 3, 3, 64), (0, 2, 3, 1, 4), 10, 564_480),
-    ((196, 3, 3, 64), (1, 2, 0, 3), 6, 324_576),
-])
+@pytest.mark.parametrize(
+    "shape, perm, ops, cycles",
+    [
+        ((1, 16, 32, 64), (0, 2, 3, 1), 2, 24_576),
+        ((1, 196, 3, 3, 64), (0, 2, 3, 1, 4), 10, 564_480),
+        ((196, 3, 3, 64), (1, 2, 0, 3), 6, 324_576),
+    ],
+)
 def test_model_reproduces_the_briefs_vela_figures(shape, perm, ops, cycles):
     cost = ethos_u55.transpose_cost(shape, perm, "int8", form="as_given")
     assert cost.npu_ops == ops and abs(cost.cycles - cycles) / cycles < 0.01
@@ -74,8 +77,9 @@ def test_cheapest_materialisation_is_cheaper_on_vela(tmp_path):
 @st.composite
 def vela_transpose(draw):
     rank = draw(st.integers(2, 5))
-    shape = tuple(draw(st.lists(st.sampled_from([1, 2, 3, 4, 7, 8, 12, 16, 24, 64, 196]), min_size=rank,
-                                max_size=rank)))
+    shape = tuple(
+        draw(st.lists(st.sampled_from([1, 2, 3, 4, 7, 8, 12, 16, 24, 64, 196]), min_size=rank, max_size=rank))
+    )
     perm = tuple(draw(st.permutations(range(rank))))
     return shape, perm, draw(st.sampled_from(["int8", "int16", "int32"]))
 
@@ -128,8 +132,10 @@ def test_reduction_along_a_non_innermost_axis_costs_the_transpose_vela_inserts(t
 
 def test_materialisations_are_what_vela_would_compile():
     # Merging axes: the canonical form is a real option.
-    assert ethos_u55.materialisations((1, 16, 32, 64), (0, 2, 3, 1)) == [((1, 16, 32, 64), (0, 2, 3, 1)),
-                                                                         ((16, 2048), (1, 0))]
+    assert ethos_u55.materialisations((1, 16, 32, 64), (0, 2, 3, 1)) == [
+        ((1, 16, 32, 64), (0, 2, 3, 1)),
+        ((16, 2048), (1, 0)),
+    ]
     # Only unit axes to drop: Vela would move the reshape back, so the option is the same shape with the
     # unit axes kept in place.
     forms = ethos_u55.materialisations((1, 36, 1, 3, 64), (2, 3, 0, 1, 4))
@@ -156,8 +162,12 @@ def test_graph_transposes_follow_velas_rewrites():
     assert set(found) == {"matmul operand", "reduce_sum"}  # the merged pair moves no data
     assert found["matmul operand"].shape == (3, 64, 36) and found["reduce_sum"].shape == (1, 196, 64)
     # A RESCALE feeding the reduction is folded into it first: the inserted transpose moves int8 data.
-    folded = ethos_u55.graph_transposes([op("RESCALE", ("q",), ("s",), ((1, 48, 576),), "int8"),
-                                         op("REDUCE_SUM", ("s",), ("rs",), ((1, 48, 576),), "int32", axis=1)])
+    folded = ethos_u55.graph_transposes(
+        [
+            op("RESCALE", ("q",), ("s",), ((1, 48, 576),), "int8"),
+            op("REDUCE_SUM", ("s",), ("rs",), ((1, 48, 576),), "int32", axis=1),
+        ]
+    )
     assert [t.dtype for t in folded] == ["int8"]
     assert folded[0].cycles == pytest.approx(measure_transpose((1, 48, 576), (0, 2, 1), "int8").cycles, rel=0.02)
     graph[2] = op("ADD", ("t", "t"), ("u",), ((3, 36, 64),), "int8")
@@ -171,11 +181,14 @@ def test_graph_transposes_follow_velas_rewrites():
 def test_vulkan_transition_costs():
     shape = (1, 64, 32, 32)
     same = vulkan.transition_cost(shape, "float32", "TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED")
-    pack = vulkan.transition_cost(shape, "float32", "TEXTURE_3D:TENSOR_CHANNELS_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED")
+    pack = vulkan.transition_cost(
+        shape, "float32", "TEXTURE_3D:TENSOR_CHANNELS_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+    )
     both = vulkan.transition_cost(shape, "float32", "TEXTURE_3D:TENSOR_CHANNELS_PACKED", "BUFFER:TENSOR_WIDTH_PACKED")
     assert same == 0 < pack < both
-    assert vulkan.transition_cost((1, 1, 1, 1), "float32", "BUFFER:TENSOR_WIDTH_PACKED",
-                                  "TEXTURE_3D:TENSOR_WIDTH_PACKED") >= vulkan.load_profile().param("dispatch_overhead_us")
+    assert vulkan.transition_cost(
+        (1, 1, 1, 1), "float32", "BUFFER:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+    ) >= vulkan.load_profile().param("dispatch_overhead_us")
     with pytest.raises(ValueError):
         vulkan.split_repr("TEXTURE_3D:SIDEWAYS")
 
@@ -190,13 +203,31 @@ def test_every_vulkan_parameter_is_documented():
 def test_cost_cli_json(capsys):
     from layout_solver.cli import main
 
-    assert main(["cost", "transpose", "--target", "ethos-u55-128", "--shape", "1,16,32,64", "--perm", "0,2,3,1",
-                 "--dtype", "int8", "--exact", "--json"]) == 0
+    assert (
+        main(
+            [
+                "cost",
+                "transpose",
+                "--target",
+                "ethos-u55-128",
+                "--shape",
+                "1,16,32,64",
+                "--perm",
+                "0,2,3,1",
+                "--dtype",
+                "int8",
+                "--exact",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["cycles"] == result["vela_cycles"] == 12288  # the canonical (16, 2048) swap, one op
     assert result["canonical_perm"] == [1, 0] == result["priced_perm"]
-    assert main(["cost", "transpose", "--shape", "1,16,32,64", "--perm", "0,2,3,1", "--form", "as_given",
-                 "--json"]) == 0
+    assert (
+        main(["cost", "transpose", "--shape", "1,16,32,64", "--perm", "0,2,3,1", "--form", "as_given", "--json"]) == 0
+    )
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["cycles"] == 24576
 
 
@@ -212,12 +243,11 @@ def test_view_orders_are_pure_reshapes(case, data):
     out = list(shape)
     if len(out) >= 2 and data.draw(st.booleans()):
         k = data.draw(st.integers(0, len(out) - 2))
-        out[k:k + 2] = [out[k] * out[k + 1]]
+        out[k : k + 2] = [out[k] * out[k + 1]]
     order_out = view_output_order(shape, out, order_in)
     if order_out is not None:
         x = np.arange(n)
-        assert np.array_equal(x.reshape(shape).transpose(order_in).ravel(),
-                              x.reshape(out).transpose(order_out).ravel())
+        assert np.array_equal(x.reshape(shape).transpose(order_in).ravel(), x.reshape(out).transpose(order_out).ravel())
     if list(order_in) == sorted(order_in):
         assert order_out == tuple(range(len(out)))  # the identity always works
 
@@ -236,7 +266,9 @@ def test_vulkan_profiles_measured_and_assumed():
     and its measured pairs price what the parametric model would have guessed."""
     mobile, lavapipe = vulkan.load_profile("mobile-gpu"), vulkan.load_profile("lavapipe")
     assert not mobile.measured and "assumptions" in mobile.description
-    assert lavapipe.measured and "llvmpipe" in lavapipe.device and lavapipe.command.startswith("layout-solver calibrate")
+    assert (
+        lavapipe.measured and "llvmpipe" in lavapipe.device and lavapipe.command.startswith("layout-solver calibrate")
+    )
     assert lavapipe.op_modes and lavapipe.transitions
     shape = (1, 32, 32, 32)
     nbytes = 4 * 32 * 32 * 32
@@ -244,17 +276,20 @@ def test_vulkan_profiles_measured_and_assumed():
     src, dst = key.split("->")
     texture_side = dst if dst.startswith("TEXTURE_3D") else src  # a clone dispatches over its texture
     assert vulkan.transition_cost(shape, "float32", src, dst, lavapipe) == pytest.approx(
-        lavapipe.transitions[key].at(nbytes, vulkan.texture_slices(shape, texture_side)))
+        lavapipe.transitions[key].at(nbytes, vulkan.texture_slices(shape, texture_side))
+    )
     op, table = next(iter(lavapipe.op_modes.items()))
     label = next(iter(table))
     assert vulkan.op_mode_cost(op, shape, "float32", label, lavapipe) == pytest.approx(
-        table[label].at(nbytes, vulkan.texture_slices(shape, label)))
+        table[label].at(nbytes, vulkan.texture_slices(shape, label))
+    )
     # An unmeasured class keeps the storage tie-breaker only; an unmeasured label of a measured class
     # is priced as the dearest measured one, never as free.
     assert vulkan.op_mode_cost("no-such-class", shape, "float32", "TEXTURE_3D:TENSOR_WIDTH_PACKED", lavapipe) == 0.0
     assert vulkan.op_mode_cost("no-such-class", shape, "float32", "BUFFER:TENSOR_WIDTH_PACKED", mobile) > 0.0
     assert vulkan.op_mode_cost(op, shape, "float32", "BUFFER:PACKED_INT8_4W4C", lavapipe) == max(
-        c.at(nbytes, 0) for c in table.values())
+        c.at(nbytes, 0) for c in table.values()
+    )
     # The fits come with the measurements behind them.
     assert all(len(v) >= 3 for v in lavapipe.samples.values())
 
@@ -301,7 +336,10 @@ def test_vulkan_view_changing_packing_costs_a_clone():
     assert same == vulkan.op_mode_cost("view", shape, "float32", t_w, lavapipe) < changed
     # Between buffer layouts there is no clone to measure: the route through a texture prices it.
     b_w, b_h = "BUFFER:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_HEIGHT_PACKED"
-    routed = min(vulkan.transition_cost(shape, "float32", b_w, t, lavapipe) +
-                 vulkan.transition_cost(shape, "float32", t, b_h, lavapipe) for t in (t_w, t_c))
+    routed = min(
+        vulkan.transition_cost(shape, "float32", b_w, t, lavapipe)
+        + vulkan.transition_cost(shape, "float32", t, b_h, lavapipe)
+        for t in (t_w, t_c)
+    )
     assert vulkan.op_mode_cost("view", shape, "float32", b_h, lavapipe, input_label=b_w) <= routed
     assert vulkan.op_mode_cost("view", shape, "float32", b_h, lavapipe, input_label=b_w) > 10 * same

@@ -23,19 +23,32 @@ from layout_solver.synthetic import random_problem
 def _weight_user(name: str, wants: str, cost_other: float) -> Problem:
     """One method: a constant W read by a layout-bound op that wants `wants` (the other label costs more)."""
     other = "B" if wants == "A" else "A"
-    return Problem(name=name, values=[
-        Value(id="W", shape=[64], size_bytes=64, kind="constant", domain=["A", "B"]),
-        Value(id="x", shape=[4], kind="input", domain=["A"], fixed="A"),
-        Value(id="y", shape=[4], domain=["A", "B"]),
-    ], ops=[Op(id="matmul", operands=["W", "x"], results=["y"], modes=[
-        Mode(name=wants, operands=[wants, "A"], results=["A"], cost=1.0),
-        Mode(name=other, operands=[other, "A"], results=["A"], cost=cost_other),
-    ])])
+    return Problem(
+        name=name,
+        values=[
+            Value(id="W", shape=[64], size_bytes=64, kind="constant", domain=["A", "B"]),
+            Value(id="x", shape=[4], kind="input", domain=["A"], fixed="A"),
+            Value(id="y", shape=[4], domain=["A", "B"]),
+        ],
+        ops=[
+            Op(
+                id="matmul",
+                operands=["W", "x"],
+                results=["y"],
+                modes=[
+                    Mode(name=wants, operands=[wants, "A"], results=["A"], cost=1.0),
+                    Mode(name=other, operands=[other, "A"], results=["A"], cost=cost_other),
+                ],
+            )
+        ],
+    )
 
 
 def _parts(cost_other: float = 5.0) -> list[PartitionProblem]:
-    return [PartitionProblem("prefill", 0, _weight_user("p", "A", cost_other), {"W": "const:w"}),
-            PartitionProblem("decode", 0, _weight_user("d", "B", cost_other), {"W": "const:w"})]
+    return [
+        PartitionProblem("prefill", 0, _weight_user("p", "A", cost_other), {"W": "const:w"}),
+        PartitionProblem("decode", 0, _weight_user("d", "B", cost_other), {"W": "const:w"}),
+    ]
 
 
 def test_weights_scale_each_methods_costs():
@@ -67,8 +80,11 @@ def test_unlinked_or_mismatched_values_stay_apart():
     assert ids["prefill#0"]["W"] != ids["decode#0"]["W"]
     bigger = _weight_user("d", "B", 5.0)
     bigger.values[0] = bigger.values[0].model_copy(update={"shape": [128]})
-    _, ids = join([parts[0], PartitionProblem("decode", 0, bigger, {"W": "const:w"})], {"prefill": 1, "decode": 1},
-                  constant_byte_cost=1.0)
+    _, ids = join(
+        [parts[0], PartitionProblem("decode", 0, bigger, {"W": "const:w"})],
+        {"prefill": 1, "decode": 1},
+        constant_byte_cost=1.0,
+    )
     assert ids["prefill#0"]["W"] != ids["decode#0"]["W"]  # same key, different shape: not one object
 
 
@@ -111,8 +127,12 @@ def test_cache_directory_serves_a_later_run(tmp_path):
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed_a=st.integers(0, 10_000), seed_b=st.integers(0, 10_000), w=st.sampled_from([1, 3, 128]),
-       byte_cost=st.sampled_from([0.0, 0.5]))
+@given(
+    seed_a=st.integers(0, 10_000),
+    seed_b=st.integers(0, 10_000),
+    w=st.sampled_from([1, 3, 128]),
+    byte_cost=st.sampled_from([0.0, 0.5]),
+)
 def test_joint_is_optimal_and_never_worse_than_solving_each_partition(seed_a, seed_b, w, byte_cost):
     a, b = random_problem(seed_a, n_ops=3), random_problem(seed_b, n_ops=3)
     # Link the first constant-or-input of each (when both are constants they merge).

@@ -20,21 +20,25 @@ from layout_solver.zoo.models import CachedDecoder, MultiMethodModel
 def tiny_decoder() -> MultiMethodModel:
     torch.manual_seed(0)
     cache = torch.randn(1, 2, 2, 16, 16)
-    return MultiMethodModel(CachedDecoder(dim=32, depth=1, heads=2).eval().requires_grad_(False),
-                            {"prefill": (torch.randn(1, 8, 32), cache), "decode": (torch.randn(1, 1, 32), cache)},
-                            {"prefill": 1.0, "decode": 16.0})
+    return MultiMethodModel(
+        CachedDecoder(dim=32, depth=1, heads=2).eval().requires_grad_(False),
+        {"prefill": (torch.randn(1, 8, 32), cache), "decode": (torch.randn(1, 1, 32), cache)},
+        {"prefill": 1.0, "decode": 16.0},
+    )
 
 
 def test_vulkan_joint_lowering_runs_every_method_on_the_device(runtime):
-    r = compare_methods(tiny_decoder(), "vulkan", execute=True, runtime=runtime, cost_profile="lavapipe",
-                        rounds=1).to_json()
+    r = compare_methods(
+        tiny_decoder(), "vulkan", execute=True, runtime=runtime, cost_profile="lavapipe", rounds=1
+    ).to_json()
     for side in ("stock", "per_method", "joint"):
         assert "error" not in r[side], r[side]
         for method, row in r[side]["per_method"].items():
             assert row["executed"], (side, method, row.get("execute_error"))
             assert row["delegates"] == 1
-            assert row["max_abs_diff_vs_eager"] <= 1.05 * max(r["stock"]["per_method"][method]["max_abs_diff_vs_eager"],
-                                                               1e-4)
+            assert row["max_abs_diff_vs_eager"] <= 1.05 * max(
+                r["stock"]["per_method"][method]["max_abs_diff_vs_eager"], 1e-4
+            )
     joint = r["joint"]
     assert joint["joint_groups"] == 2  # nothing links the two partitions: Vulkan constants are prepacked TensorRefs
     assert joint["weighted_modelled_us"] <= r["per_method"]["weighted_modelled_us"] + 1e-6
@@ -64,8 +68,9 @@ def test_single_method_programs_are_lowered_as_without_weights():
     for weights in (None, {"forward": 3.0}):
         exported = torch.export.export(copy.deepcopy(model.module), model.inputs["prefill"])
         with solver_layouts(method_weights=weights) as reports:
-            buffers.append(to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
-                           .to_executorch().buffer)
+            buffers.append(
+                to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()]).to_executorch().buffer
+            )
         assert reports.joint == [] and [r.partition for r in reports] == [""]
     assert buffers[0] == buffers[1]
     assert VulkanBackend.__dict__.get("preprocess_multimethod") is before  # restored

@@ -17,8 +17,12 @@ def _value(vid, domain=("A", "B"), **kw):
 
 
 def _op(oid, operands, results, modes):
-    return Op(id=oid, operands=operands, results=results,
-              modes=[Mode(name=f"m{i}", operands=list(o), results=list(r)) for i, (o, r) in enumerate(modes)])
+    return Op(
+        id=oid,
+        operands=operands,
+        results=results,
+        modes=[Mode(name=f"m{i}", operands=list(o), results=list(r)) for i, (o, r) in enumerate(modes)],
+    )
 
 
 def test_unknown_value_is_named():
@@ -43,8 +47,10 @@ def test_fixed_label_outside_domain_rejected():
 
 def test_value_produced_twice_is_named():
     with pytest.raises(ValidationError, match="value 'y' is produced by both 'a' and 'b'"):
-        Problem(values=[_value("x"), _value("y")],
-                ops=[_op("a", ["x"], ["y"], [(["A"], ["A"])]), _op("b", ["x"], ["y"], [(["A"], ["A"])])])
+        Problem(
+            values=[_value("x"), _value("y")],
+            ops=[_op("a", ["x"], ["y"], [(["A"], ["A"])]), _op("b", ["x"], ["y"], [(["A"], ["A"])])],
+        )
 
 
 def test_dynamic_shape_rejected():
@@ -98,10 +104,20 @@ def test_shared_constant_across_graphs_gets_one_label():
     x1, x2 = _value("x1", fixed="A"), _value("x2", fixed="B")
     y1, y2 = _value("y1"), _value("y2")
     ops = [
-        Op(id="f.mm", graph="forward", operands=["x1", "w"], results=["y1"],
-           modes=[Mode(name="a", operands=["A", "A"], results=["A"])]),
-        Op(id="g.mm", graph="encode", operands=["x2", "w"], results=["y2"],
-           modes=[Mode(name="b", operands=["B", "B"], results=["B"])]),
+        Op(
+            id="f.mm",
+            graph="forward",
+            operands=["x1", "w"],
+            results=["y1"],
+            modes=[Mode(name="a", operands=["A", "A"], results=["A"])],
+        ),
+        Op(
+            id="g.mm",
+            graph="encode",
+            operands=["x2", "w"],
+            results=["y2"],
+            modes=[Mode(name="b", operands=["B", "B"], results=["B"])],
+        ),
     ]
     priced = Problem(values=[w, x1, x2, y1, y2], ops=ops, price_constants=True)
     solution = solve(priced)
@@ -136,9 +152,12 @@ def test_service_layers_import_what_they_need_only():
 def test_parse_problem_rejects_what_json_would_silently_accept():
     from layout_solver.problem import parse_problem
 
-    for raw, words in ((b'{"values": [], "ops": [], "ops": []}', "duplicate JSON key 'ops'"),
-                       (b'{"values": [], "ops": [], "default_cost_per_byte": Infinity}', "non-finite number Infinity"),
-                       (b"\xff", "not UTF-8"), (b"null", "expected a JSON object")):
+    for raw, words in (
+        (b'{"values": [], "ops": [], "ops": []}', "duplicate JSON key 'ops'"),
+        (b'{"values": [], "ops": [], "default_cost_per_byte": Infinity}', "non-finite number Infinity"),
+        (b"\xff", "not UTF-8"),
+        (b"null", "expected a JSON object"),
+    ):
         with pytest.raises(ProblemError, match=words):
             parse_problem(raw, "p.json")
 
@@ -212,8 +231,9 @@ def test_no_import_cycles_among_the_projects_modules():
     assert len(graph) > 30
     assert list(nx.simple_cycles(graph)) == []
     # cost models are priced by the library, never the other way round; graph_io knows no solver
-    assert not [e for e in graph.edges if e[0].startswith("cost_models") and
-                e[1].startswith(("layout_solver", "graph_io"))]
+    assert not [
+        e for e in graph.edges if e[0].startswith("cost_models") and e[1].startswith(("layout_solver", "graph_io"))
+    ]
     assert not [e for e in graph.edges if e[0].startswith("graph_io") and e[1].startswith("layout_solver")]
 
 
@@ -223,18 +243,31 @@ def test_the_lowering_path_does_not_import_the_measurement_harness():
     import networkx as nx
 
     graph = _project_imports()
-    lowering = ["layout_solver.arm.hooks", "layout_solver.arm.passes", "layout_solver.vulkan.hooks",
-                "layout_solver.vulkan.passes"]
-    harness = ("layout_solver.arm.measure", "layout_solver.arm.equivalence", "layout_solver.arm.compare",
-               "layout_solver.compare", "layout_solver.zoo",
-               "layout_solver.vulkan.runtime", "layout_solver.vulkan.calibrate", "cost_models.calibration")
+    lowering = [
+        "layout_solver.arm.hooks",
+        "layout_solver.arm.passes",
+        "layout_solver.vulkan.hooks",
+        "layout_solver.vulkan.passes",
+    ]
+    harness = (
+        "layout_solver.arm.measure",
+        "layout_solver.arm.equivalence",
+        "layout_solver.arm.compare",
+        "layout_solver.compare",
+        "layout_solver.zoo",
+        "layout_solver.vulkan.runtime",
+        "layout_solver.vulkan.calibrate",
+        "cost_models.calibration",
+    )
     reached = set().union(*(nx.descendants(graph, m) for m in lowering))
     assert not sorted(m for m in reached if m.startswith(harness))
 
 
 def test_cost_models_import_without_torch():
-    code = ("import sys, cost_models.vulkan, cost_models.ethos_u55, cost_models.query;"
-            "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys, cost_models.vulkan, cost_models.ethos_u55, cost_models.query;"
+        "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -39,9 +39,25 @@ def server(tmp_path_factory):
     port = free_port()
     cache = tmp_path_factory.mktemp("cache")
     cli = Path(sys.executable).with_name("layout-solver")
-    proc = subprocess.Popen([str(cli), "serve", "--port", str(port), "--workers", "2", "--cache", str(cache),
-                             "--max-body-mb", "4", "--token", TOKEN], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            str(cli),
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+            "--cache",
+            str(cache),
+            "--max-body-mb",
+            "4",
+            "--token",
+            TOKEN,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -127,19 +143,37 @@ def test_time_limit_gives_best_answer_with_gap_in_time(server):
     assert elapsed < 1.5 + 3.0, f"answered after {elapsed:.1f} s"
 
 
-@pytest.mark.parametrize("body, status, words", [
-    (b"{not json", 422, "not valid JSON"),
-    (b'{"values": [], "ops": [], "ops": []}', 422, "duplicate JSON key 'ops'"),
-    (b"\xff\xfe{}", 422, "not UTF-8"),
-    (b"[1, 2]", 422, "expected a JSON object"),
-    (b'{"values": [{"id": "a", "domain": ["X"], "shape": [-1]}], "ops": []}', 422, "negative dimension"),
-    (b'{"values": [], "ops": [], "default_cost_per_byte": NaN}', 422, "non-finite"),
-    (json.dumps({"values": [{"id": "a", "domain": ["X"], "kind": "input"},
-                            {"id": "b", "domain": ["X", "Y"], "fixed": "Y"}],
-                 "ops": [{"id": "op", "operands": ["a"], "results": ["b"],
-                          "modes": [{"name": "m", "operands": ["X"], "results": ["X"]}]}]}).encode(),
-     409, "infeasible: value 'b' must be ['Y'] but op 'op'"),
-])
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b"{not json", 422, "not valid JSON"),
+        (b'{"values": [], "ops": [], "ops": []}', 422, "duplicate JSON key 'ops'"),
+        (b"\xff\xfe{}", 422, "not UTF-8"),
+        (b"[1, 2]", 422, "expected a JSON object"),
+        (b'{"values": [{"id": "a", "domain": ["X"], "shape": [-1]}], "ops": []}', 422, "negative dimension"),
+        (b'{"values": [], "ops": [], "default_cost_per_byte": NaN}', 422, "non-finite"),
+        (
+            json.dumps(
+                {
+                    "values": [
+                        {"id": "a", "domain": ["X"], "kind": "input"},
+                        {"id": "b", "domain": ["X", "Y"], "fixed": "Y"},
+                    ],
+                    "ops": [
+                        {
+                            "id": "op",
+                            "operands": ["a"],
+                            "results": ["b"],
+                            "modes": [{"name": "m", "operands": ["X"], "results": ["X"]}],
+                        }
+                    ],
+                }
+            ).encode(),
+            409,
+            "infeasible: value 'b' must be ['Y'] but op 'op'",
+        ),
+    ],
+)
 def test_bad_problems_get_their_status_and_message(server, body, status, words):
     _, client, _ = server
     r = client.post("/v1/solve", content=body)
@@ -161,7 +195,7 @@ def test_hostile_requests_then_still_serving(server):
     proc, client, url = server
     big = b'{"values": [], "ops": [], "name": "' + b"x" * (5 << 20) + b'"}'
     assert client.post("/v1/solve", content=big).status_code == 413  # declared length
-    streamed = client.post("/v1/solve", content=iter([big[:3 << 20], big[3 << 20:]]))  # chunked, no length
+    streamed = client.post("/v1/solve", content=iter([big[: 3 << 20], big[3 << 20 :]]))  # chunked, no length
     assert streamed.status_code == 413 and "limit" in streamed.json()["detail"]
     for limit in ("inf", "nan", "-1", "0", "1e9", "abc"):
         r = client.post("/v1/solve", params={"time_limit": limit}, content=b"{}")
@@ -172,8 +206,12 @@ def test_hostile_requests_then_still_serving(server):
     # Token: every route but /healthz.
     assert httpx.get(f"{url}/healthz").status_code == 200
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
-        for method, path in (("POST", "/v1/solve"), ("GET", "/metrics"), ("GET", "/v1/schema/problem"),
-                             ("GET", "/docs")):
+        for method, path in (
+            ("POST", "/v1/solve"),
+            ("GET", "/metrics"),
+            ("GET", "/v1/schema/problem"),
+            ("GET", "/docs"),
+        ):
             r = httpx.request(method, f"{url}{path}", headers=headers, content=b"{}")
             assert r.status_code == 401, (headers, path)
     assert proc.poll() is None
@@ -186,26 +224,37 @@ def test_schema_cost_docs_and_metrics(server):
     assert client.get("/v1/schema/solution").json()["title"] == "Solution"
     cost = client.post("/v1/cost/transpose", json={"shape": [1, 16, 32, 64], "perm": [0, 2, 3, 1]})
     assert cost.status_code == 200 and cost.json()["cycles"] > 0
-    vk = client.post("/v1/cost/transpose", json={"target": "vulkan", "shape": [1, 16, 32, 64],
-                                                  "dst": "BUFFER:TENSOR_WIDTH_PACKED"})
+    vk = client.post(
+        "/v1/cost/transpose", json={"target": "vulkan", "shape": [1, 16, 32, 64], "dst": "BUFFER:TENSOR_WIDTH_PACKED"}
+    )
     assert vk.status_code == 200 and vk.json()["microseconds"] > 0
-    for query, words in (({"shape": [1, 0], "perm": [0, 1]}, ">= 1"), ({"shape": [2, 3], "perm": [0, 0]},
-                         "not a permutation"), ({"target": "vulkan", "shape": [4], "src": "FOO"},
-                         "not a Vulkan representation"), ({"shape": [4]}, "needs a permutation"),
-                         ({"target": "vulkan", "shape": [4], "perm": [0]}, "perm means nothing")):
+    for query, words in (
+        ({"shape": [1, 0], "perm": [0, 1]}, ">= 1"),
+        ({"shape": [2, 3], "perm": [0, 0]}, "not a permutation"),
+        ({"target": "vulkan", "shape": [4], "src": "FOO"}, "not a Vulkan representation"),
+        ({"shape": [4]}, "needs a permutation"),
+        ({"target": "vulkan", "shape": [4], "perm": [0]}, "perm means nothing"),
+    ):
         r = client.post("/v1/cost/transpose", json=query)
         assert r.status_code == 422 and words in r.json()["detail"], (query, r.text)
     assert client.get("/docs").status_code == 200
     assert "/v1/solve" in client.get("/openapi.json").json()["paths"]
     text = client.get("/metrics").text
-    for name in ("layout_solver_requests_total", "layout_solver_request_seconds_bucket",
-                 "layout_solver_cache_lookups_total", "layout_solver_solve_seconds_bucket"):
+    for name in (
+        "layout_solver_requests_total",
+        "layout_solver_request_seconds_bucket",
+        "layout_solver_cache_lookups_total",
+        "layout_solver_solve_seconds_bucket",
+    ):
         assert name in text
 
 
 def _solver_workers(server_pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(server_pid).children(recursive=True)
-            if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())]
+    return [
+        p
+        for p in psutil.Process(server_pid).children(recursive=True)
+        if "spawn_main" in " ".join(p.cmdline()) and "resource_tracker" not in " ".join(p.cmdline())
+    ]
 
 
 def _busiest_worker(server_pid: int) -> psutil.Process:
@@ -221,8 +270,9 @@ def test_worker_killed_mid_solve_fails_cleanly_and_pool_recovers(server, victims
     proc, client, _ = server
     body = hard_body(99 if victims == "every worker" else 98)
     reply = {}
-    thread = threading.Thread(target=lambda: reply.setdefault(
-        "r", client.post("/v1/solve", params={"time_limit": 8}, content=body)))
+    thread = threading.Thread(
+        target=lambda: reply.setdefault("r", client.post("/v1/solve", params={"time_limit": 8}, content=body))
+    )
     thread.start()
     time.sleep(1.5)  # the solve is under way
     targets = [_busiest_worker(proc.pid)] if victims == "the solving worker" else _solver_workers(proc.pid)
@@ -264,8 +314,9 @@ def test_vulkan_pass_solves_on_the_service(server, monkeypatch):
 
     _, _, url = server
     monkeypatch.setenv("LAYOUT_SOLVER_TOKEN", TOKEN)
-    module = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
-                                 torch.nn.Linear(8 * 14 * 14, 10)).eval()
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10)
+    ).eval()
     inputs = (torch.randn(1, 3, 16, 16),)
     _, remote = lower_vulkan(module, inputs, lambda: solver_layouts(service=url))
     _, local = lower_vulkan(module, inputs, lambda: solver_layouts())

@@ -94,8 +94,15 @@ def test_shared_transition_paid_once():
 
     x = Value(id="x", domain=["NCHW", "NHWC"], size_bytes=1000, kind="input", fixed="NCHW")
     values = [x] + [Value(id=f"y{i}", domain=["NCHW", "NHWC"], size_bytes=10) for i in range(3)]
-    ops = [Op(id=f"conv{i}", operands=["x"], results=[f"y{i}"],
-              modes=[Mode(name="nhwc", operands=["NHWC"], results=["NHWC"])]) for i in range(3)]
+    ops = [
+        Op(
+            id=f"conv{i}",
+            operands=["x"],
+            results=[f"y{i}"],
+            modes=[Mode(name="nhwc", operands=["NHWC"], results=["NHWC"])],
+        )
+        for i in range(3)
+    ]
     solution = solve(Problem(values=values, ops=ops))
     assert solution.objective == 1000
     [t] = solution.transitions
@@ -114,8 +121,7 @@ def test_memo_reuses_repeated_blocks_exactly():
 def test_block_dp_agrees_with_one_cpsat_model():
     # Small enough for CP-SAT to close on its own (12 blocks is not: gap 0.73 after 60 s).
     problem = transformer_like(2, 4)
-    whole = solve(problem, enumeration_limit=0, elimination_limit=0, use_blocks=False, memo=False,
-                  time_limit=120)
+    whole = solve(problem, enumeration_limit=0, elimination_limit=0, use_blocks=False, memo=False, time_limit=120)
     assert whole.gap == 0
     assert solve(problem).objective == pytest.approx(whole.objective)
 

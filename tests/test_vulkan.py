@@ -191,8 +191,9 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
             return self.conv(x).flatten(2).transpose(1, 2).reshape(1, 4, 4, 2, 8).permute(0, 2, 3, 1, 4)
 
     with collecting_reports(), vk_hooks.substituted_pass(Capture):
-        to_edge_transform_and_lower(torch.export.export(Repro().eval(), (torch.randn(1, 3, 8, 8),)),
-                                    partitioner=[VulkanPartitioner()])
+        to_edge_transform_and_lower(
+            torch.export.export(Repro().eval(), (torch.randn(1, 3, 8, 8),)), partitioner=[VulkanPartitioner()]
+        )
     views = [op for op in captured["problem"].ops if "view_copy" in op.target]
     assert views and all(len(op.operands) == 1 for op in views)
     assert all(rules.storage_of(m.operands[0]) == rules.storage_of(m.results[0]) for op in views for m in op.modes)
@@ -222,7 +223,8 @@ def test_calibration_plan_measures_what_a_chain_cannot_show_alone():
         if p.kind == "transition":
             assert p.label.startswith("TEXTURE_3D")
     # Chosen shapes: each class takes those its chain runs on (bmm(x, x) only square ones).
-    _, probes = plan(["matmul", "unary"], labels, sizes=1, short=2, long=10, transitions=False,
-                     shapes=[(1, 1, 128), (4, 8, 8)])
+    _, probes = plan(
+        ["matmul", "unary"], labels, sizes=1, short=2, long=10, transitions=False, shapes=[(1, 1, 128), (4, 8, 8)]
+    )
     assert {p.shape for p in probes if p.key.startswith("matmul|")} == {(4, 8, 8)}
     assert {p.shape for p in probes if p.key.startswith("unary|")} == {(1, 1, 128), (4, 8, 8)}

@@ -48,8 +48,10 @@ def _diff(outputs, expected) -> float:
 def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
     module, inputs = build(model)
     expected = _eager(module, inputs)
-    programs = {"stock": lower_vulkan(module, inputs, stock_layouts)[0],
-                "solver": lower_vulkan(module, inputs, lambda: solver_layouts(cost_profile="lavapipe"))[0]}
+    programs = {
+        "stock": lower_vulkan(module, inputs, stock_layouts)[0],
+        "solver": lower_vulkan(module, inputs, lambda: solver_layouts(cost_profile="lavapipe"))[0],
+    }
     ran = execute(programs, inputs, runtime=runtime, time_runs=False)
     assert ran["stock"].executed, f"stock program does not run: {ran['stock'].error}"
     assert ran["solver"].executed, f"solver program does not run where stock does: {ran['solver'].error}"
@@ -59,8 +61,9 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
         assert stock > TOLERANCE, f"{model}: the upstream depthwise bug no longer shows; drop it from UPSTREAM_WRONG"
         assert _diff(ran["solver"].outputs, ran["stock"].outputs) <= TOLERANCE
     else:
-        assert solver <= max(stock, TOLERANCE) * ROUNDING_SLACK, \
+        assert solver <= max(stock, TOLERANCE) * ROUNDING_SLACK, (
             f"{model}: solver differs from eager by {solver}, stock by {stock}"
+        )
 
 
 SEEDS = list(range(28))
@@ -78,8 +81,12 @@ def generated(runtime):
             programs[(seed, side)] = lower_vulkan(module, example, context)[0]
             inputs[(seed, side)] = example
     names = {key: f"{key[0]}-{key[1]}" for key in programs}
-    ran = execute({names[k]: v for k, v in programs.items()}, {names[k]: v for k, v in inputs.items()},
-                  runtime=runtime, time_runs=False)
+    ran = execute(
+        {names[k]: v for k, v in programs.items()},
+        {names[k]: v for k, v in inputs.items()},
+        runtime=runtime,
+        time_runs=False,
+    )
     return cases, expected, {key: ran[name] for key, name in names.items()}
 
 
@@ -87,8 +94,10 @@ def _case_fails(steps, shape, seed, runtime) -> str | None:
     """Why the solver's program is worse than stock's on this graph, or None."""
     module, example = vulkan_graphs.make(steps, shape, seed)
     expected = _eager(module, example)
-    programs = {"stock": lower_vulkan(module, example, stock_layouts)[0],
-                "solver": lower_vulkan(module, example, lambda: solver_layouts(cost_profile="lavapipe"))[0]}
+    programs = {
+        "stock": lower_vulkan(module, example, stock_layouts)[0],
+        "solver": lower_vulkan(module, example, lambda: solver_layouts(cost_profile="lavapipe"))[0],
+    }
     ran = execute(programs, example, runtime=runtime, time_runs=False)
     return _verdict(ran["stock"], ran["solver"], expected)
 
@@ -122,6 +131,7 @@ def test_generated_graphs_cover_buffers_textures_and_transitions(generated):
 
 def test_issue_reproduction_view_between_storages(runtime):
     """conv -> flatten -> transpose -> 5-D reshape -> permute: the view once read a texture into a buffer."""
+
     class Repro(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -177,7 +187,10 @@ def test_a_crashing_program_is_a_record_not_the_end(runtime):
             return torch.relu(torch.relu(x).reshape(1, 8, 32)) + 1.0
 
     module, inputs = Flatten().eval(), (torch.randn(1, 8, 4, 8),)
-    programs = {"bad": lower_vulkan(module, inputs, unchecked)[0], "good": lower_vulkan(module, inputs, solver_layouts)[0]}
+    programs = {
+        "bad": lower_vulkan(module, inputs, unchecked)[0],
+        "good": lower_vulkan(module, inputs, solver_layouts)[0],
+    }
     ran = execute(programs, inputs, runtime=runtime, time_runs=False)
     assert ran["good"].executed and _diff(ran["good"].outputs, _eager(module, inputs)) <= TOLERANCE
     assert not ran["bad"].executed and "crashed the process" in ran["bad"].error
@@ -189,8 +202,20 @@ def test_compare_cli_executes_on_the_device(runtime, capsys):
     from layout_solver.cli import main
 
     tiny = Path(__file__).parent / "models" / "tiny.py"
-    code = main(["compare", f"{tiny}:residual", "--target", "vulkan", "--execute", "--vulkan-runtime", str(runtime),
-                 "--cost-profile", "lavapipe", "--json"])
+    code = main(
+        [
+            "compare",
+            f"{tiny}:residual",
+            "--target",
+            "vulkan",
+            "--execute",
+            "--vulkan-runtime",
+            str(runtime),
+            "--cost-profile",
+            "lavapipe",
+            "--json",
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for side in ("stock", "solver"):
@@ -212,8 +237,12 @@ def test_compare_cli_without_a_runtime_says_how_to_get_one(capsys, monkeypatch):
 
 def test_runtime_child_is_importable_without_a_device():
     """The child entry point is a module of the package (what `python -m` runs)."""
-    out = subprocess.run([sys.executable, "-c", "import layout_solver.vulkan.runtime as r; print(r.LIBRARY_NAME)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import layout_solver.vulkan.runtime as r; print(r.LIBRARY_NAME)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "libvkbackend.so"
 
 
@@ -224,8 +253,26 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     from layout_solver.cli import main
 
     out = tmp_path / "device.json"
-    assert main(["calibrate", "vulkan", "--out", str(out), "--vulkan-runtime", str(runtime), "--ops", "unary",
-                 "--sizes", "1", "--rounds", "3", "--no-transitions"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "vulkan",
+                "--out",
+                str(out),
+                "--vulkan-runtime",
+                str(runtime),
+                "--ops",
+                "unary",
+                "--sizes",
+                "1",
+                "--rounds",
+                "3",
+                "--no-transitions",
+            ]
+        )
+        == 0
+    )
     profile = load_profile(str(out))
     assert profile.measured and profile.device != "unspecified" and "calibrate vulkan" in profile.command
     labels = profile.op_modes["unary"]
@@ -236,8 +283,28 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert all(c.points == sizes and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
     # Extending: one more shape, its points join the samples and the touched entries are refitted.
     extended = tmp_path / "extended.json"
-    assert main(["calibrate", "vulkan", "--out", str(extended), "--vulkan-runtime", str(runtime), "--ops", "unary",
-                 "--shapes", "1x1x128", "--extend", str(out), "--rounds", "3", "--no-transitions"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "vulkan",
+                "--out",
+                str(extended),
+                "--vulkan-runtime",
+                str(runtime),
+                "--ops",
+                "unary",
+                "--shapes",
+                "1x1x128",
+                "--extend",
+                str(out),
+                "--rounds",
+                "3",
+                "--no-transitions",
+            ]
+        )
+        == 0
+    )
     grown = load_profile(str(extended))
     assert all(c.points == sizes + 1 for c in grown.op_modes["unary"].values())
     assert grown.command.startswith(profile.command) and "--extend" in grown.command

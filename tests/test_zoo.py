@@ -40,8 +40,9 @@ def test_ray_executor_on_a_local_cluster(tmp_path):
 def test_zoo_passes_target_options_and_keys_the_cache_by_them(tmp_path):
     """`zoo --cost-profile` reaches compare(); a run with other options is not served from the cache."""
     model = f"{TINY}:residual"
-    measured = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=lambda _: None,
-                       options={"vulkan": {"cost_profile": "lavapipe"}})
+    measured = run_zoo(
+        [model], ["vulkan"], tmp_path, jobs=1, log=lambda _: None, options={"vulkan": {"cost_profile": "lavapipe"}}
+    )
     assert measured[0]["status"] == "ok" and measured[0]["cost_profile"] == "lavapipe"
     logged = []
     default = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=logged.append)

@@ -17,8 +17,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-STEP_KINDS = ("unary", "binary_same", "binary_bcast", "permute", "view", "cat", "mean_keep", "softmax",
-              "layer_norm", "linear", "conv", "transpose_back")
+STEP_KINDS = (
+    "unary",
+    "binary_same",
+    "binary_bcast",
+    "permute",
+    "view",
+    "cat",
+    "mean_keep",
+    "softmax",
+    "layer_norm",
+    "linear",
+    "conv",
+    "transpose_back",
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,7 @@ def shrink(steps: list[Step], still_fails) -> list[Step]:
     while changed and len(current) > 1:
         changed = False
         for i in range(len(current)):
-            candidate = current[:i] + current[i + 1:]
+            candidate = current[:i] + current[i + 1 :]
             if still_fails(candidate):
                 current, changed = candidate, True
                 break

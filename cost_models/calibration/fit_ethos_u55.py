@@ -71,6 +71,7 @@ def _noop(*_):
 
 # --- calibration sweeps --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class OpCase:
     op: NpuTranspose
@@ -94,10 +95,15 @@ def op_views(inner_in: int, out: int | None, swap: str) -> list[tuple[int, int, 
     decides, so both outcomes must be seen; the views vary widely for that.
     """
     if swap == SWAP_HW:
-        return [_fill([h, w, inner_in], 0) for h, w in ((12, 32), (64, 7), (3, 96), (5, 48), (196, 2), (1000, 2), (64, 1))]
+        return [
+            _fill([h, w, inner_in], 0) for h, w in ((12, 32), (64, 7), (3, 96), (5, 48), (196, 2), (1000, 2), (64, 1))
+        ]
     if swap == SWAP_WC:
         return [_fill([h, out, inner_in], 0, n) for h, n in ((24, 2048), (196, 8192), (5, 1024), (288, 0), (2688, 0))]
-    return [_fill([out, w, inner_in], 1, n) for w, n in ((24, 2048), (196, 8192), (3, 4096), (96, 2048), (2, 1024), (2, 8192), (1, 2048))]
+    return [
+        _fill([out, w, inner_in], 1, n)
+        for w, n in ((24, 2048), (196, 8192), (3, 4096), (96, 2048), (2, 1024), (2, 8192), (1, 2048))
+    ]
 
 
 def op_sweep(dtypes=("int8", "int16"), progress=_noop, inners=None) -> list[OpCase]:
@@ -109,8 +115,12 @@ def op_sweep(dtypes=("int8", "int16"), progress=_noop, inners=None) -> list[OpCa
         for out, swap in itertools.product((4, 8, 16) + OTHER_OUTER, (SWAP_WC, SWAP_HC)):
             jobs += [(dtype, view, swap) for view in op_views(inner, out, swap)]
     # Tiny ops, where Vela's per-op floor shows.
-    jobs += [(dtype, view, swap) for dtype in dtypes for view in ((1, 2, 2), (2, 2, 2), (2, 1, 2), (1, 2, 3))
-             for swap in (SWAP_HW, SWAP_WC, SWAP_HC)]
+    jobs += [
+        (dtype, view, swap)
+        for dtype in dtypes
+        for view in ((1, 2, 2), (2, 2, 2), (2, 1, 2), (1, 2, 3))
+        for swap in (SWAP_HW, SWAP_WC, SWAP_HC)
+    ]
     cases = []
     for i, (dtype, view, swap) in enumerate(jobs):
         progress(i + 1, len(jobs))
@@ -123,7 +133,9 @@ def op_sweep(dtypes=("int8", "int16"), progress=_noop, inners=None) -> list[OpCa
     return cases
 
 
-def decomposed_sweep(seed: int = 1, count: int = 3000, dtypes=("int8", "int16", "int32"), progress=_noop) -> list[OpCase]:
+def decomposed_sweep(
+    seed: int = 1, count: int = 3000, dtypes=("int8", "int16", "int32"), progress=_noop
+) -> list[OpCase]:
     """Ops seen inside Vela's decompositions of random transposes, unit dims included.
 
     Some op classes only occur there: a swap that moves no data (e.g. W<->C
@@ -161,8 +173,11 @@ class CopyCase:
 
 def copy_sweep(dtypes=("int8", "int16"), progress=_noop) -> list[CopyCase]:
     """Transposes that only move unit dims; Vela emits one MemoryCopy for each."""
-    jobs = [(dtype, (1, a, b, 1)) for dtype in dtypes for a, b in ((64, 64), (256, 64), (96, 196), (1024, 64), (4096, 64),
-                                                                   (3136, 96), (2048, 256))]
+    jobs = [
+        (dtype, (1, a, b, 1))
+        for dtype in dtypes
+        for a, b in ((64, 64), (256, 64), (96, 196), (1024, 64), (4096, 64), (3136, 96), (2048, 256))
+    ]
     cases = []
     for i, (dtype, shape) in enumerate(jobs):
         progress(i + 1, len(jobs))
@@ -175,8 +190,9 @@ def copy_sweep(dtypes=("int8", "int16"), progress=_noop) -> list[CopyCase]:
 RESCALE_SHAPES = ((1, 8, 8, 64), (1, 16, 16, 16), (1, 14, 14, 96), (1, 36, 1, 192), (1, 64, 8, 8), (1, 28, 28, 24))
 
 
-def rescale_sweep(pairs=(("int8", "int32"), ("int32", "int8"), ("int16", "int32"), ("int32", "int16")),
-                  progress=_noop) -> dict[str, float]:
+def rescale_sweep(
+    pairs=(("int8", "int32"), ("int32", "int8"), ("int16", "int32"), ("int32", "int16")), progress=_noop
+) -> dict[str, float]:
     """Median cycles per element of a standalone RESCALE (Vela's rows other than the probe's Transpose)."""
     import tempfile
 
@@ -187,8 +203,9 @@ def rescale_sweep(pairs=(("int8", "int32"), ("int32", "int8"), ("int16", "int32"
         for shape in RESCALE_SHAPES:
             with tempfile.TemporaryDirectory() as tmp:
                 rows = run_vela(rescale_then_transpose_tosa(shape, din, dout), Path(tmp))
-            cycles = sum(int(float(r["Op Cycles"])) for r in rows if r["Target"] == "NPU"
-                         and r["NNG Operator"] != "Transpose")
+            cycles = sum(
+                int(float(r["Op Cycles"])) for r in rows if r["Target"] == "NPU" and r["NNG Operator"] != "Transpose"
+            )
             per_element.append(cycles / math.prod(shape))
         rates[f"{din}->{dout}"] = round(statistics.median(per_element), 4)
     return rates
@@ -205,8 +222,12 @@ def minimax_rate(observed: list[float]) -> float:
     return 2 * low * high / (low + high)
 
 
-def fit(single: list[OpCase], decomposed: list[OpCase], copy_cases: list[CopyCase],
-        standalone_rescale: dict[str, float] | None = None) -> EthosU55Params:
+def fit(
+    single: list[OpCase],
+    decomposed: list[OpCase],
+    copy_cases: list[CopyCase],
+    standalone_rescale: dict[str, float] | None = None,
+) -> EthosU55Params:
     """Cycles per element for each rate key (minimax_rate), least squares for the copy line.
 
     Keys come from the one-op probes; rows attributed inside decompositions
@@ -217,6 +238,7 @@ def fit(single: list[OpCase], decomposed: list[OpCase], copy_cases: list[CopyCas
 
     tables = {}
     for dtype in sorted({c.dtype for c in single}):
+
         def rates_from(cases, summary, min_elements, dtype=dtype):
             per_key = defaultdict(list)
             for c in cases:
@@ -229,14 +251,21 @@ def fit(single: list[OpCase], decomposed: list[OpCase], copy_cases: list[CopyCas
         tiny = [c.cycles for c in single if c.dtype == dtype and c.op.elements <= 8]
         copies = [c for c in copy_cases if c.dtype == dtype]
         nbytes = np.array([c.elements * DTYPE_BYTES[dtype] for c in copies], dtype=float)
-        (slope, fixed), *_ = np.linalg.lstsq(np.stack([nbytes, np.ones_like(nbytes)], 1),
-                                             np.array([c.cycles for c in copies], dtype=float), rcond=None)
-        tables[dtype] = DtypeRates(dict(sorted(rates.items())), round(statistics.median(rates.values()), 5),
-                                   float(statistics.median(tiny)), round(float(slope), 5), round(float(fixed), 1))
+        (slope, fixed), *_ = np.linalg.lstsq(
+            np.stack([nbytes, np.ones_like(nbytes)], 1), np.array([c.cycles for c in copies], dtype=float), rcond=None
+        )
+        tables[dtype] = DtypeRates(
+            dict(sorted(rates.items())),
+            round(statistics.median(rates.values()), 5),
+            float(statistics.median(tiny)),
+            round(float(slope), 5),
+            round(float(fixed), 1),
+        )
     return EthosU55Params(PARAMS_VERSION, vela_version(), tables, dict(standalone_rescale or {}))
 
 
 # --- held-out sweep ------------------------------------------------------------------------------------------------
+
 
 @dataclass
 class Case:
@@ -248,8 +277,9 @@ class Case:
     vela_ops: int
 
 
-def sweep(seed: int, per_perm: int = 4, rank5: int = 40, dtypes=("int8",), progress=_noop,
-          unit_dims: bool = False) -> list[Case]:
+def sweep(
+    seed: int, per_perm: int = 4, rank5: int = 40, dtypes=("int8",), progress=_noop, unit_dims: bool = False
+) -> list[Case]:
     """Random transposes, each compiled as given and in canonical form (unit_dims: batch-1 style shapes too)."""
     rng = random.Random(seed)
     dims = DIMS + [1] * 4 if unit_dims else DIMS
@@ -284,21 +314,30 @@ def sweep(seed: int, per_perm: int = 4, rank5: int = 40, dtypes=("int8",), progr
 
 def errors(cases: list[Case], params: EthosU55Params) -> list[float]:
     """Relative error of the model against Vela, per case, for the form Vela compiled."""
-    return [abs(transpose_cost(c.shape, c.perm, c.dtype, params=params, form="as_given").cycles - c.vela_cycles)
-            / c.vela_cycles for c in cases]
+    return [
+        abs(transpose_cost(c.shape, c.perm, c.dtype, params=params, form="as_given").cycles - c.vela_cycles)
+        / c.vela_cycles
+        for c in cases
+    ]
 
 
 def op_count_matches(cases: list[Case]) -> float:
     """Fraction of cases where the replayed decomposition has Vela's op count (data-free ones are one MemoryCopy)."""
-    return statistics.mean((1 if moves_no_data(c.shape, c.perm) else len(npu_transposes(c.shape, c.perm, c.dtype)))
-                           == c.vela_ops for c in cases)
+    return statistics.mean(
+        (1 if moves_no_data(c.shape, c.perm) else len(npu_transposes(c.shape, c.perm, c.dtype))) == c.vela_ops
+        for c in cases
+    )
 
 
 def accuracy(cases: list[Case], params: EthosU55Params) -> dict:
     errs = sorted(errors(cases, params))
-    return {"cases": len(errs), "median_rel_error": round(statistics.median(errs), 4),
-            "p90_rel_error": round(errs[int(0.9 * (len(errs) - 1))], 4), "max_rel_error": round(errs[-1], 4),
-            "op_count_match": round(op_count_matches(cases), 4)}
+    return {
+        "cases": len(errs),
+        "median_rel_error": round(statistics.median(errs), 4),
+        "p90_rel_error": round(errs[int(0.9 * (len(errs) - 1))], 4),
+        "max_rel_error": round(errs[-1], 4),
+        "op_count_match": round(op_count_matches(cases), 4),
+    }
 
 
 def write_params(params: EthosU55Params, path: Path = PARAMS_FILE, notes: dict | None = None) -> None:
@@ -307,33 +346,43 @@ def write_params(params: EthosU55Params, path: Path = PARAMS_FILE, notes: dict |
         "vela_version": params.vela_version,
         "accelerator": "ethos-u55-128",
         "description": "One table per dtype. op_rates: cycles per element of one U55 transpose op, keyed "
-                       "'<keep_inner|move_inner>:<input innermost dim, 33 = wider than 32>:<output innermost dim: "
-                       "4, 8, 16 or other>:<narrow if the 3D view's middle axis is 1-2, else wide>'. keep_inner is the H<->W swap; move_inner swaps the innermost axis "
-                       "(W<->C or H<->C). default_rate prices a key the calibration did not reach; min_op_cycles is the "
-                       "floor of one op (tiny ops are not memory bound). A transpose "
-                       "that moves no data is a MemoryCopy: bytes * copy_cycles_per_byte + copy_fixed_cycles. "
-                       "standalone_rescale: cycles per element of a per-tensor RESCALE Vela cannot fuse into a "
-                       "neighbouring compute op (a transpose sits between), by '<input dtype>-><output dtype>'. "
-                       "Measured with one-op Vela runs (ethos-u55-128, Ethos_U55_High_End_Embedded, Shared_Sram).",
-        "tables": {dtype: {"default_rate": t.default_rate, "min_op_cycles": t.min_op_cycles,
-                           "copy_cycles_per_byte": t.copy_cycles_per_byte,
-                           "copy_fixed_cycles": t.copy_fixed_cycles, "op_rates": t.op_rates}
-                   for dtype, t in params.tables.items()},
+        "'<keep_inner|move_inner>:<input innermost dim, 33 = wider than 32>:<output innermost dim: "
+        "4, 8, 16 or other>:<narrow if the 3D view's middle axis is 1-2, else wide>'. keep_inner is the H<->W swap; move_inner swaps the innermost axis "
+        "(W<->C or H<->C). default_rate prices a key the calibration did not reach; min_op_cycles is the "
+        "floor of one op (tiny ops are not memory bound). A transpose "
+        "that moves no data is a MemoryCopy: bytes * copy_cycles_per_byte + copy_fixed_cycles. "
+        "standalone_rescale: cycles per element of a per-tensor RESCALE Vela cannot fuse into a "
+        "neighbouring compute op (a transpose sits between), by '<input dtype>-><output dtype>'. "
+        "Measured with one-op Vela runs (ethos-u55-128, Ethos_U55_High_End_Embedded, Shared_Sram).",
+        "tables": {
+            dtype: {
+                "default_rate": t.default_rate,
+                "min_op_cycles": t.min_op_cycles,
+                "copy_cycles_per_byte": t.copy_cycles_per_byte,
+                "copy_fixed_cycles": t.copy_fixed_cycles,
+                "op_rates": t.op_rates,
+            }
+            for dtype, t in params.tables.items()
+        },
         "standalone_rescale": params.standalone_rescale,
         **({"fit": notes} if notes else {}),
     }
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def calibrate(dtypes=("int8", "int16", "int32"), progress=_noop, inners=None,
-              decomposed_count: int = 3000) -> tuple[EthosU55Params, dict]:
+def calibrate(
+    dtypes=("int8", "int16", "int32"), progress=_noop, inners=None, decomposed_count: int = 3000
+) -> tuple[EthosU55Params, dict]:
     """Run the calibration sweeps and fit. `inners` / `decomposed_count` shrink it (e.g. for a quick look)."""
     single = op_sweep(dtypes, progress, inners)
     decomposed = decomposed_sweep(count=decomposed_count, dtypes=dtypes, progress=progress)
     copies = copy_sweep(dtypes, progress)
     rescales = rescale_sweep(progress=progress)
-    return fit(single, decomposed, copies, rescales), {"single_op_cases": len(single), "decomposed_op_cases": len(decomposed),
-                                              "copy_cases": len(copies)}
+    return fit(single, decomposed, copies, rescales), {
+        "single_op_cases": len(single),
+        "decomposed_op_cases": len(decomposed),
+        "copy_cases": len(copies),
+    }
 
 
 def main() -> None:
@@ -354,20 +403,40 @@ def main() -> None:
         bar.refresh()
 
     params, notes = calibrate(progress=progress)  # int32 too: Vela's reductions transpose int32 accumulators
-    held = [c for dt in dtypes for c in sweep(seed=args.seed, per_perm=args.per_perm, rank5=args.rank5, dtypes=(dt,),
-                                              progress=progress)]
-    with_units = [c for dt in dtypes for c in sweep(seed=args.seed, per_perm=args.per_perm // 4, rank5=args.rank5 // 4,
-                                                    dtypes=(dt,), progress=progress, unit_dims=True)]
+    held = [
+        c
+        for dt in dtypes
+        for c in sweep(seed=args.seed, per_perm=args.per_perm, rank5=args.rank5, dtypes=(dt,), progress=progress)
+    ]
+    with_units = [
+        c
+        for dt in dtypes
+        for c in sweep(
+            seed=args.seed,
+            per_perm=args.per_perm // 4,
+            rank5=args.rank5 // 4,
+            dtypes=(dt,),
+            progress=progress,
+            unit_dims=True,
+        )
+    ]
     bar.close()
-    summary = {**notes, **{f"held_out_{dt}_{form}": accuracy([c for c in held if c.dtype == dt and c.form == form],
-                                                            params)
-                           for dt in dtypes for form in ("as_given", "canonical")},
-               "held_out_all": accuracy(held, params),
-               "held_out_with_unit_dims_moving_data": accuracy(
-                   [c for c in with_units if not moves_no_data(c.shape, c.perm)], params),
-               # Data-free transposes left in a graph compile to MemoryCopy ops, priced by a coarse line.
-               "held_out_with_unit_dims_memory_copies": accuracy(
-                   [c for c in with_units if moves_no_data(c.shape, c.perm)], params)}
+    summary = {
+        **notes,
+        **{
+            f"held_out_{dt}_{form}": accuracy([c for c in held if c.dtype == dt and c.form == form], params)
+            for dt in dtypes
+            for form in ("as_given", "canonical")
+        },
+        "held_out_all": accuracy(held, params),
+        "held_out_with_unit_dims_moving_data": accuracy(
+            [c for c in with_units if not moves_no_data(c.shape, c.perm)], params
+        ),
+        # Data-free transposes left in a graph compile to MemoryCopy ops, priced by a coarse line.
+        "held_out_with_unit_dims_memory_copies": accuracy(
+            [c for c in with_units if moves_no_data(c.shape, c.perm)], params
+        ),
+    }
     print(json.dumps(summary, indent=1))
     if args.write:
         write_params(params, notes=summary)

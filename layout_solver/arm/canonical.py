@@ -78,7 +78,8 @@ class CanonicalTransposePass(ArmPass):
             return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
         dtype = dtype_name(x.data)
         if dtype not in ("int8", "int16", "int32") or (
-                self._vela_cycles(fshape, fperm, dtype) >= self._vela_cycles(shape, perm, dtype)):
+            self._vela_cycles(fshape, fperm, dtype) >= self._vela_cycles(shape, perm, dtype)
+        ):
             _count(self.stats, "kept")
             return super().call_operator(op, args, kwargs, meta, updated)
         if list(fshape) == shape:  # the same shape with the unit axes left in place

@@ -26,9 +26,26 @@ STAGES = ("stock", "solver")
 
 # The layout-relevant subset of the peer suite (ops whose lowering moves or reads data by axis).
 LAYOUT_RELEVANT = (
-    "permute", "transpose_copy", "view", "cat", "slice", "select", "squeeze", "unsqueeze", "mean_dim", "sum",
-    "softmax", "layer_norm", "linear", "bmm", "matmul", "conv2d", "avg_pool2d", "max_pool2d",
-    "constant_pad_nd", "pixel_shuffling",
+    "permute",
+    "transpose_copy",
+    "view",
+    "cat",
+    "slice",
+    "select",
+    "squeeze",
+    "unsqueeze",
+    "mean_dim",
+    "sum",
+    "softmax",
+    "layer_norm",
+    "linear",
+    "bmm",
+    "matmul",
+    "conv2d",
+    "avg_pool2d",
+    "max_pool2d",
+    "constant_pad_nd",
+    "pixel_shuffling",
 )
 
 
@@ -47,8 +64,12 @@ def peer_test_files(ops: tuple[str, ...] = LAYOUT_RELEVANT) -> list[Path]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--layout-stage", choices=STAGES, default="stock",
-                     help="layout-solver: run each test with the stock Arm pipeline or with solver_layouts() active")
+    parser.addoption(
+        "--layout-stage",
+        choices=STAGES,
+        default="stock",
+        help="layout-solver: run each test with the stock Arm pipeline or with solver_layouts() active",
+    )
     parser.addoption("--layout-time-limit", type=float, default=10.0, help="layout-solver: solver time limit (s)")
 
 
@@ -67,12 +88,30 @@ def _layout_stage(request: pytest.FixtureRequest):
 
 # --- Running the peer suite from outside (the benchmark script and our own CI test) ---------------------
 
+
 def collect(files: list[Path], keyword: str) -> list[str]:
     """Node ids of the peer tests in `files` matching the pytest -k expression `keyword`."""
     folder = files[0].parent
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
-                          "--rootdir", str(folder), "-k", keyword, *(f.name for f in files)],
-                         check=False, capture_output=True, text=True, cwd=folder)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--collect-only",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(folder),
+            "-k",
+            keyword,
+            *(f.name for f in files),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=folder,
+    )
     ids = [line.strip() for line in out.stdout.splitlines() if "::" in line and not line.startswith(" ")]
     if not ids and out.returncode not in (0, 5):
         raise RuntimeError(f"collecting the peer tests failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
@@ -83,10 +122,33 @@ def run(ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float
     """Run the peer tests `ids` (relative to `folder`) with `stage`; per test: outcome ("passed", "failed",
     "xfailed", "skipped", "error"), seconds, the solver's delegate count, and the failure text."""
     # pytest exits non-zero when a test fails: the outcomes are read from the junit file, per test
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", __name__,
-                    "--rootdir", str(folder), "--layout-stage", stage, "--layout-time-limit", str(time_limit),
-                    "--junitxml", str(junit), "-o", "junit_family=xunit1", *ids],
-                   check=False, capture_output=True, text=True, cwd=folder)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            __name__,
+            "--rootdir",
+            str(folder),
+            "--layout-stage",
+            stage,
+            "--layout-time-limit",
+            str(time_limit),
+            "--junitxml",
+            str(junit),
+            "-o",
+            "junit_family=xunit1",
+            *ids,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=folder,
+    )
     return parse_junit(junit)
 
 
@@ -107,8 +169,12 @@ def parse_junit(path: Path) -> dict[str, dict]:
                 outcome = "xfailed" if "xfail" in kind else "skipped"
                 text = (child.get("message") or "")[:300]
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        results[name] = {"outcome": outcome, "seconds": float(case.get("time") or 0.0), "text": text,
-                         "delegates": int(props.get("layout_solver_delegates", 0) or 0)}
+        results[name] = {
+            "outcome": outcome,
+            "seconds": float(case.get("time") or 0.0),
+            "text": text,
+            "delegates": int(props.get("layout_solver_delegates", 0) or 0),
+        }
     return results
 
 

@@ -94,7 +94,9 @@ def compare_lowerings(left: list[Path], right: list[Path], trials: int = 3, seed
             if len(out_a) != len(out_b) or any(x.shape != y.shape for x, y in zip(out_a, out_b)):
                 return Equivalence(False, float("inf"), len(left), [f"{a.name}: output shapes differ"], reference)
             for x, y in zip(out_a, out_b):
-                worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0)
+                worst = max(
+                    worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
+                )
     if any(status != "ok" for status in reference.values()):
         return Equivalence(None, None, len(left), notes, reference)
     return Equivalence(worst == 0.0, worst, len(left), notes, reference)

@@ -44,8 +44,10 @@ def inserted_passes(before: dict | None = None, after: dict | None = None) -> It
     from executorch.backends.arm._passes import arm_pass_manager as apm
 
     # Copy the containers, keep the user's own pass instances.
-    saved = {target: dataclasses.replace(ins, before_passes=list(ins.before_passes), after_passes=list(ins.after_passes))
-             for target, ins in apm._registered_pass_insertions.items()}
+    saved = {
+        target: dataclasses.replace(ins, before_passes=list(ins.before_passes), after_passes=list(ins.after_passes))
+        for target, ins in apm._registered_pass_insertions.items()
+    }
     try:
         for target, passes in (before or {}).items():
             apm.register_pass_insertions_before(target, list(passes))
@@ -88,9 +90,14 @@ def skipping_stock_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service: str | None = None,
-                   method_weights: dict[str, float] | None = None, constant_byte_cost: float = 0.0,
-                   cache_dir: str | Path | None = None) -> Iterator[JointReports]:
+def solver_layouts(
+    time_limit: float = 10.0,
+    replace_stock: bool = True,
+    service: str | None = None,
+    method_weights: dict[str, float] | None = None,
+    constant_byte_cost: float = 0.0,
+    cache_dir: str | Path | None = None,
+) -> Iterator[JointReports]:
     """Inside this block, Ethos-U lowering lays tensors out with the solver.
 
     `service`: URL of a `layout-solver serve` instance to solve on (default
@@ -125,9 +132,16 @@ def solver_layouts(time_limit: float = 10.0, replace_stock: bool = True, service
     with contextlib.ExitStack() as stack:
         stack.enter_context(collecting_reports(reports))
         if method_weights:
-            stack.enter_context(joint_preprocess(
-                EthosUBackend, method_weights, lambda p: solve_problem(p, time_limit, service), reports,
-                constant_byte_cost, SubproblemCache(cache_dir)))
+            stack.enter_context(
+                joint_preprocess(
+                    EthosUBackend,
+                    method_weights,
+                    lambda p: solve_problem(p, time_limit, service),
+                    reports,
+                    constant_byte_cost,
+                    SubproblemCache(cache_dir),
+                )
+            )
         stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
         solver_pass = SolverLayoutPass(time_limit, service, program_of=current_program)
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass, CanonicalTransposePass()]}))

@@ -42,9 +42,14 @@ class RecordTransposes(ExportPass):
         for node in graph_module.graph.nodes:
             if node.op == "call_function" and "TRANSPOSE" in str(node.target):
                 val = node.args[0].meta["val"]
-                self.sink.append({"node": node.name, "shape": [int(d) for d in val.shape],
-                                  "perm": [int(p) for p in node.args[1]],
-                                  "dtype": dtype_name(val)})
+                self.sink.append(
+                    {
+                        "node": node.name,
+                        "shape": [int(d) for d in val.shape],
+                        "perm": [int(p) for p in node.args[1]],
+                        "dtype": dtype_name(val),
+                    }
+                )
         return PassResult(graph_module, False)
 
 
@@ -83,8 +88,9 @@ class EthosULowering:
             "npu_ops": len(self.npu_rows),
             "cpu_ops": self.cpu_ops,
             "lower_seconds": round(self.lower_seconds, 3),
-            "predicted_transpose_cycles": round(sum(t.cycles for ops in self.tosa_ops
-                                                    for t in ethos_u55.graph_transposes(ops)), 1),
+            "predicted_transpose_cycles": round(
+                sum(t.cycles for ops in self.tosa_ops for t in ethos_u55.graph_transposes(ops)), 1
+            ),
         }
 
 
@@ -108,8 +114,9 @@ def quantize_for(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u5
     return quantize(module, inputs, EthosUCompileSpec(target))
 
 
-def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128",
-                  keep_tosa: Path | None = None, quantized=None) -> EthosULowering:
+def lower_ethos_u(
+    module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128", keep_tosa: Path | None = None, quantized=None
+) -> EthosULowering:
     """Quantize (unless given the `quantized` exported program, which is consumed) and lower with the Arm
     pipeline as configured by any active context (e.g. canonical_transposes()); copy each delegate's .tosa
     into `keep_tosa` if given."""
@@ -125,8 +132,11 @@ def lower_ethos_u(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u
             program = to_edge_transform_and_lower(quantized, partitioner=[EthosUPartitioner(spec)])
         elapsed = time.perf_counter() - start
         graph = program.exported_program().graph_module.graph
-        cpu_ops = sum(1 for n in graph.nodes if n.op == "call_function" and "delegate" not in str(n.target)
-                      and "getitem" not in str(n.target))
+        cpu_ops = sum(
+            1
+            for n in graph.nodes
+            if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)
+        )
         rows = []
         files = sorted(Path(tmp).glob("output_tag*.tosa"), key=lambda f: int(f.name.split("_tag")[1].split("_")[0]))
         kept, graphs = [], []

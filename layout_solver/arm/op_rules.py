@@ -52,8 +52,12 @@ class Domains(dict):
 
 def mode(operands: list[Order], result: Order, cost: float = 0.0, name: str | None = None) -> dict:
     """One problem mode: read the operands in these orders, store the result in `result`."""
-    return {"name": name or order_label(operands[0] if operands else result),
-            "operands": [order_label(o) for o in operands], "results": [order_label(result)], "cost": cost}
+    return {
+        "name": name or order_label(operands[0] if operands else result),
+        "operands": [order_label(o) for o in operands],
+        "results": [order_label(result)],
+        "cost": cost,
+    }
 
 
 class OpRule:
@@ -103,9 +107,11 @@ UNKNOWN = Pinned(known=False)
 
 def register(*targets: str):
     """Class decorator: one instance of the rule serves every named target ("permute_copy.default")."""
+
     def decorate(cls: type[OpRule]) -> type[OpRule]:
         _add(cls(), targets)
         return cls
+
     return decorate
 
 
@@ -133,13 +139,39 @@ def _perm(node: torch.fx.Node) -> Order:
 
 # Ops that want the identity order on purpose: layout-sensitive TOSA ops already wrapped in NHWC permutes,
 # shape-changing ops, gathers, casts and TOSA ops the pipeline has already fixed.
-_add(PINNED, ("CONV2D.default", "DEPTHWISE_CONV2D.default", "TRANSPOSE_CONV2D.default", "MAX_POOL2D.default",
-         "AVG_POOL2D.default", "AVG_POOL2D_ADAPTIVE.default", "RESIZE.default", "MATMUL.default",
-         "slice_copy.Tensor", "constant_pad_nd.default", "repeat.default", "GATHER.default", "SCATTER.default",
-         "CONST_SHAPE.default", "argmax.default", "_to_dim_order_copy.default", "CAST.default",
-         "RESHAPE.default", "CONCAT.default", "TRANSPOSE.default", "index_select.default", "full.default",
-         "unsqueeze_copy.default", "squeeze_copy.dims", "expand_copy.default", "alias_copy.default",
-         "clone.default", "getitem"))
+_add(
+    PINNED,
+    (
+        "CONV2D.default",
+        "DEPTHWISE_CONV2D.default",
+        "TRANSPOSE_CONV2D.default",
+        "MAX_POOL2D.default",
+        "AVG_POOL2D.default",
+        "AVG_POOL2D_ADAPTIVE.default",
+        "RESIZE.default",
+        "MATMUL.default",
+        "slice_copy.Tensor",
+        "constant_pad_nd.default",
+        "repeat.default",
+        "GATHER.default",
+        "SCATTER.default",
+        "CONST_SHAPE.default",
+        "argmax.default",
+        "_to_dim_order_copy.default",
+        "CAST.default",
+        "RESHAPE.default",
+        "CONCAT.default",
+        "TRANSPOSE.default",
+        "index_select.default",
+        "full.default",
+        "unsqueeze_copy.default",
+        "squeeze_copy.dims",
+        "expand_copy.default",
+        "alias_copy.default",
+        "clone.default",
+        "getitem",
+    ),
+)
 
 
 @register("permute_copy.default", "permute.default")
@@ -228,13 +260,31 @@ class SameOrder(OpRule):
         rank = tensor_of(node).dim()
         if not all(tensor_of(o).dim() == rank for o in operands):
             return []
-        return [mode([order] * len(operands), order, round(self.cost(node, order), 1)) for order in domains[node]
-                if all(order in domains[o] or o.op == "placeholder" for o in operands)]
+        return [
+            mode([order] * len(operands), order, round(self.cost(node, order), 1))
+            for order in domains[node]
+            if all(order in domains[o] or o.op == "placeholder" for o in operands)
+        ]
 
 
-@register("add.Tensor", "sub.Tensor", "mul.Tensor", "CLAMP.default", "maximum.default", "minimum.default",
-          "neg.default", "abs.default", "clamp.default", "relu.default", "where.self", "eq.Tensor", "ge.Tensor",
-          "gt.Tensor", "bitwise_and.Tensor", "logical_and.default")
+@register(
+    "add.Tensor",
+    "sub.Tensor",
+    "mul.Tensor",
+    "CLAMP.default",
+    "maximum.default",
+    "minimum.default",
+    "neg.default",
+    "abs.default",
+    "clamp.default",
+    "relu.default",
+    "where.self",
+    "eq.Tensor",
+    "ge.Tensor",
+    "gt.Tensor",
+    "bitwise_and.Tensor",
+    "logical_and.default",
+)
 class Elementwise(SameOrder):
     kind = "elementwise"
 

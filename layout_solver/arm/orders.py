@@ -70,8 +70,11 @@ def _reshape_groups(s_in, s_out) -> list[tuple[list[int], list[int]]] | None:
                 j += 1
             else:
                 return None
-            if pi == pj and (i == len(s_in) or s_in[i] != 1 or j == len(s_out)) and \
-                    (j == len(s_out) or s_out[j] != 1 or i == len(s_in)):
+            if (
+                pi == pj
+                and (i == len(s_in) or s_in[i] != 1 or j == len(s_out))
+                and (j == len(s_out) or s_out[j] != 1 or i == len(s_in))
+            ):
                 break
         groups.append((gi, gj))
     return groups
@@ -119,7 +122,8 @@ def _view_output_order(s_in, s_out, order_in) -> Order | None:
     if sorted(order_out) != list(range(len(s_out))):
         return None
     index = np.arange(n)
-    if not np.array_equal(index.reshape(s_in).transpose(order_in).ravel(),
-                          index.reshape(s_out).transpose(order_out).ravel()):
+    if not np.array_equal(
+        index.reshape(s_in).transpose(order_in).ravel(), index.reshape(s_out).transpose(order_out).ravel()
+    ):
         return None
     return order_out

@@ -68,12 +68,22 @@ class SolverLayoutPass(ArmPass):
             graph_module.recompile()
             return written
 
-        solve = lowering_solver(self.time_limit, self.service, program,
-                                lambda: constants & set(built[0].value_node))
+        solve = lowering_solver(self.time_limit, self.service, program, lambda: constants & set(built[0].value_node))
         run = run_solver_pass(build, lambda arm: solve(arm.problem), write_back)
         arm, solution = run.built, run.solution
-        record(PassReport("solver", solution.objective, solution.bound, solution.gap, run.seconds,
-                          run.phase_seconds, list(solution.notes), len(arm.problem.ops),
-                          transitions_written=run.written[0], ops_removed=run.written[1],
-                          pinned_unknown=arm.pinned_unknown))
+        record(
+            PassReport(
+                "solver",
+                solution.objective,
+                solution.bound,
+                solution.gap,
+                run.seconds,
+                run.phase_seconds,
+                list(solution.notes),
+                len(arm.problem.ops),
+                transitions_written=run.written[0],
+                ops_removed=run.written[1],
+                pinned_unknown=arm.pinned_unknown,
+            )
+        )
         return PassResult(graph_module, True)

@@ -47,14 +47,16 @@ class ArmProblem:
     pinned_unknown: list[str]
 
 
-def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
-                  constants: set[str] | None = None) -> ArmProblem:
+def build_problem(
+    graph_module: torch.fx.GraphModule, name: str = "tosa", constants: set[str] | None = None
+) -> ArmProblem:
     """The layout problem of an Arm graph. `constants`: placeholder names that are parameters, buffers or
     lifted constants (their transposes are folded at compile time, so free); other placeholders are
     delegate inputs. Ops no rule names are pinned to the identity order with a warning."""
     constants = constants or set()
-    nodes = [n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function")
-             and tensor_of(n) is not None]
+    nodes = [
+        n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function") and tensor_of(n) is not None
+    ]
     identity = {n: tuple(range(tensor_of(n).dim())) for n in nodes}
     rules = {n: rule_for(n) for n in nodes if n.op == "call_function"}
 
@@ -89,29 +91,51 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
             for o, lab in zip(operands, m["operands"]):
                 wanted[o].add(label_order(lab))
         modes_of[n] = modes
-        ops.append({"id": n.name, "target": short_target(n), "operands": [o.name for o in operands],
-                    "results": [n.name], "modes": modes})
+        ops.append(
+            {
+                "id": n.name,
+                "target": short_target(n),
+                "operands": [o.name for o in operands],
+                "results": [n.name],
+                "modes": modes,
+            }
+        )
         op_node[n.name], op_rule[n.name] = n, rule
 
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
     outs = [a for a in output.all_input_nodes if a in domains]
     for k, o in enumerate(outs):
-        ops.append({"id": f"output#{k}", "target": "output", "operands": [o.name], "results": [],
-                    "modes": [{"name": "contract", "operands": [order_label(identity[o])], "results": []}]})
+        ops.append(
+            {
+                "id": f"output#{k}",
+                "target": "output",
+                "operands": [o.name],
+                "results": [],
+                "modes": [{"name": "contract", "operands": [order_label(identity[o])], "results": []}],
+            }
+        )
         wanted[o].add(identity[o])
 
     for n in nodes:
-        produced = {label_order(m["results"][0]) for m in modes_of.get(n, [])} if n.op != "placeholder" \
-            else {identity[n]}
+        produced = (
+            {label_order(m["results"][0]) for m in modes_of.get(n, [])} if n.op != "placeholder" else {identity[n]}
+        )
         labels = [order_label(o) for o in dict.fromkeys(list(produced) + sorted(wanted[n]) + [identity[n]])]
         val = tensor_of(n)
         shape, dtype = [int(d) for d in val.shape], dtype_name(val)
         is_input = n.op == "placeholder"
-        values.append({"id": n.name, "shape": shape, "dtype": dtype,
-                       "size_bytes": int(val.numel() * val.element_size()),
-                       # Constants keep their stored order; transposing one folds at compile time.
-                       "kind": ("constant" if n.name in constants else "input") if is_input else "activation",
-                       "domain": labels, "fixed": order_label(identity[n]) if is_input else None})
+        values.append(
+            {
+                "id": n.name,
+                "shape": shape,
+                "dtype": dtype,
+                "size_bytes": int(val.numel() * val.element_size()),
+                # Constants keep their stored order; transposing one folds at compile time.
+                "kind": ("constant" if n.name in constants else "input") if is_input else "activation",
+                "domain": labels,
+                "fixed": order_label(identity[n]) if is_input else None,
+            }
+        )
         value_node[n.name] = n
         # CanonicalTransposePass never reshapes a delegate input (Vela would add a MemoryCopy), so a
         # transpose there runs as written.
@@ -120,13 +144,24 @@ def build_problem(graph_module: torch.fx.GraphModule, name: str = "tosa",
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
-                    costs.append({"value": n.name, "src": order_label(src), "dst": order_label(dst),
-                                  "cost": round(_transition_cycles(shape, src, dst, dtype, form) + fusion_loss, 1)})
+                    costs.append(
+                        {
+                            "value": n.name,
+                            "src": order_label(src),
+                            "dst": order_label(dst),
+                            "cost": round(_transition_cycles(shape, src, dst, dtype, form) + fusion_loss, 1),
+                        }
+                    )
     if pinned_unknown:
-        warnings.warn("layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
-                      + ", ".join(pinned_unknown[:10]) + (" ..." if len(pinned_unknown) > 10 else ""), stacklevel=2)
-    problem = Problem.model_validate({"name": name, "values": values, "ops": ops, "transition_costs": costs,
-                                      "default_cost_per_byte": 0.0})
+        warnings.warn(
+            "layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
+            + ", ".join(pinned_unknown[:10])
+            + (" ..." if len(pinned_unknown) > 10 else ""),
+            stacklevel=2,
+        )
+    problem = Problem.model_validate(
+        {"name": name, "values": values, "ops": ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
+    )
     return ArmProblem(problem, value_node, op_node, op_rule, pinned_unknown)
 
 
@@ -162,6 +197,7 @@ def _rescale_fusion_loss(node) -> float:
     transpose after a RESCALE breaks its forward fusion and one before it the
     backward fusion; that costs only when it was the RESCALE's only way to fuse.
     """
+
     def standalone(rescale) -> float:
         src, out = tensor_of(rescale.args[0]), tensor_of(rescale)
         return ethos_u55.standalone_rescale_cycles(out.numel(), dtype_name(src), dtype_name(out))

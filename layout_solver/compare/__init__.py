@@ -15,12 +15,27 @@ from layout_solver.compare.result import Comparison, MethodsComparison, MethodsS
 
 TARGETS = ("vulkan", "ethos-u55-128")
 
-__all__ = ["TARGETS", "Comparison", "MethodsComparison", "MethodsSide", "MultiMethodModel", "Side", "compare",
-           "format_table"]
+__all__ = [
+    "TARGETS",
+    "Comparison",
+    "MethodsComparison",
+    "MethodsSide",
+    "MultiMethodModel",
+    "Side",
+    "compare",
+    "format_table",
+]
 
 
-def compare(module, inputs: tuple | None, target: str, name: str | None = None, time_limit: float = 10.0,
-            service: str | None = None, **options) -> Comparison | MethodsComparison:
+def compare(
+    module,
+    inputs: tuple | None,
+    target: str,
+    name: str | None = None,
+    time_limit: float = 10.0,
+    service: str | None = None,
+    **options,
+) -> Comparison | MethodsComparison:
     """Stock versus solver for `module` on `inputs` (or a MultiMethodModel, inputs None) on `target`.
 
     `service`: a layout-solver service URL to solve on (None: $LAYOUT_SOLVER_SERVICE or in-process);
@@ -51,8 +66,11 @@ def _single_table(result: dict) -> str:
     """Side-by-side table of the scalar fields both sides report."""
     stock, solver = result.get("stock", {}), result.get("solver", {})
     lines = [f"{result['model']} on {result['target']}", f"{'':24} {'stock':>16} {'solver':>16} {'ratio':>8}"]
-    keys = [k for k in dict.fromkeys([*stock, *solver])
-            if isinstance(stock.get(k, solver.get(k)), (int, float)) and not isinstance(stock.get(k), bool)]
+    keys = [
+        k
+        for k in dict.fromkeys([*stock, *solver])
+        if isinstance(stock.get(k, solver.get(k)), (int, float)) and not isinstance(stock.get(k), bool)
+    ]
     for key in keys:
         a, b = stock.get(key), solver.get(key)
         ratio = f"{b / a:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a else ""
@@ -62,13 +80,26 @@ def _single_table(result: dict) -> str:
         if "error" in record:
             lines.append(f"{side} failed: {record['error']}")
         if record.get("tensors_by_repr"):
-            lines.append(f"{side} tensors by representation: " +
-                         ", ".join(f"{k} {v}" for k, v in record["tensors_by_repr"].items()))
-    for key in ("equivalent", "max_abs_diff", "stock_reference", "solver_reference", "run_ratio",
-                "measured_delta_us", "predicted_delta_us", "max_abs_diff_stock_vs_solver"):
+            lines.append(
+                f"{side} tensors by representation: "
+                + ", ".join(f"{k} {v}" for k, v in record["tensors_by_repr"].items())
+            )
+    for key in (
+        "equivalent",
+        "max_abs_diff",
+        "stock_reference",
+        "solver_reference",
+        "run_ratio",
+        "measured_delta_us",
+        "predicted_delta_us",
+        "max_abs_diff_stock_vs_solver",
+    ):
         if key in result:
-            shown = "not checked (the reference model rejected a side)" if key == "equivalent" and \
-                result[key] is None else result[key]
+            shown = (
+                "not checked (the reference model rejected a side)"
+                if key == "equivalent" and result[key] is None
+                else result[key]
+            )
             lines.append(f"{key}: {shown}")
     return "\n".join(lines)
 
@@ -78,15 +109,31 @@ def _methods_table(result: dict) -> str:
     lines = [f"{result['model']} on {result['target']}: methods {result['methods']}, weights {result['weights']}"]
     sides = [s for s in ("stock", "per_method", "joint") if s in result]
     lines.append(f"{'':34}" + "".join(f"{s:>16}" for s in sides))
-    metrics = [k for k in dict.fromkeys(k for s in sides for m in result[s].get("per_method", {}).values() for k in m)
-               if isinstance(next(iter(result[sides[0]].get("per_method", {}).values()), {}).get(k), (int, float))]
+    metrics = [
+        k
+        for k in dict.fromkeys(k for s in sides for m in result[s].get("per_method", {}).values() for k in m)
+        if isinstance(next(iter(result[sides[0]].get("per_method", {}).values()), {}).get(k), (int, float))
+    ]
     for method in result["methods"]:
         for key in metrics:
             cells = [result[s].get("per_method", {}).get(method, {}).get(key) for s in sides]
             lines.append(f"{method + ' ' + key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
-    for key in ("weighted_total_cycles", "weighted_transpose_cycles", "weighted_modelled_us", "weighted_run_ms",
-                "pte_bytes", "delegate_bytes", "constant_bytes", "solve_seconds", "joint_solve_seconds",
-                "lower_seconds", "joint_groups", "cache_hits", "linked_values", "merged_values"):
+    for key in (
+        "weighted_total_cycles",
+        "weighted_transpose_cycles",
+        "weighted_modelled_us",
+        "weighted_run_ms",
+        "pte_bytes",
+        "delegate_bytes",
+        "constant_bytes",
+        "solve_seconds",
+        "joint_solve_seconds",
+        "lower_seconds",
+        "joint_groups",
+        "cache_hits",
+        "linked_values",
+        "merged_values",
+    ):
         cells = [result[s].get(key) for s in sides]
         if any(c is not None for c in cells):
             lines.append(f"{key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))

@@ -30,20 +30,32 @@ def declare_input_order(inputs: tuple, order: str) -> tuple:
         raise ValueError(f"unknown input order {order!r}; expected one of {INPUT_ORDERS}")
     if order == "nchw":
         return inputs
-    return tuple(t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
-                 for t in inputs)
+    return tuple(
+        t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in inputs
+    )
 
 
-def compare_ethos_u(module, inputs: tuple, name: str | None = None, time_limit: float = 10.0,
-                    target: str = "ethos-u55-128", service: str | None = None, input_order: str = "nchw") -> Comparison:
+def compare_ethos_u(
+    module,
+    inputs: tuple,
+    name: str | None = None,
+    time_limit: float = 10.0,
+    target: str = "ethos-u55-128",
+    service: str | None = None,
+    input_order: str = "nchw",
+) -> Comparison:
     """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles and
     equivalence on the TOSA reference model; `input_order` is the graph-input contract (see
     declare_input_order). `name` labels the result (default: the module's class). A side that fails is
     recorded with its error; the other side's numbers stay."""
     with quiet():
         result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order)
-    return Comparison(model=name or type(module).__name__, target=target, input_order=input_order,
-                      **{k: Side(**v) if k in ("stock", "solver") else v for k, v in result.items()})
+    return Comparison(
+        model=name or type(module).__name__,
+        target=target,
+        input_order=input_order,
+        **{k: Side(**v) if k in ("stock", "solver") else v for k, v in result.items()},
+    )
 
 
 def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -> dict:
@@ -53,8 +65,10 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
     try:
         quantized = quantize_for(module, inputs, target)
     except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-        error = {"error": f"quantization failed: {type(exc).__name__}: {exc}".splitlines()[0][:500],
-                 "traceback": traceback.format_exc(limit=4)}
+        error = {
+            "error": f"quantization failed: {type(exc).__name__}: {exc}".splitlines()[0][:500],
+            "traceback": traceback.format_exc(limit=4),
+        }
         return {**result, "stock": error, "solver": dict(error), "equivalent": False, "max_abs_diff": None}
     with tempfile.TemporaryDirectory() as tmp:
         lowerings = {}
@@ -62,16 +76,20 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
             try:
                 with contextlib.redirect_stdout(io.StringIO()):  # Vela prints its summaries
                     if side == "stock":
-                        lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side,
-                                                        quantized=copy.deepcopy(quantized))
+                        lowerings[side] = lower_ethos_u(
+                            module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
+                        )
                         reports = []
                     else:
                         with solver_layouts(time_limit, service=service) as reports:
-                            lowerings[side] = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp) / side,
-                                                            quantized=copy.deepcopy(quantized))
+                            lowerings[side] = lower_ethos_u(
+                                module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
+                            )
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-                result[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                                "traceback": traceback.format_exc(limit=4)}
+                result[side] = {
+                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                    "traceback": traceback.format_exc(limit=4),
+                }
                 continue
             metrics = lowerings[side].metrics()
             if side == "solver":

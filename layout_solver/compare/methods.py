@@ -46,9 +46,13 @@ def _program_bytes(program_manager, executorch_program) -> dict:
             blobs += len(getattr(child, "processed_bytes", b"") or b"")
     named = executorch_program._named_data
     named_bytes = sum(len(b.buffer) if hasattr(b, "buffer") else len(b) for b in (named.buffers if named else []))
-    return {"pte_bytes": len(executorch_program.buffer), "delegate_bytes": blobs, "constant_bytes": named_bytes,
-            "constant_entries": len(named.pte_data) if named else 0,
-            "pte_sha256": hashlib.sha256(executorch_program.buffer).hexdigest()[:16]}
+    return {
+        "pte_bytes": len(executorch_program.buffer),
+        "delegate_bytes": blobs,
+        "constant_bytes": named_bytes,
+        "constant_entries": len(named.pte_data) if named else 0,
+        "pte_sha256": hashlib.sha256(executorch_program.buffer).hexdigest()[:16],
+    }
 
 
 def _joint_fields(reports) -> dict:
@@ -58,9 +62,15 @@ def _joint_fields(reports) -> dict:
         return {}
     # The passes only looked their answers up: the side's solve time is the joint solve's.
     seconds = round(sum(j.solve_seconds for j in joints), 4)
-    return {"joint_groups": sum(j.groups for j in joints), "cache_hits": sum(j.cache_hits for j in joints),
-            "linked_values": sum(j.linked_values for j in joints), "merged_values": sum(j.merged_values for j in joints),
-            "joint_solve_seconds": seconds, "solve_seconds": seconds, "joint_notes": [n for j in joints for n in j.notes]}
+    return {
+        "joint_groups": sum(j.groups for j in joints),
+        "cache_hits": sum(j.cache_hits for j in joints),
+        "linked_values": sum(j.linked_values for j in joints),
+        "merged_values": sum(j.merged_values for j in joints),
+        "joint_solve_seconds": seconds,
+        "solve_seconds": seconds,
+        "joint_notes": [n for j in joints for n in j.notes],
+    }
 
 
 def _weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) -> float | None:
@@ -80,10 +90,18 @@ class MultiMethodModel:
     weights: dict[str, float]
 
 
-def compare_methods(built: MultiMethodModel, target: str, name: str | None = None, time_limit: float = 10.0,
-                    execute: bool = False, runtime: str | None = None, cost_profile: str | None = None,
-                    rounds: int = 15, weights: dict[str, float] | None = None,
-                    cache_dir: str | None = None) -> MethodsComparison:
+def compare_methods(
+    built: MultiMethodModel,
+    target: str,
+    name: str | None = None,
+    time_limit: float = 10.0,
+    execute: bool = False,
+    runtime: str | None = None,
+    cost_profile: str | None = None,
+    rounds: int = 15,
+    weights: dict[str, float] | None = None,
+    cache_dir: str | None = None,
+) -> MethodsComparison:
     """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` ("vulkan" or
     "ethos-u55-128"); `weights` overrides the model's method weights; `cache_dir` is the joint solve's
     subproblem cache (shared across models and runs). `name` labels the result (default: the module's class)."""
@@ -95,8 +113,13 @@ def compare_methods(built: MultiMethodModel, target: str, name: str | None = Non
             result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
         else:
             raise ValueError(f"unknown target {target!r}")
-    return MethodsComparison(model=name or type(built.module).__name__, target=target, methods=list(built.inputs),
-                             weights=weights, **{k: MethodsSide(**v) if k in SIDES else v for k, v in result.items()})
+    return MethodsComparison(
+        model=name or type(built.module).__name__,
+        target=target,
+        methods=list(built.inputs),
+        weights=weights,
+        **{k: MethodsSide(**v) if k in SIDES else v for k, v in result.items()},
+    )
 
 
 # ------------------------------------------------------------------ Vulkan ---
@@ -114,21 +137,26 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
 
     if execute:
         probe(runtime)
-    contexts = {"stock": lambda: stock_layouts(cost_profile),
-                "per_method": lambda: solver_layouts(time_limit, cost_profile),
-                "joint": lambda: solver_layouts(time_limit, cost_profile, method_weights=weights, cache_dir=cache_dir)}
+    contexts = {
+        "stock": lambda: stock_layouts(cost_profile),
+        "per_method": lambda: solver_layouts(time_limit, cost_profile),
+        "joint": lambda: solver_layouts(time_limit, cost_profile, method_weights=weights, cache_dir=cache_dir),
+    }
     sides, buffers = {}, {}
     for side, context in contexts.items():
         start = time.perf_counter()
         try:
-            exported = {m: torch.export.export(copy.deepcopy(built.module), inputs)
-                        for m, inputs in built.inputs.items()}
+            exported = {
+                m: torch.export.export(copy.deepcopy(built.module), inputs) for m, inputs in built.inputs.items()
+            }
             with context() as reports, naming_partitions(VulkanBackend):
                 manager = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
                 program = manager.to_executorch()
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-            sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                           "traceback": traceback.format_exc(limit=4)}
+            sides[side] = {
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                "traceback": traceback.format_exc(limit=4),
+            }
             continue
         buffers[side] = program.buffer
         per_method: dict[str, dict] = defaultdict(lambda: {"transitions": 0, "modelled_us": 0.0, "delegates": 0})
@@ -137,11 +165,13 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
             row["transitions"] += len(report.transitions)
             row["modelled_us"] = round(row["modelled_us"] + report.modelled_us, 3)
             row["delegates"] += 1
-        record = {"per_method": {m: dict(per_method[m]) for m in weights},
-                  "weighted_modelled_us": _weighted(per_method, weights, "modelled_us"),
-                  "lower_seconds": round(time.perf_counter() - start, 3),
-                  "solve_seconds": round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
-                  **_program_bytes(manager, program)}
+        record = {
+            "per_method": {m: dict(per_method[m]) for m in weights},
+            "weighted_modelled_us": _weighted(per_method, weights, "modelled_us"),
+            "lower_seconds": round(time.perf_counter() - start, 3),
+            "solve_seconds": round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
+            **_program_bytes(manager, program),
+        }
         record.update(_joint_fields(reports))
         sides[side] = record
     result = dict(sides)
@@ -159,10 +189,13 @@ def _execute_vulkan(built, buffers, sides, weights, runtime, rounds) -> dict:
     expected = {}
     for method, inputs in built.inputs.items():
         with torch.no_grad():  # each method from the module's initial state, as each program starts
-            expected[method] = [t.numpy() for t in torch.utils._pytree.tree_leaves(copy.deepcopy(built.module)(*inputs))]
+            expected[method] = [
+                t.numpy() for t in torch.utils._pytree.tree_leaves(copy.deepcopy(built.module)(*inputs))
+            ]
     runs = {f"{side}/{m}": (buffer, m) for side, buffer in buffers.items() for m in built.inputs}
-    ran = execute({}, {name: built.inputs[name.split("/")[1]] for name in runs}, runtime=runtime, rounds=rounds,
-                  methods=runs)
+    ran = execute(
+        {}, {name: built.inputs[name.split("/")[1]] for name in runs}, runtime=runtime, rounds=rounds, methods=runs
+    )
     worst_vs_stock = 0.0
     for name, outcome in ran.items():
         side, method = name.split("/")
@@ -172,12 +205,15 @@ def _execute_vulkan(built, buffers, sides, weights, runtime, rounds) -> dict:
         if outcome.error:
             row["execute_error"] = outcome.error
         if outcome.executed:
-            row["max_abs_diff_vs_eager"] = float(max(np.abs(o.astype(np.float64) - e).max()
-                                                     for o, e in zip(outcome.outputs, expected[method])))
+            row["max_abs_diff_vs_eager"] = float(
+                max(np.abs(o.astype(np.float64) - e).max() for o, e in zip(outcome.outputs, expected[method]))
+            )
             stock = ran.get(f"stock/{method}")
             if side != "stock" and stock is not None and stock.executed:
-                worst_vs_stock = max(worst_vs_stock, float(max(np.abs(a.astype(np.float64) - b).max()
-                                                              for a, b in zip(outcome.outputs, stock.outputs))))
+                worst_vs_stock = max(
+                    worst_vs_stock,
+                    float(max(np.abs(a.astype(np.float64) - b).max() for a, b in zip(outcome.outputs, stock.outputs))),
+                )
     for side in buffers:
         sides[side]["weighted_run_ms"] = _weighted(sides[side]["per_method"], weights, "run_ms")
     return {"max_abs_diff_solver_vs_stock": worst_vs_stock}
@@ -218,26 +254,36 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
 
     # Quantize once per method: every side lowers copies of the same int8 programs.
     quantized = {m: quantize_for(copy.deepcopy(built.module), inputs, target) for m, inputs in built.inputs.items()}
-    contexts = {"stock": contextlib.nullcontext,
-                "per_method": lambda: solver_layouts(time_limit),
-                "joint": lambda: solver_layouts(time_limit, method_weights=weights, cache_dir=cache_dir)}
+    contexts = {
+        "stock": contextlib.nullcontext,
+        "per_method": lambda: solver_layouts(time_limit),
+        "joint": lambda: solver_layouts(time_limit, method_weights=weights, cache_dir=cache_dir),
+    }
     sides, tosa = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for side, context in contexts.items():
             start = time.perf_counter()
             try:
-                with contextlib.redirect_stdout(io.StringIO()), context() as reports, \
-                        naming_partitions(EthosUBackend), _recording_tosa([]) as recorded:
-                    manager = to_edge_transform_and_lower(copy.deepcopy(quantized),
-                                                          partitioner=[EthosUPartitioner(EthosUCompileSpec(target))])
+                with (
+                    contextlib.redirect_stdout(io.StringIO()),
+                    context() as reports,
+                    naming_partitions(EthosUBackend),
+                    _recording_tosa([]) as recorded,
+                ):
+                    manager = to_edge_transform_and_lower(
+                        copy.deepcopy(quantized), partitioner=[EthosUPartitioner(EthosUCompileSpec(target))]
+                    )
                     program = manager.to_executorch()
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-                sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                               "traceback": traceback.format_exc(limit=4)}
+                sides[side] = {
+                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                    "traceback": traceback.format_exc(limit=4),
+                }
                 continue
             elapsed = time.perf_counter() - start
-            per_method: dict[str, dict] = defaultdict(lambda: {"vela_transpose_cycles": 0, "vela_total_cycles": 0,
-                                                               "vela_transpose_rows": 0, "delegates": 0})
+            per_method: dict[str, dict] = defaultdict(
+                lambda: {"vela_transpose_cycles": 0, "vela_total_cycles": 0, "vela_transpose_rows": 0, "delegates": 0}
+            )
             files = []
             for index, (partition, flatbuffer) in enumerate(recorded):
                 files.append(Path(tmp) / side / f"{index}.tosa")
@@ -252,12 +298,14 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
                 row["vela_total_cycles"] += sum(int(float(r["Op Cycles"])) for r in rows)
                 row["delegates"] += 1
             tosa[side] = files
-            record = {"per_method": {m: dict(per_method[m]) for m in weights},
-                      "weighted_total_cycles": _weighted(per_method, weights, "vela_total_cycles"),
-                      "weighted_transpose_cycles": _weighted(per_method, weights, "vela_transpose_cycles"),
-                      "lower_seconds": round(elapsed, 3),
-                      "solve_seconds": round(sum(getattr(r, "solve_seconds", 0.0) for r in reports or []), 4),
-                      **_program_bytes(manager, program)}
+            record = {
+                "per_method": {m: dict(per_method[m]) for m in weights},
+                "weighted_total_cycles": _weighted(per_method, weights, "vela_total_cycles"),
+                "weighted_transpose_cycles": _weighted(per_method, weights, "vela_transpose_cycles"),
+                "lower_seconds": round(elapsed, 3),
+                "solve_seconds": round(sum(getattr(r, "solve_seconds", 0.0) for r in reports or []), 4),
+                **_program_bytes(manager, program),
+            }
             record.update(_joint_fields(reports))
             sides[side] = record
         result = dict(sides)

@@ -11,9 +11,17 @@ from layout_solver.compare.result import Comparison, Side
 from layout_solver.quiet import quiet
 
 
-def compare_vulkan(module, inputs: tuple, name: str | None = None, time_limit: float = 10.0, execute: bool = False,
-                   runtime: str | None = None, cost_profile: str | None = None, rounds: int = 15,
-                   service: str | None = None) -> Comparison:
+def compare_vulkan(
+    module,
+    inputs: tuple,
+    name: str | None = None,
+    time_limit: float = 10.0,
+    execute: bool = False,
+    runtime: str | None = None,
+    cost_profile: str | None = None,
+    rounds: int = 15,
+    service: str | None = None,
+) -> Comparison:
     """Lower `module` on `inputs` with the stock TagMemoryMetaPass and with the solver (each from a fresh
     export); with `execute`, run both on the Vulkan device (runtime plugin `runtime` or
     $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager. `name` labels the result (default: the module's class).
@@ -21,8 +29,9 @@ def compare_vulkan(module, inputs: tuple, name: str | None = None, time_limit: f
     Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
     """
     with quiet():
-        return _compare_vulkan(module, inputs, name or type(module).__name__, time_limit, execute, runtime,
-                               cost_profile, rounds, service)
+        return _compare_vulkan(
+            module, inputs, name or type(module).__name__, time_limit, execute, runtime, cost_profile, rounds, service
+        )
 
 
 def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_profile, rounds, service) -> Comparison:
@@ -33,14 +42,19 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
         probe(runtime)
     sides = {}
     buffers = {}
-    contexts = (("stock", lambda: stock_layouts(cost_profile)), ("solver", lambda: solver_layouts(time_limit, cost_profile, service)))
+    contexts = (
+        ("stock", lambda: stock_layouts(cost_profile)),
+        ("solver", lambda: solver_layouts(time_limit, cost_profile, service)),
+    )
     for side, context in contexts:
         start = time.perf_counter()
         try:
             buffers[side], reports = lower_vulkan(module, inputs, context)
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal: e.g. upstream fake-mode failures
-            sides[side] = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                           "traceback": traceback.format_exc(limit=4)}
+            sides[side] = {
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                "traceback": traceback.format_exc(limit=4),
+            }
             continue
         elapsed = time.perf_counter() - start
         by_repr: Counter = Counter()
@@ -65,13 +79,20 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
                 solver_notes=[n for r in reports if r.kind == "solver" for n in r.notes],
                 problem_ops=sum(r.problem_ops for r in reports),
                 solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
-                phase_seconds={k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)
-                               for k in ("build", "solve", "write_back", "check")},
+                phase_seconds={
+                    k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)
+                    for k in ("build", "solve", "write_back", "check")
+                },
             )
         sides[side] = record
     extra = execute_on_device(module, inputs, buffers, sides, runtime, rounds) if execute and buffers else {}
-    return Comparison(model=name, target="vulkan", cost_profile=cost_profile or "mobile-gpu",
-                      **{side: Side(**record) for side, record in sides.items()}, **extra)
+    return Comparison(
+        model=name,
+        target="vulkan",
+        cost_profile=cost_profile or "mobile-gpu",
+        **{side: Side(**record) for side, record in sides.items()},
+        **extra,
+    )
 
 
 def lower_vulkan(module, inputs: tuple, context) -> tuple[bytes, list]:
@@ -95,8 +116,9 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
     from layout_solver.vulkan.runtime import execute
 
     with torch.no_grad():
-        expected = [t.detach().numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs))
-                    if isinstance(t, torch.Tensor)]
+        expected = [
+            t.detach().numpy() for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)
+        ]
     ran = execute(buffers, inputs, runtime=runtime, rounds=rounds)
     for side, outcome in ran.items():
         record = sides[side]
@@ -104,10 +126,17 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
         record["run_ms"] = round(outcome.run_ms, 3) if outcome.run_ms is not None else None
         if outcome.executed:
             shapes_match = len(outcome.outputs) == len(expected) and all(
-                o.shape == e.shape for o, e in zip(outcome.outputs, expected))
+                o.shape == e.shape for o, e in zip(outcome.outputs, expected)
+            )
             record["max_abs_diff_vs_eager"] = (
-                float(max((np.abs(o.astype(np.float64) - e).max() for o, e in zip(outcome.outputs, expected)),
-                          default=0.0)) if shapes_match else None)
+                float(
+                    max(
+                        (np.abs(o.astype(np.float64) - e).max() for o, e in zip(outcome.outputs, expected)), default=0.0
+                    )
+                )
+                if shapes_match
+                else None
+            )
             if not shapes_match:
                 record["execute_error"] = "the program's outputs do not have the eager model's shapes"
         else:
@@ -121,6 +150,7 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
         extra["measured_delta_us"] = round((solver.run_ms - stock.run_ms) * 1000.0, 1)
         extra["predicted_delta_us"] = round(sides["solver"]["modelled_us"] - sides["stock"]["modelled_us"], 1)
     if stock and solver and stock.executed and solver.executed:
-        extra["max_abs_diff_stock_vs_solver"] = float(max(
-            (np.abs(a.astype(np.float64) - b).max() for a, b in zip(stock.outputs, solver.outputs)), default=0.0))
+        extra["max_abs_diff_stock_vs_solver"] = float(
+            max((np.abs(a.astype(np.float64) - b).max() for a, b in zip(stock.outputs, solver.outputs)), default=0.0)
+        )
     return extra

@@ -53,8 +53,18 @@ TOKEN_ENV = "LAYOUT_SOLVER_TOKEN"
 DEFAULT_PORT = 8731
 DEFAULT_MAX_BODY = 64 << 20
 COST_BODY_LIMIT = 64 << 10
-KNOWN_ROUTES = ("/v1/solve", "/v1/cost/transpose", "/v1/schema/problem", "/v1/schema/solution", "/healthz",
-                "/metrics", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc")
+KNOWN_ROUTES = (
+    "/v1/solve",
+    "/v1/cost/transpose",
+    "/v1/schema/problem",
+    "/v1/schema/solution",
+    "/healthz",
+    "/metrics",
+    "/docs",
+    "/openapi.json",
+    "/docs/oauth2-redirect",
+    "/redoc",
+)
 
 
 class ServiceSettings(BaseModel):
@@ -72,8 +82,10 @@ class ServiceSettings(BaseModel):
     max_time_limit: float = Field(600.0, gt=0, allow_inf_nan=False)
 
     def resolved_cache_dir(self) -> Path:
-        return self.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "layout-solver" / \
-            "solutions"
+        return (
+            self.cache_dir
+            or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "layout-solver" / "solutions"
+        )
 
 
 class ServiceError(Exception):
@@ -91,14 +103,26 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("layout_solver_requests", "HTTP requests", ["route", "status"], registry=r)
-        self.latency = Histogram("layout_solver_request_seconds", "HTTP request latency", ["route"], registry=r,
-                                 buckets=(.001, .0025, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
-        self.lookups = Counter("layout_solver_cache_lookups", "solve requests by cache outcome (hit, miss, joined: "
-                               "waited for an identical solve in flight)", ["result"], registry=r)
+        self.latency = Histogram(
+            "layout_solver_request_seconds",
+            "HTTP request latency",
+            ["route"],
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.lookups = Counter(
+            "layout_solver_cache_lookups",
+            "solve requests by cache outcome (hit, miss, joined: waited for an identical solve in flight)",
+            ["result"],
+            registry=r,
+        )
         self.solves = Counter("layout_solver_solves", "solves run in workers, by outcome", ["outcome"], registry=r)
-        self.solve_seconds = Histogram("layout_solver_solve_seconds", "solver time per solve (in the worker)",
-                                       registry=r, buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
-                                                            300))
+        self.solve_seconds = Histogram(
+            "layout_solver_solve_seconds",
+            "solver time per solve (in the worker)",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
         self.inflight = Gauge("layout_solver_inflight_solves", "solves running or queued", registry=r)
 
 
@@ -142,8 +166,7 @@ class SolverService:
 
     @staticmethod
     def _respond(entry: CacheEntry, outcome: str) -> Response:
-        return Response(entry.solution_json, media_type="application/json",
-                        headers={"X-Layout-Solver-Cache": outcome})
+        return Response(entry.solution_json, media_type="application/json", headers={"X-Layout-Solver-Cache": outcome})
 
     async def solve(self, body: bytes, time_limit: float) -> Response:
         body_sha = hashlib.sha256(body).hexdigest()
@@ -169,12 +192,18 @@ class SolverService:
             result = await asyncio.wrap_future(self.pool.submit(body, time_limit))
         except FutureTimeout as exc:
             self.metrics.solves.labels("timeout").inc()
-            raise ServiceError(504, f"the solve overran its hard limit of {hard_limit(time_limit):.0f} s "
-                                    f"(time limit {time_limit:g} s) and was stopped; the worker was replaced") from exc
+            raise ServiceError(
+                504,
+                f"the solve overran its hard limit of {hard_limit(time_limit):.0f} s "
+                f"(time limit {time_limit:g} s) and was stopped; the worker was replaced",
+            ) from exc
         except ProcessExpired as exc:
             self.metrics.solves.labels("worker_died").inc()
-            raise ServiceError(503, f"the solver worker died while solving (exit code {exc.exitcode}); the pool "
-                                    "replaced it; retry the request") from exc
+            raise ServiceError(
+                503,
+                f"the solver worker died while solving (exit code {exc.exitcode}); the pool "
+                "replaced it; retry the request",
+            ) from exc
         finally:
             self.metrics.inflight.dec()
             if self._inflight.get(body_sha, (0.0, None))[1] is asyncio.current_task():
@@ -233,10 +262,16 @@ class GuardAndMeasure:
             await send(message)
 
         try:
-            if self.expected is not None and path != "/healthz" and not secrets.compare_digest(
-                    dict(scope["headers"]).get(b"authorization", b""), self.expected):
-                refuse = JSONResponse({"detail": "missing or wrong bearer token (Authorization: Bearer ...)"},
-                                      status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            if (
+                self.expected is not None
+                and path != "/healthz"
+                and not secrets.compare_digest(dict(scope["headers"]).get(b"authorization", b""), self.expected)
+            ):
+                refuse = JSONResponse(
+                    {"detail": "missing or wrong bearer token (Authorization: Bearer ...)"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
                 await refuse(scope, receive, send_recording)
             else:
                 await self.app(scope, receive, send_recording)
@@ -250,8 +285,10 @@ def _checked_time_limit(value: float | None, settings: ServiceSettings) -> float
     if value is None:
         return settings.default_time_limit
     if not math.isfinite(value) or value <= 0 or value > settings.max_time_limit:
-        raise ServiceError(422, f"time_limit must be a positive finite number of seconds up to "
-                                f"{settings.max_time_limit:g}, got {value}")
+        raise ServiceError(
+            422,
+            f"time_limit must be a positive finite number of seconds up to {settings.max_time_limit:g}, got {value}",
+        )
     return value
 
 
@@ -269,8 +306,12 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         finally:
             await run_in_threadpool(service.stop)
 
-    app = FastAPI(title="layout-solver", version=__version__, lifespan=lifespan,
-                  description="Tensor memory-layout assignment as a service: problems in, solutions out.")
+    app = FastAPI(
+        title="layout-solver",
+        version=__version__,
+        lifespan=lifespan,
+        description="Tensor memory-layout assignment as a service: problems in, solutions out.",
+    )
     app.state.service = service
 
     app.add_middleware(GuardAndMeasure, settings=settings, metrics=metrics)
@@ -294,12 +335,23 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         log.exception("unexpected error on %s %s", request.method, request.url.path)  # the traceback stays here
         return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
-    @app.post("/v1/solve", response_model=Solution, responses={
-        409: {"description": "infeasible"}, 413: {"description": "body too large"},
-        422: {"description": "not a valid problem"}, 503: {"description": "worker died"},
-        504: {"description": "hard limit overrun"}})
-    async def solve(request: Request, time_limit: float | None = Query(
-            None, description="seconds; the answer is the best found by then, with its proven gap")) -> Response:
+    @app.post(
+        "/v1/solve",
+        response_model=Solution,
+        responses={
+            409: {"description": "infeasible"},
+            413: {"description": "body too large"},
+            422: {"description": "not a valid problem"},
+            503: {"description": "worker died"},
+            504: {"description": "hard limit overrun"},
+        },
+    )
+    async def solve(
+        request: Request,
+        time_limit: float | None = Query(
+            None, description="seconds; the answer is the best found by then, with its proven gap"
+        ),
+    ) -> Response:
         """Solve the problem in the body (JSON, the problem schema)."""
         limit = _checked_time_limit(time_limit, settings)
         body = await read_body(request, settings.max_body_bytes)
@@ -314,9 +366,13 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
         try:
             query = TransposeQuery.model_validate_json(body)
         except ValidationError as exc:
-            raise ServiceError(422, "; ".join(
-                f"{' '.join(str(p) for p in e['loc']) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
-                for e in exc.errors())) from exc
+            raise ServiceError(
+                422,
+                "; ".join(
+                    f"{' '.join(str(p) for p in e['loc']) or 'body'}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()
+                ),
+            ) from exc
         try:
             return await run_in_threadpool(price, query)
         except ValueError as exc:
@@ -344,5 +400,6 @@ def serve(settings: ServiceSettings, log_level: str = "warning") -> None:
     """Run the service until interrupted."""
     import uvicorn
 
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level,
-                timeout_graceful_shutdown=5)
+    uvicorn.run(
+        create_app(settings), host=settings.host, port=settings.port, log_level=log_level, timeout_graceful_shutdown=5
+    )

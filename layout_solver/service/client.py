@@ -38,14 +38,16 @@ def client_timeout(time_limit: float) -> float:
     return 2.0 * time_limit + 15.0
 
 
-def solve_remote(problem: Problem, url: str, time_limit: float = DEFAULT_TIME_LIMIT,
-                 token: str | None = None) -> Solution:
+def solve_remote(
+    problem: Problem, url: str, time_limit: float = DEFAULT_TIME_LIMIT, token: str | None = None
+) -> Solution:
     """`problem` solved by the service at `url`; ServiceUnavailable on any failure."""
     token = token if token is not None else os.environ.get(TOKEN_ENV)
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     query = urllib.parse.urlencode({"time_limit": time_limit})
-    request = urllib.request.Request(f"{url}/v1/solve?{query}", data=problem.model_dump_json().encode(),
-                                     headers=headers, method="POST")
+    request = urllib.request.Request(
+        f"{url}/v1/solve?{query}", data=problem.model_dump_json().encode(), headers=headers, method="POST"
+    )
     try:
         with urllib.request.urlopen(request, timeout=client_timeout(time_limit)) as response:
             body = response.read()
@@ -63,8 +65,9 @@ def solve_remote(problem: Problem, url: str, time_limit: float = DEFAULT_TIME_LI
         raise ServiceUnavailable("the reply is not a solution") from exc
 
 
-def solve_problem(problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, service: str | None = None,
-                  token: str | None = None) -> Solution:
+def solve_problem(
+    problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, service: str | None = None, token: str | None = None
+) -> Solution:
     """Solve `problem` via the service if one is configured, else (or when it fails) in-process.
 
     The solution's notes record which one answered. An infeasible or invalid

@@ -29,12 +29,21 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         self.trace, self.constant, self.scale, self.slack = trace, constant, scale, slack
 
     def on_solution_callback(self) -> None:
-        self.trace("cpsat", self.constant + self.objective_value / self.scale,
-                   self.constant + self.best_objective_bound / self.scale - self.slack)
+        self.trace(
+            "cpsat",
+            self.constant + self.objective_value / self.scale,
+            self.constant + self.best_objective_bound / self.scale - self.slack,
+        )
 
 
-def solve_cpsat(sub: Subproblem, hint: SubResult, deadline: float, workers: int = 1, trace: Trace | None = None,
-                stop_event: threading.Event | None = None) -> SubResult:
+def solve_cpsat(
+    sub: Subproblem,
+    hint: SubResult,
+    deadline: float,
+    workers: int = 1,
+    trace: Trace | None = None,
+    stop_event: threading.Event | None = None,
+) -> SubResult:
     """Best answer by `deadline` (a time.perf_counter() instant; model building counts against it)."""
     lm = formulate(sub)
     model = cp_model.CpModel()
@@ -58,8 +67,9 @@ def solve_cpsat(sub: Subproblem, hint: SubResult, deadline: float, workers: int 
     with stopped_by(stop_event, solver.stop_search):
         status = solver.solve(model, callback)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return SubResult(options=list(hint.options), value=hint.value, bound=max(hint.bound, lm.constant),
-                         method="cpsat-timeout")
+        return SubResult(
+            options=list(hint.options), value=hint.value, bound=max(hint.bound, lm.constant), method="cpsat-timeout"
+        )
     options = [next(k for k, i in enumerate(lits) if solver.boolean_value(b[i])) for lits in lm.choose]
     value = sub.total(options)
     bound = lm.constant + solver.best_objective_bound / scale - slack
@@ -69,4 +79,3 @@ def solve_cpsat(sub: Subproblem, hint: SubResult, deadline: float, workers: int 
     if hint.value < value:
         options, value = list(hint.options), hint.value
     return SubResult(options=options, value=value, bound=min(max(bound, hint.bound), value), method=method)
-

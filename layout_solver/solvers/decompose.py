@@ -56,10 +56,18 @@ class _Table:
 
 
 class Decomposer:
-    def __init__(self, compiled: CompiledProblem, deadline: float, workers: int = 1,
-                 enumeration_limit: int = ENUMERATION_LIMIT, elimination_limit: int = MAX_TABLE,
-                 use_blocks: bool = True, memo: bool = True, engines: tuple[str, ...] = ENGINES,
-                 trace: Trace | None = None):
+    def __init__(
+        self,
+        compiled: CompiledProblem,
+        deadline: float,
+        workers: int = 1,
+        enumeration_limit: int = ENUMERATION_LIMIT,
+        elimination_limit: int = MAX_TABLE,
+        use_blocks: bool = True,
+        memo: bool = True,
+        engines: tuple[str, ...] = ENGINES,
+        trace: Trace | None = None,
+    ):
         self.c = compiled
         self.engines = engines
         self.trace = trace
@@ -91,8 +99,10 @@ class Decomposer:
                 return exact
         trace = None
         if self.trace is not None:
+
             def trace(phase: str, incumbent: float, bound: float) -> None:
                 self.trace(phase, incumbent, bound, sub.n_vars)
+
         return solve_hard(sub, self.deadline, self.workers, self.engines, trace)
 
     def _record(self, result: SubResult) -> None:
@@ -259,7 +269,7 @@ class Decomposer:
                 index = tuple(int(i) for i in best_index[bi])
             else:
                 axis = arts.index(parent)
-                others = shape[:axis] + shape[axis + 1:]
+                others = shape[:axis] + shape[axis + 1 :]
                 rest = np.unravel_index(int(best_index[bi][chosen[parent]]), others) if others else ()
                 index = tuple(int(i) for i in rest[:axis]) + (chosen[parent],) + tuple(int(i) for i in rest[axis:])
             for v, o in zip(arts, index):
@@ -299,13 +309,15 @@ class Decomposer:
         var_part = tuple(c.n_options[v] for v in arts) + tuple(c.unary[v] for v in internal)
         encoded = []
         for f in factors:
-            encoded.append((
-                position[f.src_var] if f.src_var >= 0 else -1,
-                f.src_labels,
-                tuple(position[v] for v in f.cons_vars),
-                tuple(tuple(tuple(sorted(r)) for r in reqs) for reqs in f.cons_reqs),
-                tuple(sorted(f.const_req)),
-                c.price_key[f.value],
-            ))
+            encoded.append(
+                (
+                    position[f.src_var] if f.src_var >= 0 else -1,
+                    f.src_labels,
+                    tuple(position[v] for v in f.cons_vars),
+                    tuple(tuple(tuple(sorted(r)) for r in reqs) for reqs in f.cons_reqs),
+                    tuple(sorted(f.const_req)),
+                    c.price_key[f.value],
+                )
+            )
         encoded.sort()
         return (len(arts), var_part, tuple(encoded))

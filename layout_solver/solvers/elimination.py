@@ -112,8 +112,9 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE) -> list[int] 
     return order
 
 
-def solve_by_elimination(sub: Subproblem, max_table: int = MAX_TABLE, deadline: float | None = None
-                         ) -> SubResult | None:
+def solve_by_elimination(
+    sub: Subproblem, max_table: int = MAX_TABLE, deadline: float | None = None
+) -> SubResult | None:
     """Exact optimum of `sub`, or None when a table would exceed `max_table` entries (decided
     symbolically, before any table is built) or the `deadline` (a time.perf_counter() instant)
     passes first."""
@@ -152,7 +153,7 @@ def solve_by_elimination(sub: Subproblem, max_table: int = MAX_TABLE, deadline: 
         union = sorted({u for scope, _ in mine for u in scope})
         total = sum(_aligned(s, t, union) for s, t in mine)
         axis = union.index(v)
-        rest = union[:axis] + union[axis + 1:]
+        rest = union[:axis] + union[axis + 1 :]
         eliminated.append((v, rest, total.argmin(axis=axis)))
         reduced = total.min(axis=axis)
         if rest:

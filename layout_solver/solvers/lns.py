@@ -36,8 +36,10 @@ def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
         scope = f.scope
         if math.prod(sub.n_options[v] for v in scope) > _ENUMERABLE:
             continue
-        cheapest = min(sub.factor_cost(f, dict(zip(scope, choice)))
-                       for choice in itertools.product(*(range(sub.n_options[v]) for v in scope)))
+        cheapest = min(
+            sub.factor_cost(f, dict(zip(scope, choice)))
+            for choice in itertools.product(*(range(sub.n_options[v]) for v in scope))
+        )
         bound += cheapest
     return bound
 

@@ -22,8 +22,13 @@ from layout_solver.solvers.subproblem import Subproblem, SubResult, stopped_by
 _CHECK_EVERY = 2000
 
 
-def solve_mip(sub: Subproblem, hint: SubResult, deadline: float, trace: Trace | None = None,
-              stop_event: threading.Event | None = None) -> SubResult | None:
+def solve_mip(
+    sub: Subproblem,
+    hint: SubResult,
+    deadline: float,
+    trace: Trace | None = None,
+    stop_event: threading.Event | None = None,
+) -> SubResult | None:
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:
         return None

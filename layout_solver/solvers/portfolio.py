@@ -34,8 +34,9 @@ def proven(result: SubResult) -> bool:
     return result.bound >= result.value - 1e-9 * max(1.0, abs(result.value))
 
 
-def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tuple[str, ...] = ENGINES,
-               trace: Trace | None = None) -> SubResult:
+def solve_hard(
+    sub: Subproblem, deadline: float, workers: int = 1, engines: tuple[str, ...] = ENGINES, trace: Trace | None = None
+) -> SubResult:
     """Best answer for `sub` by `deadline` (a time.perf_counter() instant), with a proven bound."""
     start = greedy(sub, deadline=deadline)
     start.bound = sub.offset + sum(min(u) for u in sub.unary)
@@ -60,8 +61,7 @@ def solve_hard(sub: Subproblem, deadline: float, workers: int = 1, engines: tupl
     return best
 
 
-def _side_by_side(sub: Subproblem, start: SubResult, deadline: float, workers: int,
-                  trace: Trace | None) -> SubResult:
+def _side_by_side(sub: Subproblem, start: SubResult, deadline: float, workers: int, trace: Trace | None) -> SubResult:
     done = threading.Event()
     results: dict[str, SubResult | None] = {}
 

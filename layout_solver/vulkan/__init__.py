@@ -14,5 +14,12 @@ from layout_solver.vulkan.hooks import solver_layouts, stock_layouts, substitute
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.vulkan.validate import LayoutValidationError, validate
 
-__all__ = ["LayoutValidationError", "PassReport", "SolverTagMemoryMetaPass", "solver_layouts", "stock_layouts",
-           "substituted_pass", "validate"]
+__all__ = [
+    "LayoutValidationError",
+    "PassReport",
+    "SolverTagMemoryMetaPass",
+    "solver_layouts",
+    "stock_layouts",
+    "substituted_pass",
+    "validate",
+]

@@ -94,8 +94,13 @@ PROBES: dict[str, ProbeSpec] = {
     "softmax": ProbeSpec(lambda m, x: torch.softmax(x, -1), 1, TOKENS_3D, BATCHED_3D),
     "layer_norm": ProbeSpec(lambda m, x: F.layer_norm(x, x.shape[-1:], m.weight, m.bias), 1, TOKENS_3D, BATCHED_3D),
     "linear": ProbeSpec(lambda m, x: F.linear(x, m.weight), 1, TOKENS_3D, BATCHED_3D + MATRICES, contraction=True),
-    "matmul": ProbeSpec(lambda m, x: torch.bmm(x, x), 1, [(4, 64, 64), (6, 128, 128), (8, 196, 196)],
-                        [(16, 16, 16), (12, 49, 49), (1, 256, 256)], contraction=True),
+    "matmul": ProbeSpec(
+        lambda m, x: torch.bmm(x, x),
+        1,
+        [(4, 64, 64), (6, 128, 128), (8, 196, 196)],
+        [(16, 16, 16), (12, 49, 49), (1, 256, 256)],
+        contraction=True,
+    ),
 }
 
 
@@ -117,8 +122,9 @@ def _pinned_pass(pattern: tuple[str, ...]):
             for op in problem.ops:
                 keep = [m for m in op.modes if all(pinned[r] == lab for r, lab in zip(op.results, m.results))]
                 if not keep:
-                    raise ProblemError(f"{op.id} has no mode with its results in {[pinned[r] for r in op.results]}",
-                                       ops=[op.id])
+                    raise ProblemError(
+                        f"{op.id} has no mode with its results in {[pinned[r] for r in op.results]}", ops=[op.id]
+                    )
                 op.modes = keep
 
     return Pinned
@@ -131,8 +137,7 @@ def lower_pinned(module: nn.Module, inputs: tuple, pattern: tuple[str, ...]) -> 
     from executorch.exir import to_edge_transform_and_lower
 
     exported = torch.export.export(module, inputs)
-    with warnings.catch_warnings(), collecting_reports() as reports, \
-            hooks.substituted_pass(_pinned_pass(pattern)):
+    with warnings.catch_warnings(), collecting_reports() as reports, hooks.substituted_pass(_pinned_pass(pattern)):
         warnings.simplefilter("ignore")
         program = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()]).to_executorch()
     if any(r.kind != "solver" for r in reports) or len(reports) != 1:
@@ -195,8 +200,15 @@ def _probe_runs(op: str, shape: tuple[int, ...]) -> bool:
     return tuple(example[0].shape) == tuple(shape)  # QR of a non-square matrix would change the shape
 
 
-def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
-         transitions: bool, shapes: list[tuple[int, ...]] | None = None) -> tuple[list[Job], list[Probe]]:
+def plan(
+    ops: list[str],
+    labels: list[str],
+    sizes: int,
+    short: int,
+    long: int,
+    transitions: bool,
+    shapes: list[tuple[int, ...]] | None = None,
+) -> tuple[list[Job], list[Probe]]:
     """Every program to lower, and the probes that read their times; `shapes` replaces the built-in
     probe shapes (each op class takes those its chain can run on)."""
     jobs: dict[str, Job] = {}
@@ -209,13 +221,17 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
 
     for op in ops:
         spec = PROBES[op]
-        op_shapes = [s for s in shapes if _probe_runs(op, s)] if shapes is not None else spec.shapes[:sizes] + spec.extra
+        op_shapes = (
+            [s for s in shapes if _probe_runs(op, s)] if shapes is not None else spec.shapes[:sizes] + spec.extra
+        )
         for shape in op_shapes:
             for label in labels:
                 programs = {"short": job(op, shape, short, (label,)), "long": job(op, shape, long, (label,))}
                 if spec.baseline is not None:
-                    programs |= {"base_short": job(op, shape, short, (label,), True),
-                                 "base_long": job(op, shape, long, (label,), True)}
+                    programs |= {
+                        "base_short": job(op, shape, short, (label,), True),
+                        "base_long": job(op, shape, long, (label,), True),
+                    }
                 probes.append(Probe("op", f"{op}|{label}", shape, label, programs))
     if transitions:
         for shape in shapes if shapes is not None else SQUARE_4D[:sizes] + DEEP_4D + BATCHED_3D + MATRICES:
@@ -225,16 +241,37 @@ def plan(ops: list[str], labels: list[str], sizes: int, short: int, long: int,
                 for src, dst in ((a, b), (b, a)):
                     # the dispatch runs over the texture side's extents (dst when both are textures)
                     texture_side = dst if vk_cost.split_repr(dst)[0] == "TEXTURE_3D" else src
-                    probes.append(Probe("transition", f"{src}->{dst}", shape, texture_side, {
-                        "alt": job("unary", shape, long, (a, b)), "a": job("unary", shape, long, (a,)),
-                        "b": job("unary", shape, long, (b,))}))
+                    probes.append(
+                        Probe(
+                            "transition",
+                            f"{src}->{dst}",
+                            shape,
+                            texture_side,
+                            {
+                                "alt": job("unary", shape, long, (a, b)),
+                                "a": job("unary", shape, long, (a,)),
+                                "b": job("unary", shape, long, (b,)),
+                            },
+                        )
+                    )
     return list(jobs.values()), probes
 
 
-def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | None = None, sizes: int = 3,
-              short: int = 2, long: int = 10, rounds: int = 9, transitions: bool = True, workers: int = 2,
-              log: Callable[[str], None] = print, command: str = "", shapes: list[tuple[int, ...]] | None = None,
-              extend: vk_cost.VulkanProfile | None = None) -> vk_cost.VulkanProfile:
+def calibrate(
+    runtime=None,
+    ops: list[str] | None = None,
+    labels: list[str] | None = None,
+    sizes: int = 3,
+    short: int = 2,
+    long: int = 10,
+    rounds: int = 9,
+    transitions: bool = True,
+    workers: int = 2,
+    log: Callable[[str], None] = print,
+    command: str = "",
+    shapes: list[tuple[int, ...]] | None = None,
+    extend: vk_cost.VulkanProfile | None = None,
+) -> vk_cost.VulkanProfile:
     """Measure op modes and transitions on the present device; returns the fitted profile.
 
     `shapes` measures at those shapes instead of the built-in ones. With `extend`
@@ -256,12 +293,16 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
             if buffer is not None:
                 programs[job.name], inputs[job.name], clones[job.name] = buffer, example, n_clones
             if k % 25 == 0 or k == len(jobs):
-                log(f"[calibrate] lowered {k}/{len(jobs)} programs ({len(jobs) - k} to go, "
-                    f"{time.perf_counter() - start:.0f} s)")
+                log(
+                    f"[calibrate] lowered {k}/{len(jobs)} programs ({len(jobs) - k} to go, "
+                    f"{time.perf_counter() - start:.0f} s)"
+                )
     results = execute(programs, inputs, runtime=runtime, warmup=2, rounds=rounds)
     failed = {n: r.error for n, r in results.items() if not r.executed or r.run_ms is None}
-    log(f"[calibrate] ran {len(results) - len(failed)} programs on the device, {len(failed)} failed "
-        f"({time.perf_counter() - start:.0f} s)")
+    log(
+        f"[calibrate] ran {len(results) - len(failed)} programs on the device, {len(failed)} failed "
+        f"({time.perf_counter() - start:.0f} s)"
+    )
     ms = {n: r.run_ms for n, r in results.items() if n not in failed}
     points: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     for probe in probes:
@@ -298,21 +339,38 @@ def calibrate(runtime=None, ops: list[str] | None = None, labels: list[str] | No
             trans[key] = fit
     base = vk_cost.load_profile("mobile-gpu")
     return vk_cost.VulkanProfile(
-        version=2, name="measured", device=device_name(), measured=True, command=command,
+        version=2,
+        name="measured",
+        device=device_name(),
+        measured=True,
+        command=command,
         description="Measured on this device by layout-solver calibrate vulkan: op modes from chains of pinned ops "
-                    "(slope between two chain lengths), transitions from chains alternating between two "
-                    "representations; each fitted as overhead + rate per MiB + rate per texture slice "
-                    "(cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
-                    "parametric fallback.",
-        parameters=base.parameters, transitions=trans, op_modes=op_modes,
+        "(slope between two chain lengths), transitions from chains alternating between two "
+        "representations; each fitted as overhead + rate per MiB + rate per texture slice "
+        "(cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
+        "parametric fallback.",
+        parameters=base.parameters,
+        transitions=trans,
+        op_modes=op_modes,
         samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
-        notes=[(f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
-               f"{len(failed)} failed on the device")] + [f"{n}: {e[:300]}" for n, e in failed.items()],
+        notes=[
+            (
+                f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
+                f"{len(failed)} failed on the device"
+            )
+        ]
+        + [f"{n}: {e[:300]}" for n, e in failed.items()],
     )
 
 
-def _extended(base: vk_cost.VulkanProfile, new: dict[tuple[str, str], list[tuple[float, ...]]], lowered: int,
-              planned: int, failed: dict[str, str], command: str) -> vk_cost.VulkanProfile:
+def _extended(
+    base: vk_cost.VulkanProfile,
+    new: dict[tuple[str, str], list[tuple[float, ...]]],
+    lowered: int,
+    planned: int,
+    failed: dict[str, str],
+    command: str,
+) -> vk_cost.VulkanProfile:
     """`base` with the `new` points added to its samples and every touched entry refitted."""
     samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
     for (kind, key), pts in new.items():
@@ -327,12 +385,21 @@ def _extended(base: vk_cost.VulkanProfile, new: dict[tuple[str, str], list[tuple
         else:
             trans[key] = fit
     added = sum(len(p) for p in new.values())
-    return base.model_copy(update={
-        "transitions": trans, "op_modes": op_modes, "samples": dict(sorted(samples.items())),
-        "command": f"{base.command}; then {command}" if command else base.command,
-        "notes": [*base.notes, (f"extended: {added} points from {lowered} of {planned} probe programs, "
-                               f"{len(failed)} failed on the device; {len(new)} entries refitted")],
-    })
+    return base.model_copy(
+        update={
+            "transitions": trans,
+            "op_modes": op_modes,
+            "samples": dict(sorted(samples.items())),
+            "command": f"{base.command}; then {command}" if command else base.command,
+            "notes": [
+                *base.notes,
+                (
+                    f"extended: {added} points from {lowered} of {planned} probe programs, "
+                    f"{len(failed)} failed on the device; {len(new)} entries refitted"
+                ),
+            ],
+        }
+    )
 
 
 def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
@@ -342,15 +409,21 @@ def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
     a = np.array([[1.0, p[0] / vk_cost.MIB, p[1], p[3] if len(p) > 3 else 0.0] for p in points])
     y = np.array([max(p[2], 1.0) for p in points])
     (overhead, rate, per_slice, per_mflop), _ = nnls(a / y[:, None], np.ones(len(y)))
-    return vk_cost.Linear(overhead_us=round(float(overhead), 3), us_per_mib=round(float(rate), 3),
-                          us_per_slice=round(float(per_slice), 4), us_per_mflop=round(float(per_mflop), 4),
-                          points=len(points))
+    return vk_cost.Linear(
+        overhead_us=round(float(overhead), 3),
+        us_per_mib=round(float(rate), 3),
+        us_per_slice=round(float(per_slice), 4),
+        us_per_mflop=round(float(per_mflop), 4),
+        points=len(points),
+    )
 
 
 def device_name() -> str:
     """The Vulkan device's name, as vulkaninfo reports it (or 'unknown')."""
     try:
-        out = subprocess.run(["vulkaninfo", "--summary"], check=False, capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["vulkaninfo", "--summary"], check=False, capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     names = [line.split("=", 1)[1].strip() for line in out.splitlines() if line.strip().startswith("deviceName")]

@@ -30,9 +30,13 @@ def substituted_pass(cls) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.VulkanProfile | None = None,
-                   service: str | None = None, method_weights: dict[str, float] | None = None,
-                   cache_dir: str | Path | None = None) -> Iterator[JointReports]:
+def solver_layouts(
+    time_limit: float = 10.0,
+    cost_profile: str | Path | vk_cost.VulkanProfile | None = None,
+    service: str | None = None,
+    method_weights: dict[str, float] | None = None,
+    cache_dir: str | Path | None = None,
+) -> Iterator[JointReports]:
     """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
 
     `cost_profile` prices transitions and op modes: a built-in name ("mobile-gpu",
@@ -55,23 +59,33 @@ def solver_layouts(time_limit: float = 10.0, cost_profile: str | Path | vk_cost.
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
 
     profile = vk_cost.load_profile(cost_profile)
-    pass_cls = type("SolverTagMemoryMetaPass", (SolverTagMemoryMetaPass,),
-                    {"time_limit": time_limit, "cost_profile": profile, "service": service})
+    pass_cls = type(
+        "SolverTagMemoryMetaPass",
+        (SolverTagMemoryMetaPass,),
+        {"time_limit": time_limit, "cost_profile": profile, "service": service},
+    )
     reports = JointReports()
     with contextlib.ExitStack() as stack:
         stack.enter_context(collecting_reports(reports))
         stack.enter_context(substituted_pass(pass_cls))
         if method_weights:
-            stack.enter_context(joint_preprocess(
-                VulkanBackend, method_weights, lambda p: solve_problem(p, time_limit, service), reports,
-                cache=SubproblemCache(cache_dir)))
+            stack.enter_context(
+                joint_preprocess(
+                    VulkanBackend,
+                    method_weights,
+                    lambda p: solve_problem(p, time_limit, service),
+                    reports,
+                    cache=SubproblemCache(cache_dir),
+                )
+            )
         yield reports
 
 
 @contextlib.contextmanager
 def stock_layouts(cost_profile: str | Path | vk_cost.VulkanProfile | None = None) -> Iterator[list[PassReport]]:
     """The stock pass, with reports priced by `cost_profile` (for side-by-side measurements)."""
-    pass_cls = type("CountingTagMemoryMetaPass", (CountingTagMemoryMetaPass,),
-                    {"cost_profile": vk_cost.load_profile(cost_profile)})
+    pass_cls = type(
+        "CountingTagMemoryMetaPass", (CountingTagMemoryMetaPass,), {"cost_profile": vk_cost.load_profile(cost_profile)}
+    )
     with collecting_reports() as reports, substituted_pass(pass_cls):
         yield reports

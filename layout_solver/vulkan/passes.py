@@ -55,8 +55,13 @@ def _transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | No
     dst_label = repr_label(utils.get_node_repr(clone))
     val = clone.meta["val"]
     shape, dtype = shape_of(val), dtype_name(val)
-    return {"value": source.name, "src": src_label, "dst": dst_label, "bytes": vk_cost.tensor_bytes(shape, dtype),
-            "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label, profile)}
+    return {
+        "value": source.name,
+        "src": src_label,
+        "dst": dst_label,
+        "bytes": vk_cost.tensor_bytes(shape, dtype),
+        "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label, profile),
+    }
 
 
 def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> float:
@@ -77,11 +82,14 @@ def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanPro
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None
         reads = repr_label(first_reprs[0]) if first_reprs else None
-        for r, val in zip(reprs_of(node) or [], node.meta["val"] if isinstance(node.meta["val"], (list, tuple))
-                          else [node.meta["val"]]):
+        for r, val in zip(
+            reprs_of(node) or [],
+            node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]],
+        ):
             shape, dtype = shape_of(val), dtype_name(val)
-            total += vk_cost.op_mode_cost(op_class(node), shape, dtype, repr_label(r), profile, contraction(node),
-                                          reads)
+            total += vk_cost.op_mode_cost(
+                op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads
+            )
     return total
 
 
@@ -96,10 +104,15 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
         result = super().call(graph_module)
         elapsed = time.perf_counter() - start
         clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n not in before]
-        record(PassReport("stock", pass_seconds=elapsed,
-                          transitions=[_transition_record(c, self.cost_profile) for c in clones],
-                          tensors_by_repr=_tensors_by_repr(graph_module),
-                          modelled_us=modelled_cost(graph_module, self.cost_profile)))
+        record(
+            PassReport(
+                "stock",
+                pass_seconds=elapsed,
+                transitions=[_transition_record(c, self.cost_profile) for c in clones],
+                tensors_by_repr=_tensors_by_repr(graph_module),
+                modelled_us=modelled_cost(graph_module, self.cost_profile),
+            )
+        )
         return result
 
 
@@ -121,32 +134,56 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
         built = []
 
         def build():
-            built.append(build_problem(graph_module, self.texture_limits, name="vulkan-delegate",
-                                       profile=self.cost_profile))
+            built.append(
+                build_problem(graph_module, self.texture_limits, name="vulkan-delegate", profile=self.cost_profile)
+            )
             self.constrain(built[0])
             return built[0]
 
-        solve = lowering_solver(self.time_limit, self.service, self._exported_program, lambda: {
-            vid for vid, node in built[0].value_node.items() if node.op == "placeholder"})
+        solve = lowering_solver(
+            self.time_limit,
+            self.service,
+            self._exported_program,
+            lambda: {vid for vid, node in built[0].value_node.items() if node.op == "placeholder"},
+        )
         try:
-            run = run_solver_pass(build, lambda vproblem: solve(vproblem.problem),
-                                  lambda vproblem, solution: self._write_back(graph_module, vproblem, solution),
-                                  lambda: validate(graph_module, self.texture_limits, before))
+            run = run_solver_pass(
+                build,
+                lambda vproblem: solve(vproblem.problem),
+                lambda vproblem, solution: self._write_back(graph_module, vproblem, solution),
+                lambda: validate(graph_module, self.texture_limits, before),
+            )
         except ProblemError as exc:
             # A graph the registry cannot describe: stock behaviour, said out loud.
             warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
             result = super().call(graph_module)
-            record(PassReport("stock-fallback", pass_seconds=time.perf_counter() - start, notes=[str(exc)],
-                              tensors_by_repr=_tensors_by_repr(graph_module),
-                              modelled_us=modelled_cost(graph_module, self.cost_profile)))
+            record(
+                PassReport(
+                    "stock-fallback",
+                    pass_seconds=time.perf_counter() - start,
+                    notes=[str(exc)],
+                    tensors_by_repr=_tensors_by_repr(graph_module),
+                    modelled_us=modelled_cost(graph_module, self.cost_profile),
+                )
+            )
             return result
         vproblem, solution = run.built, run.solution
         clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n.meta.get("layout_solver_transition")]
-        record(PassReport("solver", solution.objective, solution.bound, solution.gap, time.perf_counter() - start,
-                          run.phase_seconds, list(solution.notes), len(vproblem.problem.ops),
-                          transitions=[_transition_record(c, self.cost_profile) for c in clones],
-                          tensors_by_repr=_tensors_by_repr(graph_module),
-                          modelled_us=modelled_cost(graph_module, self.cost_profile)))
+        record(
+            PassReport(
+                "solver",
+                solution.objective,
+                solution.bound,
+                solution.gap,
+                time.perf_counter() - start,
+                run.phase_seconds,
+                list(solution.notes),
+                len(vproblem.problem.ops),
+                transitions=[_transition_record(c, self.cost_profile) for c in clones],
+                tensors_by_repr=_tensors_by_repr(graph_module),
+                modelled_us=modelled_cost(graph_module, self.cost_profile),
+            )
+        )
         return PassResult(graph_module, True)
 
     @staticmethod

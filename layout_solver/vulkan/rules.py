@@ -77,21 +77,38 @@ def _view_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
 def _clone_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
     # Clone.cpp: texture->texture (a view when the layouts differ), texture<->buffer;
     # buffer->buffer only when the layout is unchanged ("not supported yet").
-    return [(a, b) for a in ins for b in outs
-            if not (storage_of(a) == storage_of(b) == "BUFFER" and a != b)]
+    return [(a, b) for a in ins for b in outs if not (storage_of(a) == storage_of(b) == "BUFFER" and a != b)]
 
 
 # Op classes a device profile prices separately (`layout-solver calibrate vulkan`
 # measures one representative of each in every representation it may take).
 OP_CLASSES: dict[object, str] = {
-    **{t: "unary" for t in (exir_ops.edge.aten.relu.default, exir_ops.edge.aten.gelu.default,
-                            exir_ops.edge.aten.sigmoid.default, exir_ops.edge.aten.hardswish.default,
-                            exir_ops.edge.aten.tanh.default, exir_ops.edge.aten.hardtanh.default,
-                            exir_ops.edge.aten.clamp.default, exir_ops.edge.aten.sqrt.default,
-                            exir_ops.edge.aten.rsqrt.default, exir_ops.edge.aten.exp.default,
-                            exir_ops.edge.aten.neg.default, exir_ops.edge.aten.abs.default)},
-    **{t: "binary" for t in (exir_ops.edge.aten.add.Tensor, exir_ops.edge.aten.sub.Tensor,
-                             exir_ops.edge.aten.mul.Tensor, exir_ops.edge.aten.div.Tensor)},
+    **{
+        t: "unary"
+        for t in (
+            exir_ops.edge.aten.relu.default,
+            exir_ops.edge.aten.gelu.default,
+            exir_ops.edge.aten.sigmoid.default,
+            exir_ops.edge.aten.hardswish.default,
+            exir_ops.edge.aten.tanh.default,
+            exir_ops.edge.aten.hardtanh.default,
+            exir_ops.edge.aten.clamp.default,
+            exir_ops.edge.aten.sqrt.default,
+            exir_ops.edge.aten.rsqrt.default,
+            exir_ops.edge.aten.exp.default,
+            exir_ops.edge.aten.neg.default,
+            exir_ops.edge.aten.abs.default,
+        )
+    },
+    **{
+        t: "binary"
+        for t in (
+            exir_ops.edge.aten.add.Tensor,
+            exir_ops.edge.aten.sub.Tensor,
+            exir_ops.edge.aten.mul.Tensor,
+            exir_ops.edge.aten.div.Tensor,
+        )
+    },
     exir_ops.edge.aten.permute_copy.default: "permute",
     exir_ops.edge.aten.view_copy.default: "view",
     exir_ops.edge.aten._softmax.default: "softmax",
@@ -190,8 +207,12 @@ def _tensor_value_node(node) -> bool:
     return isinstance(node, torch.fx.Node) and utils.is_tensor_node(node) and not is_constant_tensor(node)
 
 
-def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str = "vulkan",
-                  profile: vk_cost.VulkanProfile | str | None = None) -> VulkanProblem:
+def build_problem(
+    graph_module: torch.fx.GraphModule,
+    texture_limits,
+    name: str = "vulkan",
+    profile: vk_cost.VulkanProfile | str | None = None,
+) -> VulkanProblem:
     """The layout problem of a Vulkan edge graph, priced with `profile` (a VulkanProfile, a name or a path).
 
     Raises ProblemError naming the node the registry cannot describe.
@@ -210,11 +231,18 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
 
     def add_value(vid: str, node: torch.fx.Node, val, kind: str) -> None:
         if any(not isinstance(d, int) for d in val.shape):
-            raise ProblemError(f"node {node.name!r}: dynamic shape {tuple(val.shape)} is not supported", ops=[node.name])
+            raise ProblemError(
+                f"node {node.name!r}: dynamic shape {tuple(val.shape)} is not supported", ops=[node.name]
+            )
         shape = [int(d) for d in val.shape]
         dtype = dtype_name(val)
-        values[vid] = {"id": vid, "shape": shape, "dtype": dtype, "size_bytes": vk_cost.tensor_bytes(shape, dtype),
-                       "kind": kind}
+        values[vid] = {
+            "id": vid,
+            "shape": shape,
+            "dtype": dtype,
+            "size_bytes": vk_cost.tensor_bytes(shape, dtype),
+            "kind": kind,
+        }
         value_node[vid] = node
 
     def value_of(node: torch.fx.Node) -> str:
@@ -236,8 +264,9 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
             repsets = features.make_op_repsets(node, texture_limits)
             storage_free = storage_free_args(features, node)
         except Exception as exc:  # the registry could not describe this node
-            raise ProblemError(f"node {node.name!r} ({node.target}): the Vulkan op registry cannot describe it: {exc}",
-                               ops=[node.name]) from exc
+            raise ProblemError(
+                f"node {node.name!r} ({node.target}): the Vulkan op registry cannot describe it: {exc}", ops=[node.name]
+            ) from exc
         op_id = node.name
         # Results: a single tensor, or one value per output (the getitem nodes that read them).
         vals = node.meta["val"]
@@ -281,14 +310,24 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
         result_sets = [repset_labels(repsets.get_out_repset(k), values[r]["dtype"]) for k, r in enumerate(results)]
         label_rule = RUNTIME_LABEL_RULES.get(node.target)
         if label_rule is not None:
-            result_sets = [[lab for lab in labels if label_rule(val, lab)]
-                           for labels, val in zip(result_sets, vals if isinstance(vals, (list, tuple)) else [vals])]
-            slot_sets = [[lab for lab in labels if label_rule(node.args[arg].meta["val"], lab)]
-                         for labels, arg in zip(slot_sets, slot_arg)]
+            result_sets = [
+                [lab for lab in labels if label_rule(val, lab)]
+                for labels, val in zip(result_sets, vals if isinstance(vals, (list, tuple)) else [vals])
+            ]
+            slot_sets = [
+                [lab for lab in labels if label_rule(node.args[arg].meta["val"], lab)]
+                for labels, arg in zip(slot_sets, slot_arg)
+            ]
         pair_rule = RUNTIME_PAIR_RULES.get(node.target)
         if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
-            price = functools.partial(_mode, values=values, results=results, op_class=op_class(node), profile=profile,
-                                      contraction=contraction(node))
+            price = functools.partial(
+                _mode,
+                values=values,
+                results=results,
+                op_class=op_class(node),
+                profile=profile,
+                contraction=contraction(node),
+            )
             modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
         else:
             modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile)
@@ -298,11 +337,10 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
         for vid, labels in zip(operands, slot_labels[: len(operands)]):
             mentions.setdefault(vid, []).extend(labels)
             wanted.setdefault(vid, set()).update(labels)
-        for vid, labels in zip(results, slot_labels[len(operands):]):
+        for vid, labels in zip(results, slot_labels[len(operands) :]):
             mentions.setdefault(vid, []).extend(labels)
             produced.setdefault(vid, set()).update(labels)
-        ops.append({"id": op_id, "target": str(node.target), "operands": operands, "results": results,
-                    "modes": modes})
+        ops.append({"id": op_id, "target": str(node.target), "operands": operands, "results": results, "modes": modes})
         op_node[op_id] = node
         op_slots[op_id] = slots
 
@@ -328,8 +366,9 @@ def build_problem(graph_module: torch.fx.GraphModule, texture_limits, name: str 
             costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
     # One validation call over plain dicts: pydantic-core checks thousands of
     # objects several times faster than constructing them one by one.
-    problem = Problem.model_validate({"name": name, "values": final_values, "ops": ops, "transition_costs": costs,
-                                      "default_cost_per_byte": 0.0})
+    problem = Problem.model_validate(
+        {"name": name, "values": final_values, "ops": ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
+    )
     return VulkanProblem(problem, value_node, op_node, op_slots, multi, routes)
 
 
@@ -346,8 +385,9 @@ def texture_labels(node: torch.fx.Node, texture_limits) -> list[str]:
     return repset_labels(utils.filter_invalid_reprs(val, utils.ANY_TEXTURE, texture_limits))
 
 
-def transition_route(shape, dtype: str, src: str, dst: str, textures: list[str],
-                     profile: vk_cost.VulkanProfile | None = None) -> tuple[list[str], float]:
+def transition_route(
+    shape, dtype: str, src: str, dst: str, textures: list[str], profile: vk_cost.VulkanProfile | None = None
+) -> tuple[list[str], float]:
     """The clones that take a tensor from `src` to `dst`, and their cost.
 
     One clone, except buffer -> buffer with another layout, which Clone.cpp
@@ -355,9 +395,14 @@ def transition_route(shape, dtype: str, src: str, dst: str, textures: list[str],
     """
     if not (storage_of(src) == storage_of(dst) == "BUFFER"):
         return [dst], vk_cost.transition_cost(shape, dtype, src, dst, profile)
-    hops = [(vk_cost.transition_cost(shape, dtype, src, via, profile) +
-             vk_cost.transition_cost(shape, dtype, via, dst, profile), via)
-            for via in textures]
+    hops = [
+        (
+            vk_cost.transition_cost(shape, dtype, src, via, profile)
+            + vk_cost.transition_cost(shape, dtype, via, dst, profile),
+            via,
+        )
+        for via in textures
+    ]
     if not hops:
         return [dst], UNROUTABLE_COST
     cost, via = min(hops)
@@ -372,7 +417,9 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
     synced_in = set()
     synced_out = set()
     if repsets.sync_primary_io_repr:
-        ins = members_in if repsets.sync_args_repr else [s for s in members_in if slot_arg[s] == repsets.primary_arg_idx]
+        ins = (
+            members_in if repsets.sync_args_repr else [s for s in members_in if slot_arg[s] == repsets.primary_arg_idx]
+        )
         outs = list(range(len(results))) if repsets.sync_outs_repr else [0]
         groups.append((ins, outs))
         synced_in |= set(ins)
@@ -400,9 +447,13 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
         for anchor in anchors:
             picked = []
             for labels in member_sets:
-                same = anchor if anchor in labels else next(lab for lab in labels if packed_dim_key(lab) == packed_dim_key(anchor))
+                same = (
+                    anchor
+                    if anchor in labels
+                    else next(lab for lab in labels if packed_dim_key(lab) == packed_dim_key(anchor))
+                )
                 picked.append(same)
-            choices.append((picked[: len(ins)], picked[len(ins):]))
+            choices.append((picked[: len(ins)], picked[len(ins) :]))
         if not choices:
             raise ProblemError(f"node {node.name!r}: its synced tensors share no representation", ops=[node.name])
         group_choices.append(choices)
@@ -423,15 +474,27 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
                 operand_labels[s] = lab
             for k, lab in zip(outs, out_labels):
                 result_labels[k] = lab
-        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile,
-                           contraction(node)))
+        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile, contraction(node)))
     return modes
 
 
-def _mode(operand_labels: list[str], result_labels: list[str], values: dict, results: list[str],
-          op_class: str | None, profile: vk_cost.VulkanProfile, contraction: int = 0) -> dict:
+def _mode(
+    operand_labels: list[str],
+    result_labels: list[str],
+    values: dict,
+    results: list[str],
+    op_class: str | None,
+    profile: vk_cost.VulkanProfile,
+    contraction: int = 0,
+) -> dict:
     reads = operand_labels[0] if operand_labels else None
-    cost = sum(vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction,
-                                    reads) for r, lab in zip(results, result_labels))
-    return {"name": "|".join(operand_labels + ["->"] + result_labels), "operands": operand_labels,
-            "results": result_labels, "cost": round(cost, 3)}
+    cost = sum(
+        vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction, reads)
+        for r, lab in zip(results, result_labels)
+    )
+    return {
+        "name": "|".join(operand_labels + ["->"] + result_labels),
+        "operands": operand_labels,
+        "results": result_labels,
+        "cost": round(cost, 3),
+    }

@@ -89,8 +89,13 @@ def _run_child(request: dict, timeout: float) -> dict:
         req, res = Path(tmp) / "request.pkl", Path(tmp) / "result.pkl"
         req.write_bytes(pickle.dumps(request))
         try:
-            proc = subprocess.run([sys.executable, "-m", "layout_solver.vulkan.runtime", str(req), str(res)],
-                                  check=False, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, "-m", "layout_solver.vulkan.runtime", str(req), str(res)],
+                check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             return {"crash": f"timed out after {timeout:.0f} s"}
         if res.is_file():
@@ -108,15 +113,23 @@ def probe(runtime: str | os.PathLike | None = None, timeout: float = 120.0) -> s
     answer = _run_child({"mode": "probe", "runtime": str(lib)}, timeout)
     if "crash" in answer or answer.get("error") or answer.get("unavailable"):
         raise VulkanRuntimeUnavailable(
-            answer.get("unavailable") or f"loading {lib} failed: {answer.get('crash') or answer.get('error')}")
+            answer.get("unavailable") or f"loading {lib} failed: {answer.get('crash') or answer.get('error')}"
+        )
     if not answer["available"]:
         raise VulkanRuntimeUnavailable(HOW_TO_GET_A_DEVICE)
     return "VulkanBackend available"
 
 
-def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtime: str | os.PathLike | None = None,
-            warmup: int = 3, rounds: int = 15, timeout: float = 600.0, time_runs: bool = True,
-            methods: dict[str, tuple[bytes, str]] | None = None) -> dict[str, ExecutionResult]:
+def execute(
+    programs: dict[str, bytes],
+    inputs: tuple | dict[str, tuple],
+    runtime: str | os.PathLike | None = None,
+    warmup: int = 3,
+    rounds: int = 15,
+    timeout: float = 600.0,
+    time_runs: bool = True,
+    methods: dict[str, tuple[bytes, str]] | None = None,
+) -> dict[str, ExecutionResult]:
     """Run every program on the Vulkan device; never raises for a program that fails.
 
     `inputs` is one tuple for every program, or a tuple per program name.
@@ -139,8 +152,13 @@ def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtim
         if answer.get("unavailable"):
             raise VulkanRuntimeUnavailable(answer["unavailable"])
         if "crash" in answer and len(paths) > 1:
-            answers = {name: _run_child({"mode": "outputs", "runtime": lib, "programs": {name: path},
-                                         "inputs": {name: inputs[name]}}, timeout) for name, path in paths.items()}
+            answers = {
+                name: _run_child(
+                    {"mode": "outputs", "runtime": lib, "programs": {name: path}, "inputs": {name: inputs[name]}},
+                    timeout,
+                )
+                for name, path in paths.items()
+            }
         else:
             answers = {name: answer for name in paths}
         for name, one in answers.items():
@@ -151,8 +169,17 @@ def execute(programs: dict[str, bytes], inputs: tuple | dict[str, tuple], runtim
                 results[name] = ExecutionResult(True, outputs=one["outputs"][name])
         ran = [name for name, r in results.items() if r.executed]
         if time_runs and ran:
-            answer = _run_child({"mode": "time", "runtime": lib, "programs": {n: paths[n] for n in ran},
-                                 "inputs": {n: inputs[n] for n in ran}, "warmup": warmup, "rounds": rounds}, timeout)
+            answer = _run_child(
+                {
+                    "mode": "time",
+                    "runtime": lib,
+                    "programs": {n: paths[n] for n in ran},
+                    "inputs": {n: inputs[n] for n in ran},
+                    "warmup": warmup,
+                    "rounds": rounds,
+                },
+                timeout,
+            )
             for name in ran:
                 times = answer.get("times", {}).get(name)
                 if times:

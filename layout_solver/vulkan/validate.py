@@ -45,8 +45,10 @@ def _view_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node=None) -> s
 def _clone_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node=None) -> str | None:
     # Clone.cpp clone(): VK_THROW("Buffer to buffer memory layout transition not supported yet!")
     if _storage(ins[0]) == _storage(out) == VkStorageType.BUFFER and ins[0].memory_layout != out.memory_layout:
-        return (f"clone BUFFER {ins[0].memory_layout.name} -> {out.memory_layout.name}: Clone.cpp has no "
-                "buffer-to-buffer layout transition")
+        return (
+            f"clone BUFFER {ins[0].memory_layout.name} -> {out.memory_layout.name}: Clone.cpp has no "
+            "buffer-to-buffer layout transition"
+        )
     return None
 
 
@@ -62,9 +64,14 @@ def _layer_norm_ok(ins: list[utils.TensorRepr], out: utils.TensorRepr, node: tor
     # channel dim is not a multiple of 4 computes wrong values.
     val = node.meta["val"][0]
     channels = int(val.shape[-3]) if len(val.shape) >= 3 else 1
-    if out.storage_type == VkStorageType.TEXTURE_3D and out.memory_layout.name != "TENSOR_CHANNELS_PACKED" \
-            and channels % 4:
-        return f"native_layer_norm in a {out.memory_layout.name} texture with {channels} channels is wrong on the device"
+    if (
+        out.storage_type == VkStorageType.TEXTURE_3D
+        and out.memory_layout.name != "TENSOR_CHANNELS_PACKED"
+        and channels % 4
+    ):
+        return (
+            f"native_layer_norm in a {out.memory_layout.name} texture with {channels} channels is wrong on the device"
+        )
     return None
 
 
@@ -119,8 +126,11 @@ def _registered_inputs(node: torch.fx.Node):
 
 def census(graph_module: torch.fx.GraphModule) -> Counter:
     """Ops by target, transition clones left out: a tagging pass may add clones and nothing else."""
-    return Counter(str(n.target) for n in graph_module.graph.nodes
-                   if n.op == "call_function" and n.target != exir_ops.edge.aten.clone.default)
+    return Counter(
+        str(n.target)
+        for n in graph_module.graph.nodes
+        if n.op == "call_function" and n.target != exir_ops.edge.aten.clone.default
+    )
 
 
 def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: Counter | None = None) -> None:
@@ -141,7 +151,9 @@ def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: 
         tensor_args: dict[int, list[torch.fx.Node]] = {}
         for i, arg in enumerate(node.args):
             items = [arg] if isinstance(arg, torch.fx.Node) else list(arg) if isinstance(arg, (list, tuple)) else []
-            items = [a for a in items if isinstance(a, torch.fx.Node) and utils.is_tensor_node(a) and not _is_constant(a)]
+            items = [
+                a for a in items if isinstance(a, torch.fx.Node) and utils.is_tensor_node(a) and not _is_constant(a)
+            ]
             reg = registered[i]
             if items and isinstance(reg, utils.TensorRepSet) and not reg.is_empty():  # NO_STORAGE: prepacked
                 tensor_args[i] = items
@@ -162,7 +174,9 @@ def validate(graph_module: torch.fx.GraphModule, texture_limits, census_before: 
     if census_before is not None:
         after = census(graph_module)
         if after != census_before:
-            raise LayoutValidationError(f"ops changed beyond transitions: {(after - census_before) + (census_before - after)}")
+            raise LayoutValidationError(
+                f"ops changed beyond transitions: {(after - census_before) + (census_before - after)}"
+            )
 
 
 def _check_registry(node, outs, arg_reprs, texture_limits, check_sync: bool) -> None:
@@ -181,6 +195,9 @@ def _check_registry(node, outs, arg_reprs, texture_limits, check_sync: bool) -> 
     firsts = {i: pdi(rs[0]) for i, rs in arg_reprs.items()}
     if repsets.sync_args_repr and len({pdi(r) for rs in arg_reprs.values() for r in rs}) > 1:
         raise LayoutValidationError(f"node {node.name!r}: synced arguments disagree: {arg_reprs}")
-    if repsets.sync_primary_io_repr and repsets.primary_arg_idx in firsts and \
-            firsts[repsets.primary_arg_idx] != pdi(outs[0]):
+    if (
+        repsets.sync_primary_io_repr
+        and repsets.primary_arg_idx in firsts
+        and firsts[repsets.primary_arg_idx] != pdi(outs[0])
+    ):
         raise LayoutValidationError(f"node {node.name!r}: primary input and output disagree")

@@ -188,15 +188,20 @@ class LayerNorm2d(nn.Module):
 class EdgeTamLikeEncoder(nn.Module):
     """Conv patch embedding, ViT blocks, tokens back to NCHW, conv neck with LayerNorm2d."""
 
-    def __init__(self, image: int = 128, patch: int = 16, dim: int = 192, depth: int = 6, heads: int = 3,
-                 neck: int = 128):
+    def __init__(
+        self, image: int = 128, patch: int = 16, dim: int = 192, depth: int = 6, heads: int = 3, neck: int = 128
+    ):
         super().__init__()
         self.grid = image // patch
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.pos = nn.Parameter(torch.randn(1, self.grid * self.grid, dim) * 0.02)
         self.blocks = nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
-        self.neck = nn.Sequential(nn.Conv2d(dim, neck, 1, bias=False), LayerNorm2d(neck),
-                                  nn.Conv2d(neck, neck, 3, padding=1, bias=False), LayerNorm2d(neck))
+        self.neck = nn.Sequential(
+            nn.Conv2d(dim, neck, 1, bias=False),
+            LayerNorm2d(neck),
+            nn.Conv2d(neck, neck, 3, padding=1, bias=False),
+            LayerNorm2d(neck),
+        )
 
     def forward(self, x):
         x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
@@ -285,8 +290,10 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
     except (Exception, SystemExit) as exc:  # a user's factory may do anything, sys.exit included
         raise ModelError(f"model {name!r}: the factory raised {type(exc).__name__}: {exc}") from exc
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module)):
-        raise ModelError(f"model {name!r}: the factory must return (torch.nn.Module, tuple of input tensors), "
-                         f"got {type(built).__name__}")
+        raise ModelError(
+            f"model {name!r}: the factory must return (torch.nn.Module, tuple of input tensors), "
+            f"got {type(built).__name__}"
+        )
     model, inputs = built
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
@@ -312,7 +319,6 @@ def _load_factory(spec: str) -> Factory:
     if not callable(factory):
         raise ModelError(f"model {spec!r}: {path} has no callable {attr!r}")
     return factory
-
 
 
 # ------------------------------------------------- more zoo architectures -----
@@ -341,9 +347,16 @@ class MobileViTBlock(nn.Module):
 
 
 def mobilevit_like():
-    model = nn.Sequential(conv_bn(3, 16, 3, 2, act=nn.SiLU), InvertedResidual(16, 24, 2, 4),
-                          MobileViTBlock(24, 48), InvertedResidual(24, 32, 2, 4), MobileViTBlock(32, 64),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    model = nn.Sequential(
+        conv_bn(3, 16, 3, 2, act=nn.SiLU),
+        InvertedResidual(16, 24, 2, 4),
+        MobileViTBlock(24, 48),
+        InvertedResidual(24, 32, 2, 4),
+        MobileViTBlock(32, 64),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 10),
+    )
     return model, (torch.randn(1, 3, 64, 64),)
 
 
@@ -424,7 +437,6 @@ ZOO: dict[str, Factory] = {
 }
 
 
-
 class CachedAttention(nn.Module):
     """Attention over a key/value cache of a fixed number of positions: the new keys and values enter at
     the end (a sliding window, so every shape is static) and the updated cache is returned."""
@@ -457,8 +469,9 @@ class CachedDecoder(nn.Module):
         self.attn = nn.ModuleList(CachedAttention(dim, heads) for _ in range(depth))
         self.norm1 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
         self.norm2 = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
-        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-                                 for _ in range(depth))
+        self.mlp = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)) for _ in range(depth)
+        )
         self.lm_head = nn.Linear(dim, 256, bias=False)
 
     def forward(self, x, cache):
@@ -474,16 +487,20 @@ class CachedDecoder(nn.Module):
 def decoder_kv() -> MultiMethodModel:
     """Prefill 32 tokens once, then decode one token at a time (128 tokens per use)."""
     cache = torch.randn(2, 2, 4, 64, 32)  # depth, k/v, heads, positions, head_dim
-    return MultiMethodModel(CachedDecoder().requires_grad_(False),
-                            {"prefill": (torch.randn(1, 32, 128), cache), "decode": (torch.randn(1, 1, 128), cache)},
-                            {"prefill": 1.0, "decode": 128.0})
+    return MultiMethodModel(
+        CachedDecoder().requires_grad_(False),
+        {"prefill": (torch.randn(1, 32, 128), cache), "decode": (torch.randn(1, 1, 128), cache)},
+        {"prefill": 1.0, "decode": 128.0},
+    )
 
 
 def convnext_two_res() -> MultiMethodModel:
     """One ConvNeXt at two input resolutions: a frequent low-resolution preview and an occasional full frame."""
-    return MultiMethodModel(ConvNeXtStack(classes=100).requires_grad_(False),
-                            {"full": (torch.randn(1, 3, 96, 96),), "preview": (torch.randn(1, 3, 64, 64),)},
-                            {"full": 1.0, "preview": 10.0})
+    return MultiMethodModel(
+        ConvNeXtStack(classes=100).requires_grad_(False),
+        {"full": (torch.randn(1, 3, 96, 96),), "preview": (torch.randn(1, 3, 64, 64),)},
+        {"full": 1.0, "preview": 10.0},
+    )
 
 
 MULTI_METHOD_ZOO: dict[str, Callable[[], MultiMethodModel]] = {

@@ -59,9 +59,16 @@ def _source_digest() -> str:
 
 
 def job_key(job: Job) -> str:
-    payload = json.dumps({"model": job.model, "target": job.target, "tools": tool_versions(),
-                          "source": _source_digest(), **({"options": list(job.options)} if job.options else {})},
-                         sort_keys=True)
+    payload = json.dumps(
+        {
+            "model": job.model,
+            "target": job.target,
+            "tools": tool_versions(),
+            "source": _source_digest(),
+            **({"options": list(job.options)} if job.options else {}),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
@@ -84,13 +91,20 @@ def run_job(job: Job) -> dict:
     start = time.perf_counter()
     try:
         comparison = compare_named(job.model, job.target, **dict(job.options))
-        failed = [s for s in ("stock", "solver", "per_method", "joint") if getattr(getattr(comparison, s, None),
-                                                                                    "error", None)]
+        failed = [
+            s
+            for s in ("stock", "solver", "per_method", "joint")
+            if getattr(getattr(comparison, s, None), "error", None)
+        ]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
         result = comparison.to_json()
     except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
-        result = {"model": job.model, "target": job.target,
-                  "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500], "traceback": traceback.format_exc()}
+        result = {
+            "model": job.model,
+            "target": job.target,
+            "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+            "traceback": traceback.format_exc(),
+        }
         status = "error"
     result["status"] = status
     result["wall_seconds"] = round(time.perf_counter() - start, 2)
@@ -134,9 +148,16 @@ def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> It
             ray.shutdown()
 
 
-def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, executor: str = "local",
-            address: str | None = None, log: Callable[[str], None] = print,
-            options: dict[str, dict] | None = None) -> list[dict]:
+def run_zoo(
+    models: list[str],
+    targets: list[str],
+    out: Path,
+    jobs: int = 2,
+    executor: str = "local",
+    address: str | None = None,
+    log: Callable[[str], None] = print,
+    options: dict[str, dict] | None = None,
+) -> list[dict]:
     """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare()."""
     from tqdm import tqdm
 
@@ -165,18 +186,33 @@ def run_zoo(models: list[str], targets: list[str], out: Path, jobs: int = 2, exe
             (cache / f"{job_key(job)}.json").write_text(json.dumps(result))
             results.append(result)
             bar.update(1)
-            tqdm.write(f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s",
-                       file=sys.stderr)
+            tqdm.write(
+                f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s", file=sys.stderr
+            )
     results.sort(key=lambda r: (r["model"], r["target"]))
     write_outputs(results, out)
     return results
 
 
 ROW_FIELDS = {
-    "ethos-u55-128": ["tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "npu_ops", "cpu_ops",
-                      "lower_seconds"],
-    "vulkan": ["transitions", "transition_cost", "lower_seconds", "pass_seconds", "modelled_us", "executed",
-               "max_abs_diff_vs_eager", "run_ms"],
+    "ethos-u55-128": [
+        "tosa_transposes",
+        "vela_transpose_cycles",
+        "vela_total_cycles",
+        "npu_ops",
+        "cpu_ops",
+        "lower_seconds",
+    ],
+    "vulkan": [
+        "transitions",
+        "transition_cost",
+        "lower_seconds",
+        "pass_seconds",
+        "modelled_us",
+        "executed",
+        "max_abs_diff_vs_eager",
+        "run_ms",
+    ],
 }
 
 
@@ -199,16 +235,27 @@ def _method_rows(r: dict) -> list[dict]:
     """A multi-method result as one row per method (`model:method`): stock against the joint solve."""
     out = []
     for method in r.get("methods", []):
-        row = {"model": f"{r['model']}:{method}", "target": r["target"], "status": r["status"],
-               "error": r.get("error") or r.get("stock", {}).get("error") or r.get("joint", {}).get("error") or "",
-               "method_weight": r["weights"].get(method, "")}
+        row = {
+            "model": f"{r['model']}:{method}",
+            "target": r["target"],
+            "status": r["status"],
+            "error": r.get("error") or r.get("stock", {}).get("error") or r.get("joint", {}).get("error") or "",
+            "method_weight": r["weights"].get(method, ""),
+        }
         for side, source in (("stock", "stock"), ("solver", "joint")):
             for key in ROW_FIELDS.get(r["target"], []):
                 row[f"{side}_{key}"] = r.get(source, {}).get("per_method", {}).get(method, {}).get(key, "")
         joint = r.get("joint", {})
         # Per method there is no gap, run ratio or problem size of its own: the joint solve has one for all.
-        row.update(solve_seconds=joint.get("solve_seconds", ""), problem_ops="", gap="", run_ratio="", solved_by="",
-                   cache_hits=joint.get("cache_hits", ""), equivalent=r.get("joint_equivalent", ""))
+        row.update(
+            solve_seconds=joint.get("solve_seconds", ""),
+            problem_ops="",
+            gap="",
+            run_ratio="",
+            solved_by="",
+            cache_hits=joint.get("cache_hits", ""),
+            equivalent=r.get("joint_equivalent", ""),
+        )
         out.append(row)
     return out
 
@@ -219,15 +266,24 @@ def rows(results: list[dict]) -> list[dict]:
         if "methods" in r:
             out += _method_rows(r)
             continue
-        row = {"model": r["model"], "target": r["target"], "status": r["status"],
-               "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or ""}
+        row = {
+            "model": r["model"],
+            "target": r["target"],
+            "status": r["status"],
+            "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or "",
+        }
         for side in ("stock", "solver"):
             for key in ROW_FIELDS.get(r["target"], []):
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
-        row.update(solve_seconds=solver.get("solve_seconds", ""), problem_ops=solver.get("problem_ops", ""),
-                   gap=solver.get("gap", ""), equivalent=_equivalent(r), run_ratio=r.get("run_ratio", ""),
-                   solved_by=solved_by(solver.get("solver_notes", [])))
+        row.update(
+            solve_seconds=solver.get("solve_seconds", ""),
+            problem_ops=solver.get("problem_ops", ""),
+            gap=solver.get("gap", ""),
+            equivalent=_equivalent(r),
+            run_ratio=r.get("run_ratio", ""),
+            solved_by=solved_by(solver.get("solver_notes", [])),
+        )
         if r["target"] == "ethos-u55-128":
             row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
         out.append(row)
@@ -250,30 +306,46 @@ def report_markdown(table: list[dict]) -> str:
     arm = [r for r in table if r["target"] == "ethos-u55-128"]
     vk = [r for r in table if r["target"] == "vulkan"]
     if arm:
-        lines += ["## Ethos-U55 (ethos-u55-128, Vela cycle estimates)", "",
-                  ("| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
-                  "| solver | lower s stock / solver | solve s | equivalent |"), "|" + "---|" * 10]
+        lines += [
+            "## Ethos-U55 (ethos-u55-128, Vela cycle estimates)",
+            "",
+            (
+                "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
+                "| solver | lower s stock / solver | solve s | equivalent |"
+            ),
+            "|" + "---|" * 10,
+        ]
         for r in arm:
-            lines.append(f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
-                         f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
-                         f"{r['stock_vela_total_cycles']} | {r['solver_vela_total_cycles']} | "
-                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
-                         f"{r['equivalent']} |")
+            lines.append(
+                f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
+                f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
+                f"{r['stock_vela_total_cycles']} | {r['solver_vela_total_cycles']} | "
+                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
+                f"{r['equivalent']} |"
+            )
         lines.append("")
     if vk:
-        lines += ["## Vulkan (transitions = clone dispatches; cost in modelled microseconds)", "",
-                  ("| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
-                  "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
-                  "run ms stock / solver | run ratio |"), "|" + "---|" * 11]
+        lines += [
+            "## Vulkan (transitions = clone dispatches; cost in modelled microseconds)",
+            "",
+            (
+                "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
+                "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
+                "run ms stock / solver | run ratio |"
+            ),
+            "|" + "---|" * 11,
+        ]
         for r in vk:
             ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""
-            lines.append(f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
-                         f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
-                         f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
-                         f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} | "
-                         f"{r['stock_executed']} / {r['solver_executed']} | "
-                         f"{r['stock_max_abs_diff_vs_eager']} / {r['solver_max_abs_diff_vs_eager']} | "
-                         f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |")
+            lines.append(
+                f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
+                f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
+                f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
+                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} | "
+                f"{r['stock_executed']} / {r['solver_executed']} | "
+                f"{r['stock_max_abs_diff_vs_eager']} / {r['solver_max_abs_diff_vs_eager']} | "
+                f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |"
+            )
         lines.append("")
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
@@ -302,18 +374,39 @@ def plot(table: list[dict], out: Path) -> None:
         fig.savefig(path, dpi=120)
         plt.close(fig)
 
-    bars([r for r in table if r["target"] == "ethos-u55-128"], "stock_vela_transpose_cycles",
-         "solver_vela_transpose_cycles", "Ethos-U55: Vela transpose cycles", "cycles", out / "transpose_cycles.png")
-    bars([r for r in table if r["target"] == "vulkan"], "stock_transitions", "solver_transitions",
-         "Vulkan: layout transitions", "clone dispatches", out / "transitions.png")
+    bars(
+        [r for r in table if r["target"] == "ethos-u55-128"],
+        "stock_vela_transpose_cycles",
+        "solver_vela_transpose_cycles",
+        "Ethos-U55: Vela transpose cycles",
+        "cycles",
+        out / "transpose_cycles.png",
+    )
+    bars(
+        [r for r in table if r["target"] == "vulkan"],
+        "stock_transitions",
+        "solver_transitions",
+        "Vulkan: layout transitions",
+        "clone dispatches",
+        out / "transitions.png",
+    )
     executed = [r for r in table if r["target"] == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))]
     if executed:
-        bars(executed, "stock_run_ms", "solver_run_ms", "Vulkan: run time on the device (median)", "ms",
-             out / "vulkan_run_ms.png")
+        bars(
+            executed,
+            "stock_run_ms",
+            "solver_run_ms",
+            "Vulkan: run time on the device (median)",
+            "ms",
+            out / "vulkan_run_ms.png",
+        )
     fig, ax = plt.subplots(figsize=(6, 4))
     for target, marker in (("ethos-u55-128", "o"), ("vulkan", "s")):
-        pts = [(r["problem_ops"], r["solve_seconds"]) for r in table
-               if r["target"] == target and isinstance(r["problem_ops"], int) and isinstance(r["solve_seconds"], float)]
+        pts = [
+            (r["problem_ops"], r["solve_seconds"])
+            for r in table
+            if r["target"] == target and isinstance(r["problem_ops"], int) and isinstance(r["solve_seconds"], float)
+        ]
         if pts:
             ax.scatter(*zip(*pts), marker=marker, label=target)
     ax.set_xlabel("ops in the layout problem")
