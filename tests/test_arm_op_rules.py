@@ -77,6 +77,7 @@ def _wrapped(op):
 CASES = {
     "elementwise": (lambda g, xs: _call(g, aten.add.Tensor, xs[0], xs[1]), [(2, 3, 4, 5)] * 2, "elementwise"),
     "unary": (lambda g, xs: _call(g, aten.relu.default, xs[0]), [(2, 3, 4, 5)], "elementwise"),
+    "pointwise_math": (lambda g, xs: _call(g, aten.sigmoid.default, xs[0]), [(2, 3, 4, 5)], "elementwise"),
     "reduction": (lambda g, xs: _call(g, aten.sum.dim_IntList, xs[0], [3], True), [(2, 3, 4, 5)], "reduction"),
     "concat": (lambda g, xs: _call(g, aten.cat.default, [xs[0], xs[1]], 3), [(2, 3, 4, 5)] * 2, "concat"),
     "view": (lambda g, xs: _call(g, aten.view_copy.default, xs[0], [2, 20, 3]), [(2, 3, 4, 5)], "view"),
@@ -117,16 +118,16 @@ def test_registered_pinned_and_unknown_ops_keep_the_identity_order():
     def body(graph, xs):
         y = _call(graph, aten.permute_copy.default, xs[0], NHWC)
         z = _call(graph, aten.clone.default, y)  # registered: pinned on purpose
-        w = _call(graph, aten.sigmoid.default, z)  # no rule: pinned with a warning
+        w = _call(graph, aten.cumsum.default, z, 3)  # no rule: pinned with a warning
         return [_call(graph, aten.permute_copy.default, w, NCHW)]
 
     gm, args = _graph(body, [(2, 3, 4, 5)])
-    with pytest.warns(UserWarning, match=r"sigmoid\.default"):
+    with pytest.warns(UserWarning, match=r"cumsum\.default"):
         arm, solution, _, _ = _solve_and_rewrite(gm, args)
-    clone, sigmoid = (next(n.name for n in gm.graph.nodes if f"{t}." in str(n.target)) for t in ("clone", "sigmoid"))
-    assert arm.op_rule[clone] is op_rules.PINNED and arm.op_rule[sigmoid] is op_rules.UNKNOWN
-    assert [p.split()[0] for p in arm.pinned_unknown] == [sigmoid]
-    assert solution.labels[clone] == solution.labels[sigmoid] == "0,1,2,3"
+    clone, cumsum = (next(n.name for n in gm.graph.nodes if f"{t}." in str(n.target)) for t in ("clone", "cumsum"))
+    assert arm.op_rule[clone] is op_rules.PINNED and arm.op_rule[cumsum] is op_rules.UNKNOWN
+    assert [p.split()[0] for p in arm.pinned_unknown] == [cumsum]
+    assert solution.labels[clone] == solution.labels[cumsum] == "0,1,2,3"
 
 
 def test_every_registered_target_has_one_rule_and_a_kind():

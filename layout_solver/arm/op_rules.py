@@ -289,6 +289,36 @@ class Elementwise(SameOrder):
     kind = "elementwise"
 
 
+@register(
+    "sigmoid.default",
+    "tanh.default",
+    "exp.default",
+    "log.default",
+    "rsqrt.default",
+    "reciprocal.default",
+    "erf.default",
+    "sin.default",
+    "cos.default",
+    "floor.default",
+    "ceil.default",
+    "bitwise_not.default",
+    "logical_not.default",
+    "pow.Tensor_Scalar",
+    "pow.Tensor_Tensor",
+    "lt.Tensor",
+    "le.Tensor",
+    "ne.Tensor",
+    "bitwise_or.Tensor",
+    "bitwise_xor.Tensor",
+    "logical_or.default",
+    "logical_xor.default",
+)
+class PointwiseMath(Elementwise):
+    """Pointwise ops the TOSA FP pipeline keeps as themselves (the INT pipeline turns the unary ones into TABLE
+    lookups first): each output element reads the same element of every operand, so any order common to all
+    of them computes the same values."""
+
+
 @register("TABLE.default")
 class Table(Elementwise):
     """Elementwise through a lookup table; the table itself is not laid out like the input."""
