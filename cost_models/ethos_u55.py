@@ -81,10 +81,12 @@ def canonical_transpose(shape, perm) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def is_identity(perm) -> bool:
+    """True if `perm` leaves every axis in place."""
     return list(perm) == sorted(perm)
 
 
 def moves_no_data(shape, perm) -> bool:
+    """True if transposing `shape` by `perm` only moves unit axes (a reshape)."""
     return is_identity(canonical_transpose(shape, perm)[1])
 
 
@@ -100,14 +102,17 @@ class NpuTranspose:
 
     @property
     def elements(self) -> int:
+        """Elements moved."""
         return math.prod(self.view)
 
     @property
     def inner_in(self) -> int:
+        """The innermost dim read."""
         return self.view[2]
 
     @property
     def inner_out(self) -> int:
+        """The innermost dim written."""
         h, w, c = self.view
         return {SWAP_HW: c, SWAP_WC: w, SWAP_HC: h}[self.swap]
 
@@ -192,6 +197,7 @@ def out_class(inner_out: int) -> str:
 
 
 def rate_key(op: NpuTranspose) -> str:
+    """The calibrated rate class of an NPU transpose op (its kind and innermost-dim classes)."""
     kind = "keep_inner" if op.swap == SWAP_HW else "move_inner"
     # A middle axis of 1-2 caps Vela's block width at 2, which halves the read burst when the input's
     # innermost dim exactly fills a block.
@@ -201,6 +207,8 @@ def rate_key(op: NpuTranspose) -> str:
 
 @dataclass(frozen=True)
 class DtypeRates:
+    """Calibrated rates of one dtype: cycles per element per rate class, a default, the per-op floor, copy rates."""
+
     op_rates: dict[str, float]  # rate_key -> cycles per element of one NPU transpose op
     default_rate: float  # for a key the calibration did not reach
     min_op_cycles: float  # a tiny op is not memory bound: Vela's floor per op
@@ -210,6 +218,8 @@ class DtypeRates:
 
 @dataclass(frozen=True)
 class EthosU55Params:
+    """The fitted cost-model parameters (per dtype), with the Vela version they were fitted against."""
+
     version: int
     vela_version: str
     tables: dict[str, DtypeRates]
@@ -218,11 +228,13 @@ class EthosU55Params:
     notes: dict = field(default_factory=dict)
 
     def rates(self, dtype: str) -> DtypeRates:
+        """The rates of `dtype` (int8's for a dtype the calibration did not cover)."""
         return self.tables.get(dtype) or self.tables["int8"]
 
 
 @cache
 def load_params(version: int = PARAMS_VERSION) -> EthosU55Params:
+    """The packaged cost-model parameters of `version` (cost_models/data/ethos_u55_vN.json)."""
     data = json.loads((resources.files("cost_models") / "data" / f"ethos_u55_v{version}.json").read_text())
     tables = {
         dtype: DtypeRates(
@@ -236,11 +248,13 @@ def load_params(version: int = PARAMS_VERSION) -> EthosU55Params:
 
 
 def op_cycles(op: NpuTranspose, dtype: str, params: EthosU55Params | None = None) -> float:
+    """Modelled cycles of one NPU transpose op."""
     rates = (params or load_params()).rates(dtype)
     return max(op.elements * rates.op_rates.get(rate_key(op), rates.default_rate), rates.min_op_cycles)
 
 
 def copy_cycles(elements: int, dtype: str, params: EthosU55Params | None = None) -> float:
+    """Modelled cycles of a memory copy of `elements` elements."""
     rates = (params or load_params()).rates(dtype)
     return elements * DTYPE_BYTES[dtype] * rates.copy_cycles_per_byte + rates.copy_fixed_cycles
 
@@ -286,6 +300,10 @@ def standalone_rescale_cycles(
 
 @dataclass(frozen=True)
 class TransposeCost:
+    """A priced transpose: cycles, NPU ops, the form priced (shape, perm) and where the figure came from (model,
+    reshape, copy, chunked or vela).
+    """
+
     cycles: float
     npu_ops: int
     shape: tuple[int, ...]  # the form priced
@@ -294,10 +312,12 @@ class TransposeCost:
 
     @property
     def canonical_shape(self) -> tuple[int, ...]:
+        """The shape of the priced form."""
         return canonical_transpose(self.shape, self.perm)[0]
 
     @property
     def canonical_perm(self) -> tuple[int, ...]:
+        """The permutation of the priced form."""
         return canonical_transpose(self.shape, self.perm)[1]
 
 
@@ -420,6 +440,10 @@ class TosaOp:
 
 @dataclass(frozen=True)
 class GraphTranspose:
+    """One transpose Vela compiles in a whole graph (a TRANSPOSE, or one it inserts before a REDUCE_SUM), with its
+    modelled cycles.
+    """
+
     origin: str  # the TOSA tensor the transpose produces (or the op it serves)
     reason: str  # "transpose", "transpose after a unit-axis reshape", "reduce_sum", "matmul operand"
     shape: tuple[int, ...]

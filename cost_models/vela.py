@@ -31,6 +31,8 @@ class VelaUnsupported(RuntimeError):
 
 @dataclass(frozen=True)
 class VelaMeasurement:
+    """Vela's figures for one transpose: its NPU ops and cycles, cycles per row, and the Vela version."""
+
     shape: tuple[int, ...]
     perm: tuple[int, ...]
     dtype: str
@@ -42,6 +44,7 @@ class VelaMeasurement:
 
 @cache
 def vela_version() -> str:
+    """The installed ethos-u-vela version (part of every cache key)."""
     return metadata.version("ethos-u-vela")
 
 
@@ -128,6 +131,9 @@ def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
 
 
 def measure_transpose(shape, perm, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> VelaMeasurement:
+    """Vela's cycles for TRANSPOSE(shape, perm) on ethos-u55-128 (disk-cached); raises VelaUnsupported when Vela
+    rejects it.
+    """
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
     key = hashlib.sha1(json.dumps(["TRANSPOSE", shape, perm, dtype, vela_version(), ACCELERATOR]).encode()).hexdigest()
     cached = cache_dir / f"{key}.json" if cache_dir else None

@@ -75,6 +75,7 @@ class Linear(_Strict):
     points: int = 0
 
     def at(self, nbytes: float, slices: float = 0.0, mflop: float = 0.0) -> float:
+        """Modelled microseconds for `nbytes` bytes, `slices` texture slices and `mflop` MFLOP: overhead plus rates."""
         return (
             self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices + self.us_per_mflop * mflop
         )
@@ -98,6 +99,7 @@ class VulkanProfile(_Strict):
     notes: list[str] = Field(default_factory=list)
 
     def param(self, key: str) -> float:
+        """The value of parameter `key`; raises KeyError if the profile has none."""
         return self.parameters[key].value
 
     # Identity hashing: profiles key the cost caches, and two loads are two profiles.

@@ -31,6 +31,10 @@ def label_repr(label: str) -> utils.TensorRepr:
 
 @dataclass(frozen=True)
 class SlotUse:
+    """One argument slot that reads a value: the consumer node, the argument index and the index inside a list
+    argument.
+    """
+
     consumer: torch.fx.Node
     arg: int
     item: int | None  # index inside a list argument (cat), else None
@@ -47,6 +51,7 @@ class TransitionPlan:
 
 
 def set_reprs(node_labels: dict[torch.fx.Node, str | list[str]]) -> None:
+    """Set `etvk_node_repr` on every node from its label (a list of labels for multi-output nodes)."""
     for node, label in node_labels.items():
         if isinstance(label, list):
             utils.set_node_repr(node, utils.TensorReprList([label_repr(x) for x in label]))
@@ -55,6 +60,9 @@ def set_reprs(node_labels: dict[torch.fx.Node, str | list[str]]) -> None:
 
 
 def insert_transitions(graph_module: torch.fx.GraphModule, plans: list[TransitionPlan]) -> list[torch.fx.Node]:
+    """Insert the planned clones (one per value and target representation, through `via` first) before their first
+    reader and rewire exactly the planned slots; returns the clones.
+    """
     order = {n: i for i, n in enumerate(graph_module.graph.nodes)}
     clones = []
     for plan in plans:

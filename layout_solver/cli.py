@@ -23,6 +23,7 @@ EXIT_INFEASIBLE = 3
 
 
 def bundled_example(name: str = "resnet_like") -> Path:
+    """The path of a problem shipped with the package (`layout_solver/data/examples/NAME.json`)."""
     return Path(str(resources.files("layout_solver") / "data" / "examples" / f"{name}.json"))
 
 
@@ -36,6 +37,9 @@ def load_problem(path: Path) -> Problem:
 
 
 def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
+    """A human-readable summary of a solution: status, objective, bound, gap, timings and the `top` most expensive
+    transitions.
+    """
     lines = [
         f"problem      {problem.name}: {len(problem.values)} values, {len(problem.ops)} ops",
         f"status       {solution.status}",
@@ -87,6 +91,9 @@ def write_atomically(target: Path, text: str) -> None:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    """`layout-solver solve FILE...`: solve each problem file and print (or write) its solution; returns the exit
+    code.
+    """
     check_time_limit(args.time_limit)
     if args.workers is not None and args.workers < 1:
         raise ProblemError(f"--workers must be at least 1, got {args.workers}")
@@ -112,12 +119,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    """`layout-solver schema [problem|solution]`: print the JSON Schema of the problem and solution formats."""
     schemas = {"problem": Problem.model_json_schema(), "solution": Solution.model_json_schema()}
     print(json.dumps(schemas if args.which == "all" else schemas[args.which], indent=1))
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """`layout-solver demo`: solve the bundled example problems and print their summaries."""
     for name in ("resnet_like", "transformer_like"):
         path = bundled_example(name)
         problem = load_problem(path)
@@ -129,6 +138,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """`layout-solver compare MODEL --target T`: stock versus solver on one model; returns 1 if the solver side
+    failed (or crashed on the device).
+    """
     from layout_solver.compare import format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
@@ -263,6 +275,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
+    """`layout-solver cost`: price one transpose or transition with the target's cost model (cost_models.query)."""
     from cost_models.query import TransposeQuery, price
 
     fields = {
@@ -300,6 +313,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 def cmd_zoo(args: argparse.Namespace) -> int:
+    """`layout-solver zoo`: every model x target, stock versus solver, written as CSV, Markdown and plots."""
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO
     from layout_solver.zoo.runner import TARGETS, run_zoo
 
@@ -379,6 +393,7 @@ def _add_service_argument(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    """`layout-solver calibrate vulkan`: measure the present Vulkan device's profile and write it."""
     from layout_solver.vulkan.calibrate import PROBES, calibrate
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
@@ -428,6 +443,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """`layout-solver serve`: run the solver as an HTTP service."""
     import os
 
     try:
@@ -467,6 +483,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("solve", help="solve a problem snapshot (JSON)")
@@ -566,6 +583,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI entry point: parse `argv`, run the subcommand, turn bad input into a message and exit code 2 (3:
+    infeasible).
+    """
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what the user typed, for provenance
     try:

@@ -35,6 +35,8 @@ class TransitionPricer:
 
 @dataclass
 class Evaluation:
+    """The price of one assignment: objective, every value's label, the transitions, and the ops' own mode cost."""
+
     objective: float
     labels: dict[str, str]
     transitions: list[Transition]

@@ -23,6 +23,10 @@ from layout_solver.problem import InfeasibleError, Problem
 
 @dataclass(slots=True)
 class Factor:
+    """One transition factor: the value's source label (a variable or a constant) and the labels its consumers'
+    options require.
+    """
+
     value: int
     src_var: int  # -1: the value's label is the constant src_labels[0]
     src_labels: tuple[int, ...]  # label per option of src_var
@@ -32,6 +36,7 @@ class Factor:
 
     @property
     def scope(self) -> tuple[int, ...]:
+        """The variables this factor depends on (source first)."""
         return ((self.src_var,) if self.src_var >= 0 else ()) + self.cons_vars
 
 
@@ -47,6 +52,10 @@ def factor_cost(f: Factor, opt, cost) -> float:
 
 @dataclass
 class CompiledProblem:
+    """A Problem as integer variables (one per op with a choice, one per free value), unary costs and transition
+    factors; what every solver works on.
+    """
+
     problem: Problem
     labels: list[str]
     n_options: list[int]  # per variable
@@ -66,9 +75,11 @@ class CompiledProblem:
 
     @property
     def n_vars(self) -> int:
+        """The number of variables."""
         return len(self.n_options)
 
     def cost(self, value: int, src: int, dst: int) -> float:
+        """The price of moving `value` from label id `src` to `dst` (memoised)."""
         key = (value, src, dst)
         c = self.cost_table.get(key)
         if c is None:
@@ -77,10 +88,13 @@ class CompiledProblem:
         return c
 
     def factor_cost(self, f: Factor, opt) -> float:
+        """The cost of factor `f` under the option assignment `opt`."""
         return factor_cost(f, opt, self.cost)
 
 
 def compile_problem(problem: Problem) -> CompiledProblem:
+    """Compile a validated Problem into variables and factors; raises InfeasibleError (naming the op and values)
+    when no mode of an op can produce its results in their allowed labels."""
     label_ids: dict[str, int] = {}
 
     def lid(label: str) -> int:

@@ -46,9 +46,11 @@ class PartitionProblem:
 
     @property
     def key(self) -> str:
+        """The partition's name ("method#index")."""
         return f"{self.method}#{self.index}"
 
     def prefixed(self, value_or_op: str) -> str:
+        """The id this partition's value or op `value_or_op` has in the joint problem."""
         return f"{self.key}{SEPARATOR}{value_or_op}"
 
 
@@ -318,6 +320,9 @@ class SubproblemCache:
         return modes, free
 
     def put(self, problem: Problem, solution: Solution) -> None:
+        """Remember an optimal `solution` of `problem` (in memory and, with a directory, on disk); other answers are
+        not stored.
+        """
         if solution.status != "optimal":
             return  # a time-limited answer must not stand in for a better one later
         from layout_solver.service.cache import CacheEntry

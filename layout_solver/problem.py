@@ -56,6 +56,10 @@ class _Strict(BaseModel):
 
 
 class Value(_Strict):
+    """A tensor: its shape, dtype, size, kind (activation, input, constant) and the labels (layouts) it may take;
+    `fixed` pins one.
+    """
+
     id: str
     shape: list[int] = Field(default_factory=list)
     dtype: str = "float32"
@@ -78,6 +82,8 @@ class Value(_Strict):
 
 
 class Mode(_Strict):
+    """One way an op can run: the label it reads each operand in, the label of each result, and its own cost."""
+
     name: str
     operands: list[str]
     results: list[str]
@@ -85,6 +91,8 @@ class Mode(_Strict):
 
 
 class Op(_Strict):
+    """An operation: its operands and results (value ids) and the modes it can run in (at least one)."""
+
     id: str
     target: str = ""
     graph: str = "main"
@@ -107,6 +115,8 @@ class Op(_Strict):
 
 
 class TransitionCost(_Strict):
+    """The price of turning `value` from label `src` into `dst` (overrides default_cost_per_byte)."""
+
     value: str
     src: str
     dst: str
@@ -131,6 +141,7 @@ class Problem(_Strict):
         return self
 
     def transition_table(self) -> dict[tuple[str, str, str], float]:
+        """(value, src, dst) -> explicit transition cost."""
         return {(t.value, t.src, t.dst): t.cost for t in self.transition_costs}
 
 
@@ -202,6 +213,10 @@ def _reject_cycles(problem: Problem, producer: dict[str, str]) -> None:
 
 
 class Transition(_Strict):
+    """One transition in a solution: the value, its source and target labels, the ops that read the target, and its
+    cost.
+    """
+
     value: str
     src: str
     dst: str
@@ -210,6 +225,8 @@ class Transition(_Strict):
 
 
 class ComponentStats(_Strict):
+    """How the solver split the problem: independent components, blocks, memo hits, and which method solved how many."""
+
     count: int = 0
     blocks: int = 0
     memo_hits: int = 0
@@ -217,6 +234,10 @@ class ComponentStats(_Strict):
 
 
 class Solution(_Strict):
+    """A solver's answer: a label per value, a mode per op, the transitions they need, objective, proven bound, gap
+    and timings.
+    """
+
     schema_version: int = SCHEMA_VERSION
     problem: str
     status: Literal["optimal", "feasible"]

@@ -59,10 +59,12 @@ class PassReport:
 
     @property
     def solve_seconds(self) -> float:
+        """Seconds spent solving (0 for stock)."""
         return self.phase_seconds.get("solve", 0.0)
 
     @property
     def transition_cost(self) -> float:
+        """The summed cost of the recorded transitions."""
         return sum(t["cost"] for t in self.transitions)
 
 
@@ -98,6 +100,7 @@ class SolverPassRun(Generic[Built, Written]):
 
     @property
     def seconds(self) -> float:
+        """The pass's total seconds over all phases."""
         return sum(self.phase_seconds.values())
 
 

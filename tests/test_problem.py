@@ -285,3 +285,38 @@ def test_library_imports_without_the_zoo_extra():
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "pip install 'layout-solver[zoo]'" in out.stderr
+
+
+def _undocumented(path: Path, body, prefix: str = "") -> list[str]:
+    """Public functions and classes under `body` without a docstring, as "path:line Qualified.name"."""
+    import ast
+
+    overrides = {"forward", "call", "call_operator"}
+    rule_hooks = {"operands", "seed", "propagate", "modes", "applies", "cost"}
+    found = []
+    for node in body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if node.name.startswith("_") or node.name in overrides:
+            continue
+        rule_hook = path.name == "op_rules.py" and prefix != "OpRule." and node.name in rule_hooks
+        if not ast.get_docstring(node) and not rule_hook:
+            found.append(f"{path}:{node.lineno} {prefix}{node.name}")
+        if isinstance(node, ast.ClassDef):
+            found += _undocumented(path, node.body, f"{prefix}{node.name}.")
+    return found
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    """The library's public names say what they take and return. Exempt: overrides of a documented base
+    method (torch's forward, a pass's call / call_operator, an Arm op rule's hooks, documented on OpRule)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    missing = [
+        entry
+        for package in ("layout_solver", "cost_models", "graph_io")
+        for path in sorted((root / package).rglob("*.py"))
+        for entry in _undocumented(path.relative_to(root), ast.parse(path.read_text()).body)
+    ]
+    assert not missing, "\n".join(missing)

@@ -74,6 +74,8 @@ def _noop(*_):
 
 @dataclass
 class OpCase:
+    """One calibration case: an NPU transpose op measured alone through Vela."""
+
     op: NpuTranspose
     dtype: str
     cycles: int
@@ -166,6 +168,8 @@ def decomposed_sweep(
 
 @dataclass
 class CopyCase:
+    """One calibration case: a memory copy (identity transpose) measured through Vela."""
+
     elements: int
     dtype: str
     cycles: int
@@ -269,6 +273,8 @@ def fit(
 
 @dataclass
 class Case:
+    """One whole transpose measured through Vela, to check the model's prediction."""
+
     shape: tuple[int, ...]
     perm: tuple[int, ...]
     dtype: str
@@ -330,6 +336,8 @@ def op_count_matches(cases: list[Case]) -> float:
 
 
 def accuracy(cases: list[Case], params: EthosU55Params) -> dict:
+    """The model's relative error on measured cases (median, 90th percentile, worst) and how often its op count
+    matches Vela's."""
     errs = sorted(errors(cases, params))
     return {
         "cases": len(errs),
@@ -341,6 +349,7 @@ def accuracy(cases: list[Case], params: EthosU55Params) -> dict:
 
 
 def write_params(params: EthosU55Params, path: Path = PARAMS_FILE, notes: dict | None = None) -> None:
+    """Write fitted parameters (and `notes`) as JSON to `path`."""
     data = {
         "version": params.version,
         "vela_version": params.vela_version,
@@ -386,6 +395,7 @@ def calibrate(
 
 
 def main() -> None:
+    """Measure the calibration cases with Vela, fit the rates and report accuracy."""
     from tqdm import tqdm
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

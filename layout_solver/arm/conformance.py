@@ -64,6 +64,7 @@ def peer_test_files(ops: tuple[str, ...] = LAYOUT_RELEVANT) -> list[Path]:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Adds `--layout-stage stock|solver` to pytest."""
     parser.addoption(
         "--layout-stage",
         choices=STAGES,

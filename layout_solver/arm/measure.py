@@ -76,9 +76,13 @@ class EthosULowering:
 
     @property
     def npu_rows(self) -> list[dict]:
+        """Vela's per-layer rows that run on the NPU."""
         return [r for r in self.vela_rows if r["Target"] == "NPU"]
 
     def metrics(self) -> dict:
+        """The lowering's figures: TOSA transposes, Vela transpose rows and cycles, total NPU cycles, ops on NPU and
+        CPU, lowering time, the cost model's prediction.
+        """
         transpose_rows = [r for r in self.npu_rows if r["NNG Operator"] == "Transpose"]
         return {
             "tosa_transposes": len(self.transposes),

@@ -73,6 +73,7 @@ class OpRule:
         return True
 
     def operands(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """The tensors whose order matters to this op (default: its tensor arguments)."""
         return [a for a in node.args if isinstance(a, torch.fx.Node) and tensor_of(a) is not None]
 
     def seed(self, node: torch.fx.Node, domains: Domains) -> None:
@@ -83,6 +84,7 @@ class OpRule:
         return False
 
     def modes(self, node: torch.fx.Node, domains: Domains, operands: list[torch.fx.Node]) -> list[dict]:
+        """The (operand orders -> result order, cost) combinations the op runs in, as problem modes; empty pins it."""
         return []
 
 
@@ -93,9 +95,11 @@ class Pinned(OpRule):
         self.known = known
 
     def operands(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """Every tensor the op reads, list arguments included."""
         return list(node.all_input_nodes)
 
     def pinned_modes(self, node: torch.fx.Node, operands: list[torch.fx.Node]) -> list[dict]:
+        """The one identity mode: every operand and the result in the identity order."""
         identity = lambda n: tuple(range(tensor_of(n).dim()))
         return [mode([identity(o) for o in operands], identity(node), name="identity")]
 
@@ -254,6 +258,7 @@ class SameOrder(OpRule):
         return changed
 
     def cost(self, node: torch.fx.Node, order: Order) -> float:
+        """The op's own cost (beyond any transition) when it runs in `order`; free by default."""
         return 0.0
 
     def modes(self, node, domains, operands):
@@ -286,6 +291,8 @@ class SameOrder(OpRule):
     "logical_and.default",
 )
 class Elementwise(SameOrder):
+    """Runs in any order common to its result and all its operands (ranks already matched by the pipeline)."""
+
     kind = "elementwise"
 
 

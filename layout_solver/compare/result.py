@@ -62,6 +62,7 @@ class Side(_Record):
 
     @property
     def failed(self) -> bool:
+        """True if this side's lowering failed (`error` is set)."""
         return self.error is not None
 
 

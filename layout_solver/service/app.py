@@ -82,6 +82,7 @@ class ServiceSettings(BaseModel):
     max_time_limit: float = Field(600.0, gt=0, allow_inf_nan=False)
 
     def resolved_cache_dir(self) -> Path:
+        """`cache_dir`, or $XDG_CACHE_HOME (default ~/.cache)/layout-solver/solutions."""
         return (
             self.cache_dir
             or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "layout-solver" / "solutions"
@@ -145,10 +146,12 @@ class SolverService:
         self._inflight: dict[str, tuple[float, asyncio.Task]] = {}
 
     def start(self) -> None:
+        """Start the worker pool."""
         self.pool = SolverPool(self.settings.workers, self.cache)
         self.pool.warm_up()
 
     def stop(self) -> None:
+        """Stop the worker pool."""
         if self.pool is not None:
             self.pool.close()
 
@@ -169,6 +172,9 @@ class SolverService:
         return Response(entry.solution_json, media_type="application/json", headers={"X-Layout-Solver-Cache": outcome})
 
     async def solve(self, body: bytes, time_limit: float) -> Response:
+        """Solve one problem: from the cache, or in a worker within the time limit; returns the solution and where it
+        came from.
+        """
         body_sha = hashlib.sha256(body).hexdigest()
         cached = self._memory.get(body_sha)
         if cached is not None and cached.serves(time_limit):

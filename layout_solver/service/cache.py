@@ -37,6 +37,8 @@ def cache_key(problem: Problem) -> str:
 
 @dataclass(frozen=True)
 class CacheEntry:
+    """One cached solution: its JSON, status, the time limit it was solved with and the problem's name."""
+
     solution_json: bytes
     status: str  # "optimal" | "feasible"
     time_limit: float  # the limit it was solved with
@@ -64,6 +66,7 @@ class SolutionCache:
         return self.directory / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> CacheEntry | None:
+        """The cached solution of a problem digest, or None."""
         path = self._path(key)
         try:
             head, _, solution = path.read_bytes().partition(b"\n")
@@ -74,6 +77,7 @@ class SolutionCache:
         return CacheEntry(solution, meta["status"], float(meta["time_limit"]), meta.get("name", ""))
 
     def put(self, key: str, entry: CacheEntry) -> None:
+        """Store `entry` under `key` (written atomically), then evict the oldest entries past the size limit."""
         path = self._path(key)
         path.parent.mkdir(exist_ok=True)
         head = json.dumps({"status": entry.status, "time_limit": entry.time_limit, "name": entry.name}).encode()
@@ -99,6 +103,7 @@ class SolutionCache:
         return found
 
     def size_bytes(self) -> int:
+        """The bytes the cache holds on disk."""
         return sum(size for _, size, _ in self.entries())
 
     def _evict(self, written: int) -> None:

@@ -96,6 +96,8 @@ class SolverPool:
         return ProcessPool(max_workers=self.workers, context=multiprocessing.get_context("spawn"))
 
     def submit(self, body: bytes, time_limit: float) -> Future:
+        """Solve the problem JSON `body` in a worker (killed past a hard limit above `time_limit`); returns a future of
+        the worker's answer. A pool broken by a killed worker is replaced."""
         args = (body, time_limit, str(self.cache.directory), self.cache.max_bytes)
         try:
             return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
@@ -108,9 +110,11 @@ class SolverPool:
             return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
 
     def warm_up(self) -> None:
+        """Start every worker now, so the first requests do not pay for it."""
         for future in [self._pool.schedule(warm_up) for _ in range(self.workers)]:
             future.result()
 
     def close(self) -> None:
+        """Stop the workers."""
         self._pool.stop()
         self._pool.join(timeout=10)

@@ -41,6 +41,8 @@ MAX_INTERFACE = 256
 
 @dataclass
 class SolveStats:
+    """What the decomposition did: components, blocks, memo hits and the method that solved each piece."""
+
     components: int = 0
     blocks: int = 0
     memo_hits: int = 0
@@ -56,6 +58,10 @@ class _Table:
 
 
 class Decomposer:
+    """Splits a compiled problem into independent components (and biconnected blocks), solves each with the
+    portfolio, memoising identical pieces.
+    """
+
     def __init__(
         self,
         compiled: CompiledProblem,
@@ -83,6 +89,8 @@ class Decomposer:
     # -- pieces ---------------------------------------------------------------
 
     def solve_piece(self, sub: Subproblem) -> SubResult:
+        """Solve one piece: by enumeration when small, by min-cut or elimination when its structure allows, else
+        with the portfolio."""
         if sub.n_vars == 0:
             v = sub.total([])
             return SubResult([], v, v, "constant")
@@ -113,6 +121,7 @@ class Decomposer:
     # -- components -----------------------------------------------------------
 
     def components(self) -> list[tuple[list[int], list[Factor]]]:
+        """The connected components of the variable graph (variables sharing a factor)."""
         n = self.c.n_vars
         rows, cols = [], []
         for f in self.c.factors:
@@ -156,6 +165,7 @@ class Decomposer:
         return options, bound
 
     def solve_component(self, variables: list[int], factors: list[Factor]) -> tuple[list[int], float]:
+        """Solve one component, by blocks when it splits at articulation variables."""
         if self.use_blocks and len(variables) > 2:
             blocks = self._blocks(variables, factors)
             if blocks is not None:

@@ -11,10 +11,12 @@ ENUMERATION_LIMIT = 64
 
 
 def can_enumerate(sub: Subproblem, limit: int = ENUMERATION_LIMIT) -> bool:
+    """True if the subproblem is small enough to try every assignment."""
     return math.prod(sub.n_options) <= limit
 
 
 def enumerate_all(sub: Subproblem) -> SubResult:
+    """The exact optimum of a small subproblem by trying every assignment."""
     best, best_cost = None, float("inf")
     for opt in itertools.product(*(range(n) for n in sub.n_options)):
         c = sub.total(opt)

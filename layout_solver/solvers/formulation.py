@@ -23,6 +23,9 @@ from layout_solver.solvers.subproblem import Subproblem
 
 @dataclass
 class LinearModel:
+    """A 0/1 model of a subproblem for CP-SAT or MIP: one Boolean per (variable, option), implications and
+    covers linking transition indicators to choices, and a linear objective over the Booleans."""
+
     n_bools: int
     choose: list[list[int]]  # per variable, per option: its Boolean
     implies_any: list[tuple[int, list[int]]] = field(default_factory=list)  # b -> OR(lits)
@@ -31,15 +34,19 @@ class LinearModel:
     constant: float = 0.0
 
     def new_bool(self) -> int:
+        """A new 0/1 variable."""
         self.n_bools += 1
         return self.n_bools - 1
 
     def add_cost(self, b: int, cost: float) -> None:
+        """Add `cost` times Boolean `b` to the objective."""
         if cost:
             self.objective[b] = self.objective.get(b, 0.0) + cost
 
 
 def formulate(sub: Subproblem) -> LinearModel:
+    """The 0/1 formulation of a subproblem: one-hot choices per variable, a priced indicator per transition a factor
+    may need."""
     choose, n = [], 0
     for count in sub.n_options:
         choose.append(list(range(n, n + count)))

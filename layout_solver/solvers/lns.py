@@ -45,6 +45,9 @@ def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
 
 
 def solve_large(sub: Subproblem, start: SubResult, deadline: float, trace: Trace | None = None) -> SubResult:
+    """Improve `start` by solving overlapping windows of variables exactly until nothing improves or the deadline
+    passes; the bound is the better of start's and a separable one.
+    """
     current = list(start.options)
     bound = max(start.bound, separable_bound(sub, deadline))
     touching = sub.var_factors()

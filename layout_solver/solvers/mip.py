@@ -29,6 +29,8 @@ def solve_mip(
     trace: Trace | None = None,
     stop_event: threading.Event | None = None,
 ) -> SubResult | None:
+    """Solve a subproblem with OR-Tools' SCIP MIP until `deadline` (or `stop_event`), warm-started from `hint`;
+    returns its best answer and proven bound, or None when SCIP is unavailable or finds nothing."""
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:
         return None

@@ -31,6 +31,7 @@ LARGE_PIECE_VARS = 8000
 
 
 def proven(result: SubResult) -> bool:
+    """True if `result` is proven optimal (its bound meets its value)."""
     return result.bound >= result.value - 1e-9 * max(1.0, abs(result.value))
 
 

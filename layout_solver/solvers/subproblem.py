@@ -17,6 +17,8 @@ from layout_solver.model import CompiledProblem, Factor, factor_cost
 
 @dataclass(slots=True)
 class SubResult:
+    """A subproblem's answer: one option per variable, its exact value, a proven lower bound, and the method."""
+
     options: list[int]  # chosen option per local variable
     value: float  # exact cost of the piece under that choice (offset included)
     bound: float  # proven lower bound on the piece's optimum
@@ -25,6 +27,8 @@ class SubResult:
 
 @dataclass
 class Subproblem:
+    """A connected piece of a compiled problem: its variables' options, unary costs and factors, renumbered from 0."""
+
     n_options: list[int]
     unary: list[tuple[float, ...]]
     factors: list[Factor]
@@ -33,12 +37,15 @@ class Subproblem:
 
     @property
     def n_vars(self) -> int:
+        """The number of variables."""
         return len(self.n_options)
 
     def factor_cost(self, f: Factor, opt) -> float:
+        """The cost of factor `f` under the options `opt` (variable -> option)."""
         return factor_cost(f, opt, self.cost)
 
     def total(self, opt) -> float:
+        """The cost of a full option assignment."""
         return (
             self.offset
             + sum(u[o] for u, o in zip(self.unary, opt))
@@ -46,6 +53,7 @@ class Subproblem:
         )
 
     def var_factors(self) -> list[list[int]]:
+        """For every variable, the factors that touch it."""
         touching: list[list[int]] = [[] for _ in range(self.n_vars)]
         for fi, f in enumerate(self.factors):
             for var in f.scope:

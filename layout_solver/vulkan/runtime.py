@@ -243,6 +243,8 @@ def _child(request: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    """Child-process entry point: run the pickled request in argv[0] on the device, write the pickled answer (or
+    the runtime's error) to argv[1]; a driver crash kills only this process."""
     request_path, result_path = argv
     request = pickle.loads(Path(request_path).read_bytes())
     try:

@@ -19,6 +19,7 @@ Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
 
 def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: type[nn.Module] | None = nn.ReLU):
+    """Conv2d + BatchNorm2d (+ activation) as one Sequential."""
     layers: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
     if act is not None:
         layers.append(act())
@@ -29,6 +30,8 @@ def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: 
 
 
 class BasicBlock(nn.Module):
+    """ResNet basic block (two 3x3 convs and a residual)."""
+
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
         self.body = nn.Sequential(conv_bn(cin, cout, 3, stride), conv_bn(cout, cout, 3, act=None))
@@ -39,6 +42,8 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
+    """A ResNet of BasicBlocks: stem, stages of (channels, blocks, stride), pooling, linear classifier."""
+
     def __init__(self, stem: nn.Module, stages: list[tuple[int, int, int]], width: int, classes: int, pool: int | None):
         super().__init__()
         self.stem = stem
@@ -63,6 +68,7 @@ def resnet8():
 
 
 def resnet18():
+    """ResNet-18 on a 128x128 input."""
     stem = nn.Sequential(conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1))
     model = ResNet(stem, [(64, 2, 1), (128, 2, 2), (256, 2, 2), (512, 2, 2)], 64, 1000, pool=None)
     return model, (torch.randn(1, 3, 128, 128),)
@@ -91,6 +97,8 @@ def ds_cnn():
 
 
 class InvertedResidual(nn.Module):
+    """MobileNetV2 inverted residual block."""
+
     def __init__(self, cin: int, cout: int, stride: int, expand: int):
         super().__init__()
         hidden = cin * expand
@@ -104,6 +112,7 @@ class InvertedResidual(nn.Module):
 
 
 def mobilenet_v2():
+    """MobileNetV2 (width 1.0) on a 160x160 input."""
     cfg = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
     layers, cin = [conv_bn(3, 32, 3, 2, act=nn.ReLU6)], 32
     for t, c, n, s in cfg:
@@ -140,6 +149,8 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
+    """Pre-norm transformer block (attention + MLP)."""
+
     def __init__(self, dim: int, heads: int, causal: bool = False, mlp: int = 4):
         super().__init__()
         self.norm1, self.attn = nn.LayerNorm(dim), Attention(dim, heads, causal)
@@ -152,6 +163,8 @@ class Block(nn.Module):
 
 
 class ViT(nn.Module):
+    """A small vision transformer: patch embedding, blocks, classification head."""
+
     def __init__(self, image: int, patch: int, dim: int, depth: int, heads: int, classes: int):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
@@ -212,10 +225,13 @@ class EdgeTamLikeEncoder(nn.Module):
 
 
 def edgetam_like():
+    """EdgeTamLikeEncoder on a 128x128 input."""
     return EdgeTamLikeEncoder(), (torch.randn(1, 3, 128, 128),)
 
 
 class ConvNeXtBlock(nn.Module):
+    """ConvNeXt block: depthwise 7x7 conv, LayerNorm over channels (via permutes), MLP, residual."""
+
     def __init__(self, dim: int):
         super().__init__()
         self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
@@ -249,6 +265,7 @@ class ConvNeXtStack(nn.Module):
 
 
 def convnext_stack():
+    """ConvNeXtStack on a 96x96 input."""
     return ConvNeXtStack(), (torch.randn(1, 3, 96, 96),)
 
 
@@ -265,6 +282,7 @@ class DecoderStack(nn.Module):
 
 
 def decoder_stack():
+    """DecoderStack (4 causal blocks, width 256) over 64 tokens."""
     return DecoderStack(), (torch.randn(1, 64, 256),)
 
 
@@ -347,6 +365,7 @@ class MobileViTBlock(nn.Module):
 
 
 def mobilevit_like():
+    """MobileViT-style network (conv stem, inverted residual, MobileViT block) on a 64x64 input."""
     model = nn.Sequential(
         conv_bn(3, 16, 3, 2, act=nn.SiLU),
         InvertedResidual(16, 24, 2, 4),
@@ -380,6 +399,8 @@ class WindowBlock(nn.Module):
 
 
 class SwinLike(nn.Module):
+    """Patch embedding, window-attention blocks, mean-pooled classifier."""
+
     def __init__(self, image: int = 64, patch: int = 4, dim: int = 48, depth: int = 2, window: int = 4):
         super().__init__()
         self.grid = image // patch
@@ -393,6 +414,7 @@ class SwinLike(nn.Module):
 
 
 def swin_like():
+    """SwinLike on a 64x64 input."""
     return SwinLike(), (torch.randn(1, 3, 64, 64),)
 
 
@@ -418,6 +440,7 @@ class UNetLike(nn.Module):
 
 
 def unet_like():
+    """UNetLike on a 64x64 input."""
     return UNetLike(), (torch.randn(1, 3, 64, 64),)
 
 

@@ -30,6 +30,8 @@ TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "
 
 @dataclass(frozen=True)
 class Job:
+    """One zoo job: a model, a target and the keyword options of its comparison."""
+
     model: str
     target: str
     options: tuple[tuple[str, object], ...] = ()  # keyword options of compare() for this target
@@ -37,6 +39,7 @@ class Job:
 
 @cache
 def tool_versions() -> dict[str, str]:
+    """The installed version of every tool that can change a number (cache key part)."""
     versions = {}
     for tool in TOOLS:
         try:
@@ -59,6 +62,7 @@ def _source_digest() -> str:
 
 
 def job_key(job: Job) -> str:
+    """The cache key of a job: model, target, options, tool versions and the project's source digest."""
     payload = json.dumps(
         {
             "model": job.model,
@@ -121,6 +125,7 @@ def _worker_init() -> None:
 
 def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
     # spawn: torch and executorch are not fork-safe once initialised
+    """Run jobs in a local process pool (spawned workers); yields (job, record) as they finish."""
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
         futures = {pool.submit(run_job, job): job for job in jobs}
         for future in as_completed(futures):
@@ -128,6 +133,7 @@ def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
 
 
 def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> Iterable[tuple[Job, dict]]:
+    """Run jobs as Ray tasks on a local or remote cluster; yields (job, record) as they finish."""
     import ray
 
     started_here = not ray.is_initialized()
@@ -261,6 +267,7 @@ def _method_rows(r: dict) -> list[dict]:
 
 
 def rows(results: list[dict]) -> list[dict]:
+    """The zoo records as table rows, one per model x target (multi-method models: one per method)."""
     out = []
     for r in results:
         if "methods" in r:
@@ -291,6 +298,7 @@ def rows(results: list[dict]) -> list[dict]:
 
 
 def write_outputs(results: list[dict], out: Path) -> None:
+    """Write results.csv, report.md and the plots into `out`."""
     table = rows(results)
     fields = list(dict.fromkeys(k for row in table for k in row))
     with (out / "results.csv").open("w", newline="") as f:
@@ -302,6 +310,7 @@ def write_outputs(results: list[dict], out: Path) -> None:
 
 
 def report_markdown(table: list[dict]) -> str:
+    """The zoo table as Markdown, one section per target."""
     lines = ["# Zoo report: stock executorch versus layout-solver", ""]
     arm = [r for r in table if r["target"] == "ethos-u55-128"]
     vk = [r for r in table if r["target"] == "vulkan"]
@@ -355,6 +364,9 @@ def report_markdown(table: list[dict]) -> str:
 
 
 def plot(table: list[dict], out: Path) -> None:
+    """Bar charts of stock versus solver (transpose cycles, transitions, run time) and solve time against problem
+    size, as PNGs in `out`.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
