@@ -141,7 +141,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """`layout-solver compare MODEL --target T`: stock versus solver on one model; returns 1 if the solver side
     failed (or crashed on the device).
     """
-    from layout_solver.compare import format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
 
@@ -164,19 +163,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError(str(exc)) from exc
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
-    if args.json:
-        print(format_table(comparison), file=sys.stderr)
-        print(
-            json.dumps(
-                comparison.model_dump(
-                    mode="json",
-                    exclude_unset=True,
-                    exclude={side: {"transition_list", "traceback"} for side in ("stock", "solver")},
-                )
-            )
-        )
-    else:
-        print(format_table(comparison))
+    _print_comparison(comparison, args.json, {side: {"transition_list", "traceback"} for side in ("stock", "solver")})
     crashed = (
         args.target == "vulkan"
         and args.execute
@@ -188,7 +175,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _compare_methods(args: argparse.Namespace, options: dict) -> int:
     """`compare` on a built-in multi-method model: stock, per-method and joint solver, per method."""
-    from layout_solver.compare import format_table
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
 
@@ -200,24 +186,21 @@ def _compare_methods(args: argparse.Namespace, options: dict) -> int:
         )
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
-    if args.json:
-        print(format_table(comparison), file=sys.stderr)
-        print(
-            json.dumps(
-                comparison.model_dump(
-                    mode="json",
-                    exclude_unset=True,
-                    exclude={side: {"traceback"} for side in ("stock", "per_method", "joint")},
-                )
-            )
-        )
-    else:
-        print(format_table(comparison))
+    _print_comparison(comparison, args.json, {side: {"traceback"} for side in ("stock", "per_method", "joint")})
     return (
         1
         if any(getattr(comparison, side) and getattr(comparison, side).error for side in ("per_method", "joint"))
         else 0
     )
+
+
+def _print_comparison(comparison, as_json: bool, exclude: dict) -> None:
+    """The table (on stderr with --json), then with --json one JSON line of the fields measured minus `exclude`."""
+    from layout_solver.compare import format_table
+
+    print(format_table(comparison), file=sys.stderr if as_json else sys.stdout)
+    if as_json:
+        print(json.dumps(comparison.model_dump(mode="json", exclude_unset=True, exclude=exclude)))
 
 
 def _method_weights(text: str) -> dict[str, float]:

@@ -104,6 +104,25 @@ class SolverPassRun(Generic[Built, Written]):
         return sum(self.phase_seconds.values())
 
 
+def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **fields) -> PassReport:
+    """The PassReport of one solver pass: the solution's objective, bound, gap and notes, the phase times, the size
+    of the problem it built (`run.built.problem`), and the backend's own `fields`. `pass_seconds` defaults to the
+    phases' sum."""
+    solution = run.solution
+    seconds = run.seconds if pass_seconds is None else pass_seconds
+    return PassReport(
+        "solver",
+        solution.objective,
+        solution.bound,
+        solution.gap,
+        seconds,
+        run.phase_seconds,
+        list(solution.notes),
+        len(run.built.problem.ops),
+        **fields,
+    )
+
+
 def run_solver_pass(
     build: Callable[[], Built],
     solve: Callable[[Built], Solution],

@@ -17,7 +17,7 @@ from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.problem import Solution
-from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass
+from layout_solver.report import lowering_solver, record, run_solver_pass, solver_report
 
 
 def constant_placeholders(program) -> set[str]:
@@ -70,20 +70,10 @@ class SolverLayoutPass(ArmPass):
 
         solve = lowering_solver(self.time_limit, self.service, program, lambda: constants & set(built[0].value_node))
         run = run_solver_pass(build, lambda arm: solve(arm.problem), write_back)
-        arm, solution = run.built, run.solution
+        written, removed = run.written
         record(
-            PassReport(
-                "solver",
-                solution.objective,
-                solution.bound,
-                solution.gap,
-                run.seconds,
-                run.phase_seconds,
-                list(solution.notes),
-                len(arm.problem.ops),
-                transitions_written=run.written[0],
-                ops_removed=run.written[1],
-                pinned_unknown=arm.pinned_unknown,
+            solver_report(
+                run, transitions_written=written, ops_removed=removed, pinned_unknown=run.built.pinned_unknown
             )
         )
         return PassResult(graph_module, True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from layout_solver.arm.equivalence import compare_lowerings
 from layout_solver.arm.hooks import solver_layouts
 from layout_solver.arm.measure import lower_ethos_u, quantize_for
-from layout_solver.compare.result import Comparison, Side
+from layout_solver.compare.result import Comparison, Side, error_record
 from layout_solver.quiet import quiet
 
 INPUT_ORDERS = ("nchw", "nhwc")
@@ -86,10 +86,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
                                 module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
                             )
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-                result[side] = {
-                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                    "traceback": traceback.format_exc(limit=4),
-                }
+                result[side] = error_record(exc)
                 continue
             metrics = lowerings[side].metrics()
             if side == "solver":

@@ -25,13 +25,12 @@ import hashlib
 import io
 import tempfile
 import time
-import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layout_solver.compare.result import MethodsComparison, MethodsSide
+from layout_solver.compare.result import MethodsComparison, MethodsSide, error_record
 from layout_solver.quiet import quiet
 
 SIDES = ("stock", "per_method", "joint")
@@ -153,10 +152,7 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
                 manager = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
                 program = manager.to_executorch()
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-            sides[side] = {
-                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                "traceback": traceback.format_exc(limit=4),
-            }
+            sides[side] = error_record(exc)
             continue
         buffers[side] = program.buffer
         per_method: dict[str, dict] = defaultdict(lambda: {"transitions": 0, "modelled_us": 0.0, "delegates": 0})
@@ -275,10 +271,7 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
                     )
                     program = manager.to_executorch()
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-                sides[side] = {
-                    "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                    "traceback": traceback.format_exc(limit=4),
-                }
+                sides[side] = error_record(exc)
                 continue
             elapsed = time.perf_counter() - start
             per_method: dict[str, dict] = defaultdict(

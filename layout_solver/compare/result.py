@@ -8,9 +8,19 @@ reference model rejected a side".
 
 from __future__ import annotations
 
+import traceback
+
 from pydantic import BaseModel, ConfigDict
 
 Number = float | int
+
+
+def error_record(exc: BaseException, limit: int | None = 4) -> dict:
+    """The fields of a side that failed with `exc`: its first line (at most 500 characters) and the traceback."""
+    return {
+        "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+        "traceback": traceback.format_exc(limit=limit),
+    }
 
 
 class _Record(BaseModel):

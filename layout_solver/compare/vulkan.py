@@ -4,10 +4,9 @@ Vulkan device against eager."""
 from __future__ import annotations
 
 import time
-import traceback
 from collections import Counter
 
-from layout_solver.compare.result import Comparison, Side
+from layout_solver.compare.result import Comparison, Side, error_record
 from layout_solver.quiet import quiet
 
 
@@ -51,10 +50,7 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
         try:
             buffers[side], reports = lower_vulkan(module, inputs, context)
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal: e.g. upstream fake-mode failures
-            sides[side] = {
-                "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                "traceback": traceback.format_exc(limit=4),
-            }
+            sides[side] = error_record(exc)
             continue
         elapsed = time.perf_counter() - start
         by_repr: Counter = Counter()

@@ -27,7 +27,7 @@ from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
 from layout_solver.problem import ProblemError
-from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass
+from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
 from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
@@ -167,18 +167,11 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                 )
             )
             return result
-        vproblem, solution = run.built, run.solution
         clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n.meta.get("layout_solver_transition")]
         record(
-            PassReport(
-                "solver",
-                solution.objective,
-                solution.bound,
-                solution.gap,
+            solver_report(
+                run,
                 time.perf_counter() - start,
-                run.phase_seconds,
-                list(solution.notes),
-                len(vproblem.problem.ops),
                 transitions=[_transition_record(c, self.cost_profile) for c in clones],
                 tensors_by_repr=_tensors_by_repr(graph_module),
                 modelled_us=modelled_cost(graph_module, self.cost_profile),

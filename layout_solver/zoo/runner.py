@@ -15,7 +15,6 @@ import hashlib
 import json
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -92,6 +91,8 @@ def compare_named(name: str, target: str, **options):
 
 def run_job(job: Job) -> dict:
     """Runs in a worker: never raises, a failure becomes a record."""
+    from layout_solver.compare.result import error_record
+
     start = time.perf_counter()
     try:
         comparison = compare_named(job.model, job.target, **dict(job.options))
@@ -106,8 +107,7 @@ def run_job(job: Job) -> dict:
         result = {
             "model": job.model,
             "target": job.target,
-            "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-            "traceback": traceback.format_exc(),
+            **error_record(exc, limit=None),
         }
         status = "error"
     result["status"] = status
