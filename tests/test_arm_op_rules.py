@@ -130,11 +130,13 @@ def test_registered_pinned_and_unknown_ops_keep_the_identity_order():
     assert solution.labels[clone] == solution.labels[cumsum] == "0,1,2,3"
 
 
-def test_every_registered_target_has_one_rule_and_a_kind():
+def test_a_target_has_one_rule_and_a_refused_registration_changes_nothing():
     assert op_rules.RULES["add.Tensor"] is op_rules.RULES["sub.Tensor"]
-    with pytest.raises(ValueError, match="two Arm op rules"):
-        op_rules.register("add.Tensor")(op_rules.Elementwise)
-    assert all(rule.kind for rule in op_rules.RULES.values())
+    before = dict(op_rules.RULES)
+    with pytest.raises(ValueError, match="two Arm op rules for add.Tensor"):
+        op_rules.register("brand_new_op.default", "add.Tensor")(op_rules.Elementwise)
+    assert op_rules.RULES == before
+    assert op_rules.UNKNOWN not in op_rules.RULES.values()
 
 
 # --- the write-back on its own: hand-written plans, reference implementations of TOSA's per-axis ops ---

@@ -120,10 +120,10 @@ def register(*targets: str):
 
 
 def _add(rule: OpRule, targets) -> None:
-    for target in targets:
-        if target in RULES:
-            raise ValueError(f"two Arm op rules for {target}")
-        RULES[target] = rule
+    taken = [t for t in targets if t in RULES]
+    if taken:  # refuse the whole registration: a half-registered rule would be a silent surprise
+        raise ValueError(f"two Arm op rules for {', '.join(taken)}")
+    RULES.update(dict.fromkeys(targets, rule))
 
 
 def rule_for(node: torch.fx.Node) -> OpRule:

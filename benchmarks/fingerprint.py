@@ -1,0 +1,98 @@
+"""What the lowering produces, as hashes: did a refactor change any program?
+
+Run: .venv/bin/python benchmarks/fingerprint.py OUT.json --target ethos-u55-128|vulkan [--models a,b]
+     .venv/bin/python benchmarks/fingerprint.py --diff BEFORE.json AFTER.json
+
+Per zoo model and side (stock, solver): Vulkan, the .pte's sha256, transitions, modelled cost and objective;
+Ethos-U55, every delegate's .tosa sha256, the Vela metrics (lowering time left out) and the solver reports'
+objective / permutes inserted / removed. Two fingerprints taken before and after a change that should not
+change behaviour must be equal (the #13 redesign was checked this way: equal on all 12 zoo models).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import hashlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from layout_solver.quiet import quiet
+from layout_solver.zoo.models import ZOO, build
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def vulkan(module, inputs) -> dict:
+    from layout_solver.compare.vulkan import lower_vulkan
+    from layout_solver.vulkan import solver_layouts, stock_layouts
+
+    record = {}
+    for side, context in (("stock", stock_layouts), ("solver", solver_layouts)):
+        program, reports = lower_vulkan(module, inputs, context)
+        record[side] = {
+            "pte": _sha(program),
+            "transitions": sum(len(r.transitions) for r in reports),
+            "modelled_us": round(sum(r.modelled_us for r in reports), 3),
+            "objective": [r.objective for r in reports],
+        }
+    return record
+
+
+def ethos_u(module, inputs) -> dict:
+    from layout_solver.arm import solver_layouts
+    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+
+    quantized = quantize_for(module, inputs)
+    record = {}
+    for side in ("stock", "solver"):
+        context = solver_layouts() if side == "solver" else contextlib.nullcontext([])
+        with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), context as reports:
+            lowering = lower_ethos_u(module, inputs, keep_tosa=Path(tmp), quantized=copy.deepcopy(quantized))
+            metrics = lowering.metrics()
+            metrics.pop("lower_seconds")
+            record[side] = {
+                "tosa": [_sha(f.read_bytes()) for f in lowering.tosa_files],
+                "metrics": metrics,
+                "reports": [[round(r.objective, 1), r.transitions_written, r.ops_removed] for r in reports],
+            }
+    return record
+
+
+def diff(before: dict, after: dict) -> int:
+    changed = sorted(m for m in before.keys() | after.keys() if before.get(m) != after.get(m))
+    for model in changed:
+        print(f"{model}: {json.dumps(before.get(model))}\n{' ' * len(model)}  {json.dumps(after.get(model))}")
+    print(f"{len(before.keys() | after.keys()) - len(changed)} models equal, {len(changed)} differ")
+    return 1 if changed else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", nargs="?")
+    parser.add_argument("--target", choices=("ethos-u55-128", "vulkan"))
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"))
+    args = parser.parse_args()
+    if args.diff:
+        return diff(*(json.loads(Path(p).read_text()) for p in args.diff))
+    if not (args.out and args.target):
+        parser.error("OUT and --target are needed (or --diff BEFORE AFTER)")
+    result = {}
+    with quiet():
+        for name in args.models.split(","):
+            module, inputs = build(name)
+            result[name] = (vulkan if args.target == "vulkan" else ethos_u)(module, inputs)
+            print(f"{name}: {json.dumps(result[name])[:160]}", file=sys.stderr, flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
