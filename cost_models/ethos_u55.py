@@ -406,6 +406,41 @@ def transpose_cost(
     return best
 
 
+def two_step_transposes(
+    shape, perm, dtype: str = "int8", params: EthosU55Params | None = None
+) -> tuple[float, list[tuple[tuple[int, ...], tuple[int, ...]]]] | None:
+    """The cheapest way to run TRANSPOSE(shape, perm) as two transposes in a row, or None if no pair helps.
+
+    The first moves one axis elsewhere, the second finishes the permutation; each runs in its cheapest
+    form (materialisations()). A swap of two middle axes under an outer one, (W, T, h, d) -> (W, h, T, d)
+    as in windowed attention's head split, is one op per outer index as given (16 x 16 x 2 x 16 int8: 19,456
+    cycles in Vela 5.1), but moving h out first, (W*T, h, d) -> (h, W*T, d), then (h, W, T*d) ->
+    (W, h, T*d) is two single ops (2,048 + 3,072). Returns (cycles, [(shape, perm) of each step, in the
+    logical shapes]); the caller compares it with the single transpose.
+    """
+    shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
+    rank = len(shape)
+    best = None
+    for src in range(rank):
+        for dst in range(rank):
+            first = list(range(rank))
+            first.insert(dst, first.pop(src))
+            second = tuple(first.index(p) for p in perm)
+            if src == dst or is_identity(second) or moves_no_data(shape, first):
+                continue
+            mid = tuple(shape[p] for p in first)
+            try:
+                cycles = (
+                    transpose_cost(shape, first, dtype, params).cycles
+                    + transpose_cost(mid, second, dtype, params).cycles
+                )
+            except UnsupportedTranspose:
+                continue
+            if best is None or cycles < best[0]:
+                best = (cycles, [(shape, tuple(first)), (mid, second)])
+    return best
+
+
 def reduce_sum_cycles(shape, axis: int, dtype: str = "int32", params: EthosU55Params | None = None) -> float:
     """Cycles of the transpose Vela inserts before REDUCE_SUM along `axis`; only the innermost axis is native.
 
@@ -450,6 +485,34 @@ class GraphTranspose:
     perm: tuple[int, ...]
     dtype: str
     cycles: float
+    # where it sits: "graph input" / "graph output" (it reads a delegate input or feeds a delegate output
+    # through data-preserving ops only, so the I/O contract decides it) or "inside"
+    site: str = "inside"
+
+
+# Ops that keep every element (or a block of them) as they are: a transpose reached through these from a
+# delegate input, or reaching a delegate output, sits at the graph boundary.
+_PASS_THROUGH = frozenset({"RESHAPE", "PAD", "SLICE", "RESCALE", "CLAMP", "TABLE", "CAST"})
+
+
+def _from_inputs(tensor: str, writer: dict) -> bool:
+    """Is `tensor` a delegate input, or made from delegate inputs by pass-through ops and concatenation? (A tensor
+    no op writes is a delegate input; constant transposes are folded before Vela, so none reaches here.)"""
+    source = writer.get(tensor)
+    if source is None:
+        return True
+    if source.op in _PASS_THROUGH:
+        return _from_inputs(source.inputs[0], writer)
+    return source.op == "CONCAT" and all(_from_inputs(t, writer) for t in source.inputs)
+
+
+def _site(tensor_in: str, tensor_out: str, writer: dict, reader: dict) -> str:
+    if _from_inputs(tensor_in, writer):
+        return "graph input"
+    t = tensor_out
+    while (users := reader.get(t, [])) and len(users) == 1 and users[0].op in _PASS_THROUGH:
+        t = users[0].outputs[0]
+    return "graph output" if not reader.get(t) else "inside"
 
 
 def _unit_fixed_perm(pre: list[int], post: list[int], perm: list[int]) -> tuple[int, ...]:
@@ -476,18 +539,20 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
     * MATMUL transposes its second operand (N, C, W) to (N, W, C).
     """
     writer = {t: op for op in ops for t in op.outputs}
-    readers: dict[str, int] = {}
+    reader: dict[str, list[TosaOp]] = {}
     for op in ops:
         for t in op.inputs:
-            readers[t] = readers.get(t, 0) + 1
-    single_path = lambda t: readers.get(t, 0) == 1
+            reader.setdefault(t, []).append(op)
+    single_path = lambda t: len(reader.get(t, ())) == 1
 
     # Effective (shape, perm) of every TRANSPOSE after the reshape move and merges, in graph order.
     effective: dict[str, tuple[list[int], tuple[int, ...], str]] = {}
+    reads: dict[str, str] = {}  # effective transpose -> the tensor it reads (before any merge)
     for op in ops:
         if op.op != "TRANSPOSE":
             continue
         shape, perm, reason = list(op.input_shapes[0]), tuple(op.perm), "transpose"
+        read = op.inputs[0]
         source = writer.get(op.inputs[0])
         if source is not None and source.op == "RESHAPE" and single_path(op.inputs[0]):
             pre = list(source.input_shapes[0])
@@ -504,18 +569,21 @@ def graph_transposes(ops: list[TosaOp], params: EthosU55Params | None = None) ->
             and source.outputs[0] in effective
         ):
             first_shape, first_perm, _ = effective.pop(source.outputs[0])
+            read = reads.pop(source.outputs[0])
             first_out = [first_shape[p] for p in first_perm]
             if first_out != shape:  # the first one was moved past a unit-axis reshape: so is this one
                 perm = _unit_fixed_perm(first_out, shape, list(perm))
             shape, perm, reason = first_shape, tuple(first_perm[p] for p in perm), "merged transposes"
         effective[op.outputs[0]] = (shape, perm, reason)
+        reads[op.outputs[0]] = read
 
     found = []
     for origin, (shape, perm, reason) in effective.items():
         dtype = writer[origin].dtype
         if dtype in DTYPE_BYTES and not moves_no_data(shape, perm):
             cost = _as_given(shape, perm, dtype, params)
-            found.append(GraphTranspose(origin, reason, tuple(shape), perm, dtype, cost.cycles))
+            site = _site(reads[origin], origin, writer, reader)
+            found.append(GraphTranspose(origin, reason, tuple(shape), perm, dtype, cost.cycles, site))
     for op in ops:
         if op.dtype not in DTYPE_BYTES:
             continue

@@ -89,3 +89,63 @@ def test_one_quantization_lowers_twice_to_the_same_program_and_rejections_become
     with pytest.raises(ReferenceRejected) as rejected:
         run_tosa(program, wrong)
     assert rejected.value.status.startswith("error: ")
+
+
+def test_each_program_is_checked_against_the_quantized_eager_model(tmp_path):
+    """The lowered program runs with its delegates on the TOSA reference model and its CPU ops in eager, and
+    is held to executorch's INT test tolerance against the quantized eager model: a program lowered from the
+    same int8 model passes; the same program held against another quantized model of the same shapes (other
+    weights) does not."""
+    import contextlib
+    import copy
+    import io
+    from pathlib import Path
+
+    import torch
+
+    from layout_solver.arm.equivalence import versus_quantized_eager
+    from layout_solver.arm.hooks import solver_layouts
+    from layout_solver.arm.measure import quantize_for
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention")
+    quantized = quantize_for(module, inputs)
+    with contextlib.redirect_stdout(io.StringIO()), solver_layouts():
+        lowered = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "solver", quantized=copy.deepcopy(quantized))
+    check = versus_quantized_eager(quantized, lowered.program, lowered.tosa_files, inputs)
+    assert check.status == "ok" and check.within_tolerance and check.max_quant_steps <= 1
+    other_module, _ = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention", seed=1)
+    with torch.no_grad():
+        for p in other_module.parameters():
+            p.mul_(-1)
+    other = versus_quantized_eager(quantize_for(other_module, inputs), lowered.program, lowered.tosa_files, inputs)
+    assert other.status == "ok" and not other.within_tolerance and other.max_quant_steps > 1
+    missing = versus_quantized_eager(quantized, lowered.program, [], inputs)
+    assert missing.status.startswith("error: ") and missing.within_tolerance is None
+
+
+def test_a_transpose_vela_runs_cheaper_in_two_steps_is_written_in_two(tmp_path):
+    """Windowed attention's head split swaps two middle axes under the window axis: one Vela op per window as
+    given, two single ops when the head axis is moved out first. The canonical write-back writes the pair,
+    Vela's transpose cycles fall, and the reference model computes the same outputs."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.hooks import canonical_transposes
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:window_heads")
+    with contextlib.redirect_stdout(io.StringIO()):
+        stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
+        with canonical_transposes() as stats:
+            canon = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "canonical")
+    assert stats.get("two_steps", 0) >= 1
+    s, c = stock.metrics(), canon.metrics()
+    assert c["tosa_transposes"] > s["tosa_transposes"]  # more TRANSPOSE ops ...
+    assert c["vela_transpose_cycles"] < 0.5 * s["vela_transpose_cycles"]  # ... and far fewer cycles
+    assert c["vela_total_cycles"] < s["vela_total_cycles"]
+    assert c["predicted_transpose_cycles"] == pytest.approx(c["vela_transpose_cycles"], rel=0.05)
+    same = compare_lowerings(stock.tosa_files, canon.tosa_files)
+    assert same.equivalent and same.max_abs_diff == 0

@@ -343,3 +343,47 @@ def test_vulkan_view_changing_packing_costs_a_clone():
     )
     assert vulkan.op_mode_cost("view", shape, "float32", b_h, lavapipe, input_label=b_w) <= routed
     assert vulkan.op_mode_cost("view", shape, "float32", b_h, lavapipe, input_label=b_w) > 10 * same
+
+
+def test_graph_transposes_know_which_sit_at_the_delegate_boundary():
+    op = ethos_u55.TosaOp
+    graph = [
+        # the delegate input (no writer), padded, then transposed: set by the input contract
+        op("PAD", ("x", "pads"), ("p",), ((1, 3, 8, 8),), "int8"),
+        op("TRANSPOSE", ("p",), ("t0",), ((1, 3, 9, 9),), "int8", perm=(0, 2, 3, 1)),
+        op("CONV2D", ("t0", "w"), ("c",), ((1, 9, 9, 3),), "int8"),
+        # inside: between two convs
+        op("TRANSPOSE", ("c",), ("t1",), ((1, 9, 9, 16),), "int8", perm=(0, 3, 1, 2)),
+        op("CONV2D", ("t1", "w2"), ("d",), ((1, 16, 9, 9),), "int8"),
+        op("ADD", ("d", "c"), ("e",), ((1, 16, 9, 9),), "int8"),
+        # back to NCHW for the delegate output, through a reshape
+        op("TRANSPOSE", ("e",), ("t2",), ((1, 9, 9, 16),), "int8", perm=(0, 3, 1, 2)),
+        op("RESHAPE", ("t2", "shape"), ("out",), ((1, 16, 9, 9),), "int8"),
+    ]
+    sites = {t.origin: t.site for t in ethos_u55.graph_transposes(graph)}
+    assert sites == {"t0": "graph input", "t1": "inside", "t2": "graph output"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_two_step_transposes_compose_to_the_permutation(seed):
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(3, 7))
+    shape = tuple(int(d) for d in rng.integers(1, 9, size=rank))
+    perm = tuple(int(p) for p in rng.permutation(rank))
+    found = ethos_u55.two_step_transposes(shape, perm)
+    if found is None:
+        return
+    cycles, ((s1, p1), (s2, p2)) = found
+    x = rng.integers(0, 100, size=shape)
+    assert s1 == shape and s2 == tuple(shape[p] for p in p1)
+    np.testing.assert_array_equal(x.transpose(p1).transpose(p2), x.transpose(perm))
+    assert cycles == pytest.approx(ethos_u55.transpose_cost(s1, p1).cycles + ethos_u55.transpose_cost(s2, p2).cycles)
+
+
+def test_a_middle_axes_swap_runs_cheaper_in_two_steps_on_vela():
+    shape, perm = (16, 16, 2, 16), (0, 2, 1, 3)  # windowed attention's head split
+    cycles, steps = ethos_u55.two_step_transposes(shape, perm)
+    single = measure_transpose(shape, perm, "int8").cycles
+    forms = [ethos_u55.transpose_cost(s, p) for s, p in steps]
+    vela = sum(measure_transpose(f.shape, f.perm, "int8").cycles for f in forms)
+    assert cycles == pytest.approx(vela, rel=0.05) and vela < single / 3

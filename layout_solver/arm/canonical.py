@@ -9,7 +9,11 @@ becomes a single reshape. When the canonical form only drops unit axes,
 Vela moves the reshape back past the transpose, so the form that would run
 is the original shape with its unit axes kept in place; that form is written
 directly (permute, then a reshape). The candidates are
-cost_models.ethos_u55.materialisations().
+cost_models.ethos_u55.materialisations(). A transpose may also be written as two
+in a row (each in its cheapest form) when that is cheaper in Vela: a swap of
+two middle axes under an outer one runs as one op per outer index, but as two
+single ops once one axis is moved out of the way first
+(cost_models.ethos_u55.two_step_transposes()).
 
 The rewrite is exact (tests check it against numpy on random shapes and
 permutations) and local, so it runs after the solver's assignment or, on its
@@ -23,7 +27,7 @@ from typing import ClassVar
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
 
-from cost_models.ethos_u55 import is_identity, materialisations
+from cost_models.ethos_u55 import is_identity, materialisations, transpose_cost, two_step_transposes
 from graph_io.fx import dtype_name
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
@@ -59,29 +63,58 @@ class CanonicalTransposePass(ArmPass):
         except VelaUnsupported:
             return float("inf")
 
+    def _cheapest_form(self, shape, perm, dtype: str) -> tuple[float, tuple, tuple]:
+        """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
+        form as given on a tie."""
+        priced = [(self._vela_cycles(s, p, dtype), i, s, p) for i, (s, p) in enumerate(materialisations(shape, perm))]
+        cycles, _, shape, perm = min(priced)
+        return cycles, shape, perm
+
     def call_operator(self, op, args, kwargs, meta, updated=False):
         if op not in _PERMUTES:
             return super().call_operator(op, args, kwargs, meta, updated)
-        x, perm = args[0], [int(p) for p in args[1]]
+        written = self._write(op, args[0], [int(p) for p in args[1]], meta, split=True)
+        return written if written is not None else super().call_operator(op, args, kwargs, meta, updated)
+
+    def _step(self, op, x, perm, meta):
+        """One transpose of a two-step write, itself in its cheapest single form."""
+        written = self._write(op, x, perm, meta, split=False)
+        return written if written is not None else super().call_operator(op, (x, perm), {}, meta, True)
+
+    def _write(self, op, x, perm, meta, split: bool):
+        """The rewritten permute of `x` by `perm`, or None to keep it as it is."""
         shape = [int(d) for d in x.data.shape]
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
         out_shape = [shape[p] for p in perm]
         source = getattr(getattr(x, "node", None), "op", None)
-        forms = materialisations(shape, perm)[1:]
-        if source == "placeholder" or not forms:
-            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy; or nothing to gain
-            return super().call_operator(op, args, kwargs, meta, updated)
-        fshape, fperm = forms[0]
-        if is_identity(fperm):
+        forms = materialisations(shape, perm)
+        if source == "placeholder":
+            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy
+            return None
+        if len(forms) > 1 and is_identity(forms[1][1]):
             _count(self.stats, "to_reshape")
             return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
         dtype = dtype_name(x.data)
-        if dtype not in ("int8", "int16", "int32") or (
-            self._vela_cycles(fshape, fperm, dtype) >= self._vela_cycles(shape, perm, dtype)
-        ):
+        if dtype not in ("int8", "int16", "int32"):
             _count(self.stats, "kept")
-            return super().call_operator(op, args, kwargs, meta, updated)
+            return None
+        steps = two_step_transposes(shape, perm, dtype) if split else None
+        if steps is not None and steps[0] >= transpose_cost(shape, perm, dtype).cycles:
+            steps = None  # the cost model sees no gain: no need to ask Vela
+        if len(forms) == 1 and steps is None:
+            _count(self.stats, "kept")  # nothing to gain
+            return None
+        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype)
+        if steps is not None:
+            # The cost model picks the pair; Vela prices it, each step in the form it will be written in.
+            (_, first), (mid, second) = steps[1]
+            if self._cheapest_form(shape, first, dtype)[0] + self._cheapest_form(mid, second, dtype)[0] < cycles:
+                _count(self.stats, "two_steps")
+                return self._step(op, self._step(op, x, list(first), meta), list(second), meta)
+        if (fshape, fperm) == (tuple(shape), tuple(perm)):
+            _count(self.stats, "kept")
+            return None
         if list(fshape) == shape:  # the same shape with the unit axes left in place
             _count(self.stats, "unit_axes_fixed")
             moved = super().call_operator(op, (x, list(fperm)), {}, meta, True)

@@ -1,4 +1,5 @@
-"""Do two Ethos-U lowerings compute the same function? Ask the TOSA reference model.
+"""Do two Ethos-U lowerings compute the same function? Ask the TOSA reference model. And does each compute
+what the quantized eager model does, within the tolerance executorch's own Arm tests allow?
 
 Each delegate's .tosa from one lowering is paired with the same delegate of
 the other; both run on the same random inputs (int8/int16 across their full
@@ -11,6 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
+from executorch.backends.arm.test.runner_utils import (
+    TosaReferenceModelDispatch,
+    get_output_quantization_params,
+    numpy_to_torch_tensor,
+    torch_tensor_to_numpy,
+)
+from executorch.backends.arm.tosa.backend import arm_get_first_delegation_tag
 
 from graph_io.tosa import tosa_inputs
 
@@ -100,3 +109,82 @@ def compare_lowerings(left: list[Path], right: list[Path], trials: int = 3, seed
     if any(status != "ok" for status in reference.values()):
         return Equivalence(None, None, len(left), notes, reference)
     return Equivalence(worst == 0.0, worst, len(left), notes, reference)
+
+
+# --- against the quantized eager model -----------------------------------------------------------------------------
+
+# ExecuTorch's TOSA/Ethos-U INT test pipelines compare a lowered program with the quantized eager model at
+# torch.allclose(atol=1e-3 + QTOL * output scale, rtol=1e-3) (backends/arm/test/tester/test_pipeline.py).
+ATOL, RTOL, QTOL = 1e-3, 1e-3, 1
+
+
+@dataclass
+class EagerCheck:
+    """One lowered program against the quantized eager model on the same inputs: the largest absolute
+    difference, the same in output quantization steps, and whether every output is within executorch's
+    INT tolerance. `status` is "ok" or why the program could not be run."""
+
+    status: str
+    max_abs_diff: float | None = None
+    max_quant_steps: float | None = None
+    within_tolerance: bool | None = None
+
+
+def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: tuple) -> EagerCheck:
+    """Run `lowered` (an EdgeProgramManager from to_edge_transform_and_lower) with each delegate executed by
+    the TOSA reference model on its kept .tosa (`tosa_files`, one per delegate) and the CPU ops in eager, and
+    compare its outputs with the `quantized` exported program's."""
+    reference = quantized.module()(*inputs)
+    try:
+        with KeptTosaDispatch(tosa_files) as dispatch:
+            outputs = lowered.exported_program().module()(*inputs)
+        if dispatch.unused:
+            raise RuntimeError(f"the program never called the delegates of {[p.name for p in dispatch.unused]}")
+    except ReferenceRejected as exc:
+        return EagerCheck(exc.status)
+    except Exception as exc:  # noqa: BLE001 - the reason is the result
+        return EagerCheck(f"error: {type(exc).__name__}: {exc}".splitlines()[0][:300])
+    reference, outputs = torch.utils._pytree.tree_leaves(reference), torch.utils._pytree.tree_leaves(outputs)
+    qparams = list(get_output_quantization_params(quantized.graph_module.graph.output_node()).values())
+    worst, steps, within = 0.0, 0.0, True
+    for i, (ref, out) in enumerate(zip(reference, outputs)):
+        scale = getattr(qparams[i], "scale", None) if i < len(qparams) else None
+        diff = float((ref.double() - out.double()).abs().max()) if ref.numel() else 0.0
+        worst = max(worst, diff)
+        if scale:
+            steps = max(steps, diff / float(scale))
+        atol = ATOL + (float(scale) * QTOL if scale else 0.0)
+        within &= bool(torch.allclose(out.to(ref.dtype), ref, atol=atol, rtol=RTOL))
+    return EagerCheck("ok", worst, round(steps, 3), within)
+
+
+def _input_signature(path: Path) -> list[tuple[tuple[int, ...], type]]:
+    return [(tuple(shape), dtype) for _, shape, dtype in tosa_inputs(path)]
+
+
+class KeptTosaDispatch(TosaReferenceModelDispatch):
+    """executorch's TOSA reference-model dispatch (it runs call_delegate on the reference model and the Q/DQ ops
+    as its tests do), fed the .tosa each Ethos-U delegate was compiled from: an Ethos-U delegate carries Vela's
+    command stream instead. A delegate's .tosa is the one named after its partition tag ("output_tag3_..."), as
+    the Arm backend dumps them, or an untagged one ("output_TOSA-...": a delegate whose nodes carried no tag
+    when it was compiled, such as one of constants only); either way its inputs must be what the call passes."""
+
+    def __init__(self, tosa_files: list[Path]):
+        super().__init__()
+        self.unused = list(tosa_files)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is not torch._higher_order_ops.executorch_call_delegate:
+            return super().__torch_function__(func, types, args, kwargs)
+        tag = arm_get_first_delegation_tag(args[0].original_module.graph_module)
+        arrays = [torch_tensor_to_numpy(t) for t in args[1:]]
+        passed = [(a.shape, a.dtype.type) for a in arrays]
+        named = [p for p in self.unused if tag and p.name.startswith(f"output_{tag}_")]
+        candidates = named or [p for p in self.unused if p.name.startswith("output_TOSA-")]
+        path = next((p for p in candidates if _input_signature(p) == passed), None)
+        if path is None:
+            raise RuntimeError(f"no kept .tosa for the delegate of partition {tag or '(untagged)'} reading {passed}")
+        self.unused.remove(path)
+        self.ran_tosa_dispatch = True
+        output_node = args[0].original_module.graph.output_node()
+        return tuple(numpy_to_torch_tensor(r, n) for r, n in zip(run_tosa(path, arrays), output_node.args[0]))

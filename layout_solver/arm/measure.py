@@ -15,6 +15,7 @@ rows.
 from __future__ import annotations
 
 import contextlib
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -73,6 +74,7 @@ class EthosULowering:
     cpu_ops: int = 0
     tosa_files: list[Path] = field(default_factory=list)
     tosa_ops: list[list] = field(default_factory=list)  # per delegate: its TOSA operators, read back
+    program: object = None  # the EdgeProgramManager (to run it against the quantized eager model)
 
     @property
     def npu_rows(self) -> list[dict]:
@@ -84,6 +86,7 @@ class EthosULowering:
         CPU, lowering time, the cost model's prediction.
         """
         transpose_rows = [r for r in self.npu_rows if r["NNG Operator"] == "Transpose"]
+        predicted = [t for ops in self.tosa_ops for t in ethos_u55.graph_transposes(ops)]
         return {
             "tosa_transposes": len(self.transposes),
             "vela_transpose_rows": len(transpose_rows),
@@ -92,10 +95,30 @@ class EthosULowering:
             "npu_ops": len(self.npu_rows),
             "cpu_ops": self.cpu_ops,
             "lower_seconds": round(self.lower_seconds, 3),
-            "predicted_transpose_cycles": round(
-                sum(t.cycles for ops in self.tosa_ops for t in ethos_u55.graph_transposes(ops)), 1
-            ),
+            "predicted_transpose_cycles": round(sum(t.cycles for t in predicted), 1),
+            "transpose_cycles_by_cause": transpose_cycles_by_cause(predicted),
         }
+
+
+CAUSES = ("graph_input", "graph_output", "matmul_operand", "reduction_axis", "inside")
+
+
+def transpose_cycles_by_cause(transposes: list[ethos_u55.GraphTranspose]) -> dict[str, float]:
+    """The cost model's transpose cycles split by what put them there: the delegate's input or output contract
+    (a transpose next to a delegate input/output), Vela itself (MATMUL's second operand, a REDUCE_SUM along a
+    non-innermost axis), or the layout inside the graph."""
+    totals = dict.fromkeys(CAUSES, 0.0)
+    for t in transposes:
+        cause = {"matmul operand": "matmul_operand", "reduce_sum": "reduction_axis"}.get(t.reason)
+        totals[cause or t.site.replace(" ", "_")] += t.cycles
+    return {k: round(v, 1) for k, v in totals.items()}
+
+
+def _delegate_order(tosa: Path) -> int:
+    """Sort key of a dumped delegate: its partition tag's number. A delegate of constants only (no node carries
+    a delegation tag) is dumped untagged ("output_TOSA-...tosa") and comes first."""
+    match = re.match(r"output_tag(\d+)_", tosa.name)
+    return int(match.group(1)) if match else -1
 
 
 def quantize(module: torch.nn.Module, inputs: tuple, spec):
@@ -142,7 +165,7 @@ def lower_ethos_u(
             if n.op == "call_function" and "delegate" not in str(n.target) and "getitem" not in str(n.target)
         )
         rows = []
-        files = sorted(Path(tmp).glob("output_tag*.tosa"), key=lambda f: int(f.name.split("_tag")[1].split("_")[0]))
+        files = sorted(Path(tmp).glob("output*.tosa"), key=_delegate_order)
         kept, graphs = [], []
         for tosa in files:
             graphs.append(tosa_ops(tosa.read_bytes()))
@@ -152,4 +175,4 @@ def lower_ethos_u(
                 keep_tosa.mkdir(parents=True, exist_ok=True)
                 kept.append(keep_tosa / tosa.name)
                 kept[-1].write_bytes(tosa.read_bytes())
-        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs)
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program)

@@ -10,7 +10,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from layout_solver.arm.equivalence import compare_lowerings
+from layout_solver.arm.equivalence import compare_lowerings, versus_quantized_eager
 from layout_solver.arm.hooks import solver_layouts
 from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.compare.result import Comparison, Side, error_record
@@ -44,8 +44,8 @@ def compare_ethos_u(
     service: str | None = None,
     input_order: str = "nchw",
 ) -> Comparison:
-    """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles and
-    equivalence on the TOSA reference model; `input_order` is the graph-input contract (see
+    """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles,
+    equivalence of the two on the TOSA reference model, and each against the quantized eager model; `input_order` is the graph-input contract (see
     declare_input_order). `name` labels the result (default: the module's class). A side that fails is
     recorded with its error; the other side's numbers stay."""
     with quiet():
@@ -89,6 +89,15 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
                 result[side] = error_record(exc)
                 continue
             metrics = lowerings[side].metrics()
+            # Each program on its own against the quantized eager model, so a side the other cannot be
+            # compared with (the reference model rejected it) is still checked.
+            eager = versus_quantized_eager(quantized, lowerings[side].program, lowerings[side].tosa_files, inputs)
+            metrics.update(
+                eager_check=eager.status,
+                max_abs_diff_vs_eager=eager.max_abs_diff,
+                eager_quant_steps=eager.max_quant_steps,
+                eager_within_tolerance=eager.within_tolerance,
+            )
             if side == "solver":
                 metrics.update(
                     solve_seconds=round(sum(r.solve_seconds for r in reports), 4),

@@ -46,6 +46,9 @@ class Side(_Record):
     npu_ops: int | None = None
     cpu_ops: int | None = None
     predicted_transpose_cycles: float | None = None
+    # the same split by cause: graph_input / graph_output contract, matmul_operand / reduction_axis (Vela's
+    # own), inside (the layout)
+    transpose_cycles_by_cause: dict[str, float] | None = None
     pinned_unknown: list[str] | None = None
     # Vulkan: transitions (clones), representations, the profile's price of the tagged graph
     transitions: int | None = None
@@ -59,7 +62,12 @@ class Side(_Record):
     # Vulkan with execute: the device run
     executed: bool | None = None
     run_ms: float | None = None
+    # Vulkan: against the eager module; Ethos-U: against the quantized eager module, delegates on the TOSA
+    # reference model (eager_check "ok" or why it could not run; within executorch's INT test tolerance?)
     max_abs_diff_vs_eager: float | None = None
+    eager_check: str | None = None
+    eager_quant_steps: float | None = None
+    eager_within_tolerance: bool | None = None
     execute_error: str | None = None
     # the solver side: its answer and timings
     pass_seconds: float | None = None

@@ -208,6 +208,7 @@ ROW_FIELDS = {
         "npu_ops",
         "cpu_ops",
         "lower_seconds",
+        "eager_within_tolerance",
     ],
     "vulkan": [
         "transitions",

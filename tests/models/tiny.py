@@ -70,3 +70,19 @@ class CatPad(nn.Module):
 
 def cat_pad():
     return CatPad(), (torch.randn(1, 3, 8, 8),)
+
+
+class WindowHeads(nn.Module):
+    """Windowed attention's head split: 16 windows of 16 tokens, a projection, then (W, T, h, d) -> (W, h, T, d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(32, 32)
+
+    def forward(self, x):
+        heads = self.proj(x).view(16, 16, 2, 16).permute(0, 2, 1, 3)
+        return torch.relu(heads @ heads.transpose(-1, -2))
+
+
+def window_heads():
+    return WindowHeads(), (torch.randn(16, 16, 32),)
