@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python benchmarks/bench_arm.py [--models a,b] [--input-order nchw|nhwc]
 Per model, both lowerings in one run (layout-solver compare MODEL --target ethos-u55-128), Vela 5.1
-cycle estimates for ethos-u55-128, and equivalence through the TOSA reference model. Then the
+cycle estimates for ethos-u55-128, equivalence through the TOSA reference model, and each program against
+the quantized eager model (max quantization steps off). Then the
 acceptance checks of the Arm issue.
 """
 
@@ -26,9 +27,10 @@ def main() -> None:
     args = parser.parse_args()
     print(
         "| model | TOSA transposes stock / solver | Vela transpose rows | transpose cycles stock | solver | change "
-        "| total cycles stock | solver | change | lower s stock | solver | solve s | gap | equivalent |"
+        "| total cycles stock | solver | change | lower s stock | solver | solve s | gap | equivalent "
+        "| vs quantized eager stock / solver |"
     )
-    print("|" + "---|" * 14, flush=True)
+    print("|" + "---|" * 15, flush=True)
     results = {}
     for name in args.models.split(","):
         r = compare_named(name, "ethos-u55-128", input_order=args.input_order).to_json()
@@ -43,7 +45,8 @@ def main() -> None:
             f"| {name} | {s['tosa_transposes']} / {o['tosa_transposes']} | {s['vela_transpose_rows']} / "
             f"{o['vela_transpose_rows']} | {s['vela_transpose_cycles']:,} | {o['vela_transpose_cycles']:,} | {tc:+.0%} "
             f"| {s['vela_total_cycles']:,} | {o['vela_total_cycles']:,} | {tot:+.1%} | {s['lower_seconds']:.1f} | "
-            f"{o['lower_seconds']:.1f} | {o['solve_seconds']:.3f} | {o['gap']:.2%} | {r['equivalent']} |",
+            f"{o['lower_seconds']:.1f} | {o['solve_seconds']:.3f} | {o['gap']:.2%} | {r['equivalent']} | "
+            f"{_eager(s)} / {_eager(o)} |",
             flush=True,
         )
     ok = {n: r for n, r in results.items() if "error" not in r.get("stock", {}) and "error" not in r.get("solver", {})}
@@ -71,9 +74,21 @@ def main() -> None:
         f"{max(r['solver']['lower_seconds'] / r['stock']['lower_seconds'] for r in ok.values()):.2f}"
     )
     print("- equivalent on every model:", all(r["equivalent"] for r in ok.values()))
+    print(
+        "- every program within executorch's INT tolerance of the quantized eager model:",
+        all(r[side].get("eager_within_tolerance") for r in ok.values() for side in ("stock", "solver")),
+    )
     failed = sorted(set(results) - set(ok))
     if failed:
         print("- failed:", ", ".join(failed))
+
+
+def _eager(side: dict) -> str:
+    """The eager check in a cell: "ok (0.0)" (max quantization steps off), or why it could not run."""
+    if side.get("eager_check") != "ok":
+        return str(side.get("eager_check"))
+    verdict = "" if side.get("eager_within_tolerance") else ", outside tolerance"
+    return f"ok ({side.get('eager_quant_steps')}{verdict})"
 
 
 if __name__ == "__main__":

@@ -30,13 +30,17 @@ def main() -> None:
     parser.add_argument("--out", help="also write the tables to this markdown file")
     args = parser.parse_args()
     lines = [
-        f"Command: .venv/bin/python benchmarks/bench_arm_outside.py --models {args.models} "
-        f"({time.strftime('%Y-%m-%d')}; stock executorch 1.5.1 vs solver_layouts(); ethos-u55-128, Vela 5.1; "
-        "2-core machine)",
+        (
+            f"Command: .venv/bin/python benchmarks/bench_arm_outside.py --models {args.models} "
+            f"({time.strftime('%Y-%m-%d')}; stock executorch 1.5.1 vs solver_layouts(); ethos-u55-128, Vela 5.1; "
+            "2-core machine)"
+        ),
         "",
-        "| model | TOSA transposes stock / solver | transpose cycles stock | solver | change | total cycles stock "
-        "| solver | change | equivalent | vs quantized eager: stock / solver (max quant steps) | lower s stock "
-        "| solver |",
+        (
+            "| model | TOSA transposes stock / solver | transpose cycles stock | solver | change | total cycles stock "
+            "| solver | change | equivalent | vs quantized eager: stock / solver (max quant steps) | lower s stock "
+            "| solver |"
+        ),
         "|" + "---|" * 12,
     ]
     print("\n".join(lines), flush=True)
@@ -70,18 +74,22 @@ def main() -> None:
     solver_t = sum(r["solver"]["vela_transpose_cycles"] for r in ok.values())
     summary = [
         "",
-        f"- Vela transpose cycles summed over {', '.join(ok)}: stock {stock_t:,}, solver {solver_t:,} "
-        f"({_change(stock_t, solver_t)})",
+        (
+            f"- Vela transpose cycles summed over {', '.join(ok)}: stock {stock_t:,}, solver {solver_t:,} "
+            f"({_change(stock_t, solver_t)})"
+        ),
         "- Vela total cycles <= stock on every model: "
         + str(all(r["solver"]["vela_total_cycles"] <= r["stock"]["vela_total_cycles"] for r in ok.values())),
         "- every program within executorch's INT tolerance of the quantized eager model: "
         + str(all(r[s].get("eager_within_tolerance") for r in ok.values() for s in ("stock", "solver"))),
         "",
-        "Predicted transpose cycles by cause (cost model on the compiled TOSA; it matches Vela's Transpose rows "
-        "to within 0.2% on these models). graph_input / graph_output: next to a delegate input or output, set by "
-        "the I/O contract (NCHW at the delegate boundary, and every CPU op splits the model into delegates); "
-        "matmul_operand / reduction_axis: inserted by Vela itself for MATMUL's second operand and for REDUCE_SUM "
-        "along a non-innermost axis; inside: the layout inside the graph.",
+        (
+            "Predicted transpose cycles by cause (cost model on the compiled TOSA; it matches Vela's Transpose rows "
+            "to within 0.2% on these models). graph_input / graph_output: next to a delegate input or output, set by "
+            "the I/O contract (NCHW at the delegate boundary, and every CPU op splits the model into delegates); "
+            "matmul_operand / reduction_axis: inserted by Vela itself for MATMUL's second operand and for REDUCE_SUM "
+            "along a non-innermost axis; inside: the layout inside the graph."
+        ),
         "",
         "| model | side | predicted | " + " | ".join(CAUSES) + " |",
         "|" + "---|" * (3 + len(CAUSES)),
@@ -97,8 +105,10 @@ def main() -> None:
     inside = {s: sum(r[s]["transpose_cycles_by_cause"]["inside"] for r in ok.values()) for s in ("stock", "solver")}
     summary += [
         "",
-        f"- inside-the-graph transpose cycles, summed: stock {inside['stock']:,.0f}, solver {inside['solver']:,.0f} "
-        f"({_change(inside['stock'], inside['solver'])})",
+        (
+            f"- inside-the-graph transpose cycles, summed: stock {inside['stock']:,.0f}, solver {inside['solver']:,.0f} "
+            f"({_change(inside['stock'], inside['solver'])})"
+        ),
     ]
     print("\n".join(summary), flush=True)
     if args.out:

@@ -79,6 +79,21 @@ def _single_table(result: dict) -> str:
     for side, record in (("stock", stock), ("solver", solver)):
         if "error" in record:
             lines.append(f"{side} failed: {record['error']}")
+        if record.get("eager_check"):
+            verdict = {True: "within", False: "outside", None: ""}[record.get("eager_within_tolerance")]
+            lines.append(
+                f"{side} vs quantized eager: {record['eager_check']}"
+                + (
+                    f", {verdict} executorch's INT tolerance ({record.get('eager_quant_steps')} quant steps)"
+                    if verdict
+                    else ""
+                )
+            )
+        if record.get("transpose_cycles_by_cause"):
+            lines.append(
+                f"{side} transpose cycles by cause: "
+                + ", ".join(f"{k} {v:,.0f}" for k, v in record["transpose_cycles_by_cause"].items())
+            )
         if record.get("tensors_by_repr"):
             lines.append(
                 f"{side} tensors by representation: "
