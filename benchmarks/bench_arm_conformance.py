@@ -12,6 +12,7 @@ sample; the benchmark runs them all). Every test that passes stock must pass wit
 from __future__ import annotations
 
 import argparse
+import shlex
 import tempfile
 import time
 from collections import Counter
@@ -46,8 +47,10 @@ def main() -> None:
     lost = conformance.regressions(results["stock"], results["solver"])
     lines = [
         (
-            f"Command: .venv/bin/python benchmarks/bench_arm_conformance.py --keyword {args.keyword} --every "
-            f"{args.every} ({time.strftime('%Y-%m-%d')}; executorch's own Arm op tests, run as shipped and with "
+            "Command: .venv/bin/python benchmarks/bench_arm_conformance.py "
+            + ("" if args.ops == ",".join(conformance.LAYOUT_RELEVANT) else f"--ops {args.ops} ")
+            + f"--keyword {shlex.quote(args.keyword)} --every {args.every} "
+            f"({time.strftime('%Y-%m-%d')}; executorch's own Arm op tests, run as shipped and with "
             "solver_layouts() active; 2-core machine)"
         ),
         "",
