@@ -409,7 +409,7 @@ def transpose_cost(
 def two_step_transposes(
     shape, perm, dtype: str = "int8", params: EthosU55Params | None = None
 ) -> tuple[float, list[tuple[tuple[int, ...], tuple[int, ...]]]] | None:
-    """The cheapest way to run TRANSPOSE(shape, perm) as two transposes in a row, or None if no pair helps.
+    """The cheapest way to run TRANSPOSE(shape, perm) as two transposes in a row (None if there is no such pair).
 
     The first moves one axis elsewhere, the second finishes the permutation; each runs in its cheapest
     form (materialisations()). A swap of two middle axes under an outer one, (W, T, h, d) -> (W, h, T, d)
