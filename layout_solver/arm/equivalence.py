@@ -130,11 +130,12 @@ class EagerCheck:
     within_tolerance: bool | None = None
 
 
-def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: tuple) -> EagerCheck:
+def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: tuple, reference=None) -> EagerCheck:
     """Run `lowered` (an EdgeProgramManager from to_edge_transform_and_lower) with each delegate executed by
     the TOSA reference model on its kept .tosa (`tosa_files`, one per delegate) and the CPU ops in eager, and
-    compare its outputs with the `quantized` exported program's."""
-    reference = quantized.module()(*inputs)
+    compare its outputs with the `quantized` exported program's (`reference`: those outputs, if already run)."""
+    if reference is None:
+        reference = quantized.module()(*inputs)
     try:
         with KeptTosaDispatch(tosa_files) as dispatch:
             outputs = lowered.exported_program().module()(*inputs)
@@ -172,6 +173,7 @@ class KeptTosaDispatch(TosaReferenceModelDispatch):
     def __init__(self, tosa_files: list[Path]):
         super().__init__()
         self.unused = list(tosa_files)
+        self.signature = {p: _input_signature(p) for p in self.unused}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is not torch._higher_order_ops.executorch_call_delegate:
@@ -181,7 +183,7 @@ class KeptTosaDispatch(TosaReferenceModelDispatch):
         passed = [(a.shape, a.dtype.type) for a in arrays]
         named = [p for p in self.unused if tag and p.name.startswith(f"output_{tag}_")]
         candidates = named or [p for p in self.unused if p.name.startswith("output_TOSA-")]
-        path = next((p for p in candidates if _input_signature(p) == passed), None)
+        path = next((p for p in candidates if self.signature[p] == passed), None)
         if path is None:
             raise RuntimeError(f"no kept .tosa for the delegate of partition {tag or '(untagged)'} reading {passed}")
         self.unused.remove(path)

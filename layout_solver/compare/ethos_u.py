@@ -45,8 +45,8 @@ def compare_ethos_u(
     input_order: str = "nchw",
 ) -> Comparison:
     """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles,
-    equivalence of the two on the TOSA reference model, and each against the quantized eager model; `input_order` is the graph-input contract (see
-    declare_input_order). `name` labels the result (default: the module's class). A side that fails is
+    equivalence of the two on the TOSA reference model, and each against the quantized eager model;
+    `input_order` is the graph-input contract (see declare_input_order). `name` labels the result (default: the module's class). A side that fails is
     recorded with its error; the other side's numbers stay."""
     with quiet():
         result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order)
@@ -70,6 +70,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
             "traceback": traceback.format_exc(limit=4),
         }
         return {**result, "stock": error, "solver": dict(error), "equivalent": False, "max_abs_diff": None}
+    eager_outputs = quantized.module()(*inputs)  # what both programs are held to
     with tempfile.TemporaryDirectory() as tmp:
         lowerings = {}
         for side in ("stock", "solver"):
@@ -91,7 +92,9 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
             metrics = lowerings[side].metrics()
             # Each program on its own against the quantized eager model, so a side the other cannot be
             # compared with (the reference model rejected it) is still checked.
-            eager = versus_quantized_eager(quantized, lowerings[side].program, lowerings[side].tosa_files, inputs)
+            eager = versus_quantized_eager(
+                quantized, lowerings[side].program, lowerings[side].tosa_files, inputs, eager_outputs
+            )
             metrics.update(
                 eager_check=eager.status,
                 max_abs_diff_vs_eager=eager.max_abs_diff,
