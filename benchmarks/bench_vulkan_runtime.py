@@ -77,12 +77,14 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
     def sign(delta: float, stock_us: float) -> int:
         return 0 if abs(delta) < NOISE_US * stock_us else (1 if delta > 0 else -1)
 
+    # A measured change within noise has no sign to agree with; one beyond it must be predicted the same way
+    # (a prediction of no change at all disagrees with it).
     signs = {
-        m: (sign(r["measured"], r["stock_us"]), sign(r["predicted"], r["stock_us"]))
+        m: (sign(r["measured"], r["stock_us"]), (r["predicted"] > 0) - (r["predicted"] < 0))
         for m, r in ran.items()
         if r["measured"] is not None and r["predicted"] is not None
     }
-    disagree = [m for m, (a, b) in signs.items() if a != b and a != 0]
+    disagree = [m for m, (a, b) in signs.items() if a != 0 and a != b]
     moved = [m for m in signs if abs(ran[m]["measured"]) >= NOISE_US * ran[m]["stock_us"]]
     errors = sorted(abs(ran[m]["predicted"] - ran[m]["measured"]) / abs(ran[m]["measured"]) for m in moved)
     median_error = statistics.median(errors) if errors else None
@@ -98,8 +100,8 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
             f"{_f(geo, 3)} (target <= 0.85)"
         ),
         (
-            f"- predicted and measured change agree in sign (changes under {NOISE_US:.0%} of stock's time count as 0; "
-            f"a predicted change the device does not show is not a disagreement): "
+            f"- predicted and measured change agree in sign (a measured change under {NOISE_US:.0%} of stock's time "
+            f"has no sign; a predicted change the device does not show is not a disagreement): "
             f"{'all' if not disagree else 'not on ' + ', '.join(disagree)}"
         ),
         (

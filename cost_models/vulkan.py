@@ -65,19 +65,39 @@ class Parameter(_Strict):
 
 
 class Linear(_Strict):
-    """overhead_us + us_per_mib * MiB + us_per_slice * texture depth + us_per_mflop * MFLOP, fitted on
-    `points` measurements (MFLOP only for contractions: linear and matmul do work the output size hides)."""
+    """overhead_us + us_per_mib * MiB + us_per_slice * texture depth + us_per_mflop * MFLOP
+    + us_per_operand_mib * operand MiB, fitted on `points` measurements.
+
+    Thousand rows only for row-wise reductions over the last dim (`ROW_REDUCTIONS`): their shaders give a
+    row to an invocation, so they pay per row more than per byte (measured on lavapipe: a layer_norm over
+    [1, 256, 48] takes three times one over [1, 64, 256], which holds more bytes).
+    MFLOP and operand MiB only for contractions (linear, matmul): they do work the output size hides, and a
+    product with few rows (a classifier head, one decode token) is bound by reading its weight or second
+    operand, not by its arithmetic (measured on lavapipe: a [1, 512] x [512, 1000] linear runs at a tenth
+    of the MFLOP rate of a square one).
+    """
 
     overhead_us: float = Field(ge=0)
     us_per_mib: float = Field(ge=0)
     us_per_slice: float = Field(0.0, ge=0)
     us_per_mflop: float = Field(0.0, ge=0)
+    us_per_operand_mib: float = Field(0.0, ge=0)
+    us_per_krow: float = Field(0.0, ge=0)
     points: int = 0
 
-    def at(self, nbytes: float, slices: float = 0.0, mflop: float = 0.0) -> float:
-        """Modelled microseconds for `nbytes` bytes, `slices` texture slices and `mflop` MFLOP: overhead plus rates."""
+    def at(
+        self, nbytes: float, slices: float = 0.0, mflop: float = 0.0, operand_bytes: float = 0.0, krows: float = 0.0
+    ) -> float:
+        """Modelled microseconds for `nbytes` bytes written, `slices` texture slices, `mflop` MFLOP,
+        `operand_bytes` bytes of weight / second operand read and `krows` thousand rows of a row-wise
+        reduction: overhead plus rates."""
         return (
-            self.overhead_us + self.us_per_mib * nbytes / MIB + self.us_per_slice * slices + self.us_per_mflop * mflop
+            self.overhead_us
+            + self.us_per_mib * nbytes / MIB
+            + self.us_per_slice * slices
+            + self.us_per_mflop * mflop
+            + self.us_per_operand_mib * operand_bytes / MIB
+            + self.us_per_krow * krows
         )
 
 
@@ -94,7 +114,7 @@ class VulkanProfile(_Strict):
     transitions: dict[str, Linear] = Field(default_factory=dict)  # "SRC->DST"
     op_modes: dict[str, dict[str, Linear]] = Field(default_factory=dict)  # op class -> output label -> cost
     # The measurements behind the fits: key -> [bytes, texture slices, microseconds] per probe
-    # (a fourth number, MFLOP, where the class is a contraction)
+    # (then MFLOP and operand bytes, where the class is a contraction; then thousand rows, for a row reduction)
     samples: dict[str, list[tuple[float, ...]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
@@ -222,6 +242,36 @@ def mflop(shape, contraction: int) -> float:
     return 2.0 * math.prod(shape) * contraction / 1e6
 
 
+ROW_REDUCTIONS = ("layer_norm", "softmax")
+
+
+def krows(op_class: str | None, shape) -> float:
+    """Thousands of rows (elements / last dim) a row-wise reduction of `shape` runs over; 0 for other classes.
+
+    >>> krows("layer_norm", (2, 500, 64)), krows("unary", (2, 500, 64))
+    (1.0, 0.0)
+    """
+    if op_class not in ROW_REDUCTIONS or not len(shape) or not shape[-1]:
+        return 0.0
+    return math.prod(shape) / int(shape[-1]) / 1000.0
+
+
+def operand_bytes(op_class: str | None, shape, contraction: int, dtype: str = "float32") -> int:
+    """Bytes of the operand a contraction writing `shape` reads besides its input: a linear's weight
+    (contraction x out features, shared by every row), a matmul's second operand (one per batch).
+
+    >>> operand_bytes("linear", (1, 36, 768), 192), operand_bytes("matmul", (8, 36, 36), 64)
+    (589824, 73728)
+    """
+    if not contraction or not len(shape):
+        return 0
+    if op_class == "linear":
+        return contraction * int(shape[-1]) * DTYPE_BYTES.get(dtype, 4)
+    if op_class == "matmul":
+        return math.prod(shape[:-2]) * contraction * int(shape[-1]) * DTYPE_BYTES.get(dtype, 4)
+    return 0
+
+
 def op_mode_cost(
     op_class: str | None,
     shape,
@@ -242,16 +292,16 @@ def op_mode_cost(
     p = profile or load_profile()
     output_bytes = tensor_bytes(shape, dtype)
     if op_class == "view" and input_label not in (None, output_label):
-        # A view that keeps its representation is priced by the view class (about 1 us measured on
-        # lavapipe); one that changes the packed dim moves every element like a
+        # A view that keeps its representation is priced by the view class (a copy dispatch, 100-2,000 us
+        # per view measured on lavapipe); one that changes the packed dim moves every element like a
         # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
         return _view_change_cost(tuple(shape), dtype, input_label, output_label, p)
     table = p.op_modes.get(op_class or "")
     if table:
         slices = texture_slices(shape, output_label)
-        work = mflop(shape, contraction)
+        work = (mflop(shape, contraction), operand_bytes(op_class, shape, contraction, dtype), krows(op_class, shape))
         # A label the calibration could not run the op in is priced as the dearest one it could.
-        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices, work))
-        return measured.at(output_bytes, slices, work)
+        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices, *work))
+        return measured.at(output_bytes, slices, *work)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

@@ -37,7 +37,7 @@ class PassReport:
     counts them where no record is kept (Arm: permutes inserted), and
     `ops_removed` the ops the answer made free (Arm: permutes). Objective,
     bound and gap are the solver's (None for stock). `modelled_us` prices the
-    tagged graph with the Vulkan profile; `tensors_by_repr` counts its tensors
+    tagged graph with the Vulkan profile (`modelled_us_by_op` by operator name); `tensors_by_repr` counts its tensors
     per representation. `partition` is "method#index" in a multi-method lowering.
     """
 
@@ -55,6 +55,7 @@ class PassReport:
     pinned_unknown: list[str] = field(default_factory=list)
     tensors_by_repr: Counter = field(default_factory=Counter)
     modelled_us: float = 0.0
+    modelled_us_by_op: Counter = field(default_factory=Counter)
     partition: str = field(default_factory=current_partition)
 
     @property

@@ -207,24 +207,56 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
         validate(gm, utils.DEFAULT_TEXTURE_LIMITS)
 
 
-def test_calibration_plan_measures_what_a_chain_cannot_show_alone():
-    """Views fuse when chained, so their probe subtracts a baseline chain; transitions are read over the
-    texture side; token-shaped tensors (batched 3-D, matrices) are probed beside 4-D ones."""
-    from layout_solver.vulkan.calibrate import BATCHED_3D, MATRICES, plan
+def test_calibration_plan_one_program_per_probe():
+    """Dispatches are timed one by one, so a probe is one pinned chain: no second length, no baseline. A
+    transition probe alternates two representations (its clones run both ways); token-shaped tensors
+    (batched 3-D, matrices) are probed beside 4-D ones; every chain keeps its shape (select included)."""
+    from layout_solver.vulkan.calibrate import BATCHED_3D, MATRICES, PROBES, plan
 
     labels = ["TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"]
-    jobs, probes = plan(["view", "unary", "linear"], labels, sizes=1, short=2, long=10, transitions=True)
-    views = [p for p in probes if p.key.startswith("view|")]
-    assert views and all({"short", "long", "base_short", "base_long"} == set(p.programs) for p in views)
-    baselines = {j.name for j in jobs if j.baseline}
-    assert all(p.programs["base_long"] in baselines for p in views)
-    assert {p.shape for p in probes if p.key.startswith("unary|")} >= set(BATCHED_3D + MATRICES)
+    jobs, probes = plan(["view", "unary", "select", "linear"], labels, sizes=1, links=4, transitions=True)
+    by_name = {j.name: j for j in jobs}
+    assert all(by_name[p.program].n == 4 for p in probes)
     for p in probes:
+        job = by_name[p.program]
         if p.kind == "transition":
-            assert p.label.startswith("TEXTURE_3D")
+            assert job.pattern == tuple(p.key.split("<->")) and job.op == "unary"
+        else:
+            assert job.pattern == (p.key.split("|")[1],) and job.op == p.key.split("|")[0]
+    assert {p.shape for p in probes if p.key.startswith("unary|")} >= set(BATCHED_3D + MATRICES)
+    assert not any(p.key.count("BUFFER") == 2 for p in probes if p.kind == "transition")  # no such clone
+    for op in PROBES:
+        for shape in PROBES[op].shapes + PROBES[op].extra:
+            module, (x,) = _calibration_chain(op, shape)
+            assert tuple(module(x).shape) == tuple(shape), (op, shape)
     # Chosen shapes: each class takes those its chain runs on (bmm(x, x) only square ones).
-    _, probes = plan(
-        ["matmul", "unary"], labels, sizes=1, short=2, long=10, transitions=False, shapes=[(1, 1, 128), (4, 8, 8)]
-    )
+    _, probes = plan(["matmul", "unary"], labels, sizes=1, links=4, transitions=False, shapes=[(1, 1, 128), (4, 8, 8)])
     assert {p.shape for p in probes if p.key.startswith("matmul|")} == {(4, 8, 8)}
     assert {p.shape for p in probes if p.key.startswith("unary|")} == {(1, 1, 128), (4, 8, 8)}
+
+
+def _calibration_chain(op, shape):
+    from layout_solver.vulkan.calibrate import _chain
+
+    return _chain(op, shape, 2)
+
+
+def test_calibration_reads_each_op_and_clone_from_its_dispatches():
+    """An op's sample is the sum of its own dispatches (staging copies left out), described by the tensor
+    the runtime says it wrote; a clone's sample is keyed by its direction."""
+    from layout_solver.vulkan.calibrate import Probe, read_probe
+    from layout_solver.vulkan.runtime import Dispatch
+
+    tex_w, buf_w = ("TEXTURE_3D", 0), ("BUFFER", 0)
+    dispatches = [
+        Dispatch(-1, "", "nchw_to_image_texture3d_float", (((1, 8, 16), *tex_w),), 50.0),
+        Dispatch(0, "aten.linear.default", "linear_tiled", (((1, 8, 16), *tex_w), ((1, 8, 32), *tex_w)), 30.0),
+        Dispatch(0, "aten.linear.default", "linear_tail", (((1, 8, 16), *tex_w), ((1, 8, 32), *tex_w)), 10.0),
+        Dispatch(0, "aten.linear.default", "image_to_nchw_texture3d", (((1, 8, 32), *tex_w),), 99.0),
+        Dispatch(1, "aten.clone.default", "clone_image_to_buffer", (((1, 8, 32), *tex_w), ((1, 8, 32), *buf_w)), 7.0),
+    ]
+    got = read_probe(Probe("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED", (1, 8, 16), "p"), dispatches)
+    mflop, weight = round(2 * 256 * 16 / 1e6, 4), 16.0 * 32 * 4
+    assert got == [(("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 40.0, mflop, weight))]
+    got = read_probe(Probe("transition", "a<->b", (1, 8, 32), "p"), dispatches)
+    assert got == [(("transition", "TEXTURE_3D:TENSOR_WIDTH_PACKED->BUFFER:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 7.0))]

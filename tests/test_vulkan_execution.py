@@ -310,3 +310,29 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert grown.command.startswith(profile.command) and "--extend" in grown.command
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err
+
+
+def test_profile_times_every_dispatch_and_the_model_prices_the_same_ops(runtime):
+    """The runtime's query pool times each shader dispatch: every op of the program is there with the
+    tensors it wrote, the dispatches add up to about the program's run time, and the operator names are
+    those the cost model's per-op prices use (so one can be held against the other)."""
+    from layout_solver.vulkan.runtime import profile
+
+    module = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.Hardtanh(-float("inf"), 6.0),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 14 * 14, 10),
+    ).eval()
+    inputs = (torch.randn(1, 3, 16, 16),)
+    program, reports = lower_vulkan(module, inputs, lambda: solver_layouts(cost_profile="lavapipe"))
+    found = profile({"p": program, "broken": b"not a program"}, inputs, runtime=runtime, runs=3)
+    assert isinstance(found["broken"], str)  # an error for that program, the other still measured
+    dispatches = found["p"]
+    assert dispatches and all(d.us > 0 for d in dispatches)
+    linear = [d for d in dispatches if d.operator == "aten.linear.default" and "nchw" not in d.kernel]
+    assert linear and linear[0].tensors[-1][0] == (1, 10)
+    modelled = set(reports[0].modelled_us_by_op)
+    assert modelled <= {d.operator for d in dispatches}
+    timed = execute({"p": program}, inputs, runtime=runtime, rounds=5)["p"].run_ms * 1000
+    assert 0.3 * timed < sum(d.us for d in dispatches) < 1.5 * timed

@@ -3,17 +3,22 @@
 What the solver trades against each other is (a) a transition, one clone
 dispatch from one representation to another, and (b) running an op in one
 representation rather than another. Both are measured here on the present
-device, on real programs lowered by ExecuTorch and run by its Vulkan runtime:
+device, on real programs lowered by ExecuTorch and run by its Vulkan runtime,
+one shader dispatch at a time: the runtime times every dispatch with a Vulkan
+query pool and reports it in ETDump (`runtime.profile`), so nothing has to be
+inferred from whole-program times:
 
 * op modes: for each op class (`rules.OP_CLASSES`) and each representation the
-  registry lets it take, a chain of N identical ops with every tensor pinned to
-  that representation; the slope between two chain lengths is the time of one
-  op, so the program's fixed costs cancel;
-* transitions: a chain of unary ops pinned alternately to A and B (one clone
-  per link), against the same chains pinned all-A and all-B.
+  registry lets it take, a chain of ops with every tensor pinned to that
+  representation; each op's time is the sum of its own dispatches (the
+  runtime's staging copies are not the op's);
+* transitions: a chain of unary ops pinned alternately to A and B, whose
+  clones (one per link, both ways) are timed one by one.
 
-Each (class, representation) and (A, B) pair is fitted over several sizes as
-overhead + rate per MiB (non-negative least squares) and written in the
+Each sample is described by what the dispatch wrote (bytes, texture slices),
+read from the runtime's own record of the tensor. Each (class, representation)
+and (A, B) pair is fitted over several sizes as overhead + rate per MiB + rate
+per slice (non-negative least squares) and written in the
 `cost_models.vulkan.VulkanProfile` format with the device name and the command.
 """
 
@@ -39,20 +44,39 @@ from cost_models import vulkan as vk_cost
 from layout_solver.problem import ProblemError
 from layout_solver.report import collecting_reports
 from layout_solver.vulkan import hooks, passes
-from layout_solver.vulkan.runtime import execute, locate_runtime
+from layout_solver.vulkan.runtime import locate_runtime, profile
 
 FLOAT_LABELS = [f"{s}:TENSOR_{p}_PACKED" for s in ("TEXTURE_3D", "BUFFER") for p in ("WIDTH", "HEIGHT", "CHANNELS")]
 
 
 class _Chain(nn.Module):
-    def __init__(self, step: Callable, n: int, weight: torch.Tensor | None = None):
+    """`n` links of `step(self, x)`; a link with weights reads its own (`self.weight` is link `self.link`'s),
+    because a real model's layers do not share them: a weight read again is warm in a CPU device's caches."""
+
+    def __init__(self, step: Callable, n: int, weight: Callable[[], torch.Tensor] | None = None):
         super().__init__()
-        self.step, self.n = step, n
-        self.weight = nn.Parameter(weight) if weight is not None else None
-        self.bias = nn.Parameter(torch.zeros(weight.shape[0])) if weight is not None else None
+        self.step, self.n, self.link = step, n, 0
+        made = [weight() for _ in range(n)] if weight is not None else []
+        self.weights = nn.ParameterList(made)
+        self.biases = nn.ParameterList(torch.zeros(w.shape[0]) for w in made)
+        # the way back for a widening weight (orthonormal columns: W.T W = I keeps values bounded)
+        self.backs = nn.ParameterList(w.T.contiguous() for w in made if w.ndim == 2)
+
+    @property
+    def weight(self):
+        return self.weights[self.link]
+
+    @property
+    def bias(self):
+        return self.biases[self.link]
+
+    @property
+    def back(self):
+        return self.backs[self.link]
 
     def forward(self, x):
-        for _ in range(self.n):
+        for k in range(self.n):
+            self.link = k
             x = self.step(self, x)
         return x
 
@@ -69,15 +93,13 @@ MATRICES = [(64, 128), (196, 256)]
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """How to measure one op class: `step` is one link of the chain (`per_link` ops of the class), run on
-    `shapes[:sizes]` and every `extra` shape; with a `baseline` link, the class's time is the difference
-    between the two chains (for ops that cannot follow themselves: two views in a row fuse into one)."""
+    """How to measure one op class: `step` is one link of the chain, run on `shapes[:sizes]` and every
+    `extra` shape; `operators` are the runtime's names of the ops whose dispatches are the class's."""
 
     step: Callable
-    per_link: int
     shapes: list[tuple[int, ...]]
     extra: list[tuple[int, ...]]
-    baseline: Callable | None = None
+    operators: tuple[str, ...]
     contraction: bool = False  # priced per MFLOP too: each output element sums over the input's last dim
 
 
@@ -86,22 +108,44 @@ def _swap_view(m, x):
     return torch.sigmoid(x.reshape(x.shape[0], x.shape[2], x.shape[1], *x.shape[3:]))
 
 
+def _select_then_restore(m, x):
+    # select_copy drops the leading dim; unsqueeze gives it back so the chain can go on.
+    return torch.sigmoid(x.select(0, 0)).unsqueeze(0)
+
+
 PROBES: dict[str, ProbeSpec] = {
-    "unary": ProbeSpec(lambda m, x: torch.sigmoid(x), 1, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES),
-    "binary": ProbeSpec(lambda m, x: x + x, 1, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES),
-    "permute": ProbeSpec(lambda m, x: x.transpose(-1, -2), 1, SQUARE_4D, DEEP_4D + BATCHED_3D),
-    "view": ProbeSpec(_swap_view, 1, SQUARE_4D, BATCHED_3D, baseline=lambda m, x: torch.sigmoid(x)),
-    "softmax": ProbeSpec(lambda m, x: torch.softmax(x, -1), 1, TOKENS_3D, BATCHED_3D),
-    "layer_norm": ProbeSpec(lambda m, x: F.layer_norm(x, x.shape[-1:], m.weight, m.bias), 1, TOKENS_3D, BATCHED_3D),
-    "linear": ProbeSpec(lambda m, x: F.linear(x, m.weight), 1, TOKENS_3D, BATCHED_3D + MATRICES, contraction=True),
+    "unary": ProbeSpec(lambda m, x: torch.sigmoid(x), SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES, ("aten.sigmoid",)),
+    "binary": ProbeSpec(lambda m, x: x + x, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES, ("aten.add",)),
+    "permute": ProbeSpec(lambda m, x: x.transpose(-1, -2), SQUARE_4D, DEEP_4D + BATCHED_3D, ("aten.permute_copy",)),
+    "view": ProbeSpec(_swap_view, SQUARE_4D, BATCHED_3D, ("aten.view_copy",)),
+    "select": ProbeSpec(
+        _select_then_restore,
+        [(1, 32, 64, 64), (1, 64, 96, 96)],
+        TOKENS_3D + [(1, 4, 49, 96), (1, 1, 3, 49, 64)],
+        ("aten.select_copy",),
+    ),
+    "softmax": ProbeSpec(lambda m, x: torch.softmax(x, -1), TOKENS_3D, BATCHED_3D, ("aten._softmax",)),
+    "layer_norm": ProbeSpec(
+        lambda m, x: F.layer_norm(x, x.shape[-1:], m.weight, m.bias), TOKENS_3D, BATCHED_3D, ("aten.native_layer_norm",)
+    ),
+    # Up to 4x the width and back (an MLP's two products, K != N both ways), and one-row inputs (a
+    # classifier head, a decode token) whose time is reading the weight.
+    "linear": ProbeSpec(
+        lambda m, x: F.linear(F.linear(x, m.weight), m.back),
+        TOKENS_3D,
+        BATCHED_3D + MATRICES + [(1, 1, 256), (1, 512)],
+        ("aten.linear",),
+        contraction=True,
+    ),
     "matmul": ProbeSpec(
         lambda m, x: torch.bmm(x, x),
-        1,
         [(4, 64, 64), (6, 128, 128), (8, 196, 196)],
         [(16, 16, 16), (12, 49, 49), (1, 256, 256)],
+        ("aten.bmm", "aten.mm"),
         contraction=True,
     ),
 }
+STAGING = "nchw"  # the runtime's copies between its tensors and the caller's (nchw_to_image, buffer_to_nchw, ...)
 
 
 def _pinned_pass(pattern: tuple[str, ...]):
@@ -145,48 +189,45 @@ def lower_pinned(module: nn.Module, inputs: tuple, pattern: tuple[str, ...]) -> 
     return program.buffer, len(reports[0].transitions)
 
 
-def _chain(op: str, shape: tuple[int, ...], n: int, baseline: bool = False) -> tuple[nn.Module, tuple]:
+def _chain(op: str, shape: tuple[int, ...], n: int) -> tuple[nn.Module, tuple]:
     spec = PROBES[op]
-    step = spec.baseline if baseline else spec.step
     weight = None
     if op == "linear":
-        weight = torch.linalg.qr(torch.randn(shape[-1], shape[-1]))[0]
+        weight = lambda: torch.linalg.qr(torch.randn(4 * shape[-1], shape[-1]))[0]  # [4K, K], orthonormal columns
     elif op == "layer_norm":
-        weight = torch.ones(shape[-1])
+        weight = lambda: torch.ones(shape[-1])
     # Orthogonal matrices keep chained products bounded (no inf/NaN in the timed kernels).
     x = torch.linalg.qr(torch.randn(shape))[0].contiguous() if op == "matmul" else torch.rand(shape)
-    return _Chain(step, n, weight).eval(), (x,)
+    return _Chain(spec.step, n, weight).eval(), (x,)
 
 
 @dataclass(frozen=True)
 class Job:
-    """One program to lower: a chain of `n` links of class `op` (or of its baseline) on `shape`, values
-    pinned to `pattern`."""
+    """One program to lower: a chain of `n` links of class `op` on `shape`, values pinned to `pattern`
+    (cycled in graph order)."""
 
     name: str
     op: str
     shape: tuple[int, ...]
     n: int
     pattern: tuple[str, ...]
-    baseline: bool = False
 
 
-def _lower_job(job: Job) -> tuple[Job, bytes | None, int, tuple]:
+def _lower_job(job: Job) -> tuple[Job, bytes | None, tuple]:
     logging.disable(logging.WARNING)
-    module, example = _chain(job.op, job.shape, job.n, job.baseline)
+    module, example = _chain(job.op, job.shape, job.n)
     lowered = lower_pinned(module, example, job.pattern)
-    return job, (lowered[0] if lowered else None), (lowered[1] if lowered else 0), example
+    return job, (lowered[0] if lowered else None), example
 
 
 @dataclass
 class Probe:
-    """One measurement: the programs whose times give it (roles -> program names) and what it measures."""
+    """One measurement: the program whose dispatches give it, and what it measures."""
 
     kind: str  # "op" or "transition"
-    key: str  # "class|label", or "SRC->DST"
+    key: str  # "class|label", or the two representations "A<->B" (a chain of clones both ways)
     shape: tuple[int, ...]
-    label: str  # the representation whose texture extents the dispatch runs over (its slices are counted)
-    programs: dict[str, str]  # role -> program name
+    program: str
 
 
 def _probe_runs(op: str, shape: tuple[int, ...]) -> bool:
@@ -204,19 +245,18 @@ def plan(
     ops: list[str],
     labels: list[str],
     sizes: int,
-    short: int,
-    long: int,
+    links: int,
     transitions: bool,
     shapes: list[tuple[int, ...]] | None = None,
 ) -> tuple[list[Job], list[Probe]]:
-    """Every program to lower, and the probes that read their times; `shapes` replaces the built-in
+    """Every program to lower, and the probes that read their dispatches; `shapes` replaces the built-in
     probe shapes (each op class takes those its chain can run on)."""
     jobs: dict[str, Job] = {}
     probes: list[Probe] = []
 
-    def job(op, shape, n, pattern, baseline=False) -> str:
-        name = f"{op}{'-baseline' if baseline else ''}|{'/'.join(pattern)}|{shape}|{n}"
-        jobs.setdefault(name, Job(name, op, shape, n, pattern, baseline))
+    def job(op, shape, pattern) -> str:
+        name = f"{op}|{'/'.join(pattern)}|{shape}|{links}"
+        jobs.setdefault(name, Job(name, op, shape, links, pattern))
         return name
 
     for op in ops:
@@ -226,35 +266,63 @@ def plan(
         )
         for shape in op_shapes:
             for label in labels:
-                programs = {"short": job(op, shape, short, (label,)), "long": job(op, shape, long, (label,))}
-                if spec.baseline is not None:
-                    programs |= {
-                        "base_short": job(op, shape, short, (label,), True),
-                        "base_long": job(op, shape, long, (label,), True),
-                    }
-                probes.append(Probe("op", f"{op}|{label}", shape, label, programs))
+                probes.append(Probe("op", f"{op}|{label}", shape, job(op, shape, (label,))))
     if transitions:
         for shape in shapes if shapes is not None else SQUARE_4D[:sizes] + DEEP_4D + BATCHED_3D + MATRICES:
             for a, b in itertools.combinations(labels, 2):
                 if vk_cost.split_repr(a)[0] == vk_cost.split_repr(b)[0] == "BUFFER":
                     continue  # the runtime has no buffer-to-buffer layout clone (routed through a texture)
-                for src, dst in ((a, b), (b, a)):
-                    # the dispatch runs over the texture side's extents (dst when both are textures)
-                    texture_side = dst if vk_cost.split_repr(dst)[0] == "TEXTURE_3D" else src
-                    probes.append(
-                        Probe(
-                            "transition",
-                            f"{src}->{dst}",
-                            shape,
-                            texture_side,
-                            {
-                                "alt": job("unary", shape, long, (a, b)),
-                                "a": job("unary", shape, long, (a,)),
-                                "b": job("unary", shape, long, (b,)),
-                            },
-                        )
-                    )
+                probes.append(Probe("transition", f"{a}<->{b}", shape, job("unary", shape, (a, b))))
     return list(jobs.values()), probes
+
+
+_PACKED_NAMES = {0: "TENSOR_WIDTH_PACKED", 1: "TENSOR_HEIGHT_PACKED", 2: "TENSOR_CHANNELS_PACKED"}
+
+
+def dispatch_label(tensor: tuple) -> str:
+    """The representation label of a tensor as the runtime's dispatch record gives it (sizes, storage, dim)."""
+    return f"{tensor[1]}:{_PACKED_NAMES[tensor[2]]}"
+
+
+def _point(tensor: tuple, us: float, label: str, op: str = "", contraction: int = 0) -> tuple[float, ...]:
+    """A sample (bytes, texture slices, microseconds[, MFLOP, operand bytes[, thousand rows]]) for a dispatch
+    that wrote `tensor` in `label`: the contraction terms for linear / matmul, the rows for a row reduction."""
+    shape = tensor[0]
+    point: tuple[float, ...] = (float(np.prod(shape) * 4), float(vk_cost.texture_slices(shape, label)), round(us, 2))
+    if op in vk_cost.ROW_REDUCTIONS:
+        return (*point, 0.0, 0.0, round(vk_cost.krows(op, shape), 4))
+    if not contraction:
+        return point
+    return (*point, round(vk_cost.mflop(shape, contraction), 4), float(vk_cost.operand_bytes(op, shape, contraction)))
+
+
+def read_probe(probe: Probe, dispatches: list) -> list[tuple[tuple[str, str], tuple[float, ...]]]:
+    """The samples one probe's program gives: ((kind, key), point) per op of the class (its dispatches summed,
+    staging copies left out) or per clone (keyed by its direction)."""
+    by_node: dict[int, list] = {}
+    for d in dispatches:
+        if STAGING not in d.kernel:
+            by_node.setdefault(d.node, []).append(d)
+    found = []
+    for node in by_node.values():
+        operator, output = node[0].operator, node[0].tensors[-1] if node[0].tensors else None
+        if output is None:
+            continue
+        us = sum(d.us for d in node)
+        if probe.kind == "op":
+            op, label = probe.key.split("|")
+            spec = PROBES[op]
+            if operator.rsplit(".", 1)[0] not in spec.operators or dispatch_label(output) != label:
+                continue
+            contraction = node[0].tensors[0][0][-1] if spec.contraction else 0
+            found.append((("op", probe.key), _point(output, us, label, op, contraction)))
+        elif operator == "aten.clone.default":
+            src, dst = dispatch_label(node[0].tensors[0]), dispatch_label(output)
+            if src != dst:
+                # the dispatch runs over the texture side's extents (dst when both are textures)
+                texture_side = dst if vk_cost.split_repr(dst)[0] == "TEXTURE_3D" else src
+                found.append((("transition", f"{src}->{dst}"), _point(output, us, texture_side)))
+    return found
 
 
 def calibrate(
@@ -262,8 +330,7 @@ def calibrate(
     ops: list[str] | None = None,
     labels: list[str] | None = None,
     sizes: int = 3,
-    short: int = 2,
-    long: int = 10,
+    links: int = 4,
     rounds: int = 9,
     transitions: bool = True,
     workers: int = 2,
@@ -282,50 +349,36 @@ def calibrate(
     """
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
-    jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, short, long, transitions, shapes)
+    jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, links, transitions, shapes)
     programs: dict[str, bytes] = {}
     inputs: dict[str, tuple] = {}
-    clones: dict[str, int] = {}
     start = time.perf_counter()
     # spawn: torch and executorch are not fork-safe once initialised
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        for k, (job, buffer, n_clones, example) in enumerate(pool.map(_lower_job, jobs), 1):
+        for k, (job, buffer, example) in enumerate(pool.map(_lower_job, jobs), 1):
             if buffer is not None:
-                programs[job.name], inputs[job.name], clones[job.name] = buffer, example, n_clones
+                programs[job.name], inputs[job.name] = buffer, example
             if k % 25 == 0 or k == len(jobs):
                 log(
                     f"[calibrate] lowered {k}/{len(jobs)} programs ({len(jobs) - k} to go, "
                     f"{time.perf_counter() - start:.0f} s)"
                 )
-    results = execute(programs, inputs, runtime=runtime, warmup=2, rounds=rounds)
-    failed = {n: r.error for n, r in results.items() if not r.executed or r.run_ms is None}
+    profiled = profile(programs, inputs, runtime=runtime, runs=rounds)
+    failed = {n: r for n, r in profiled.items() if isinstance(r, str)}
     log(
-        f"[calibrate] ran {len(results) - len(failed)} programs on the device, {len(failed)} failed "
+        f"[calibrate] profiled {len(profiled) - len(failed)} programs on the device, {len(failed)} failed "
         f"({time.perf_counter() - start:.0f} s)"
     )
-    ms = {n: r.run_ms for n, r in results.items() if n not in failed}
     points: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     for probe in probes:
-        if any(p not in ms for p in probe.programs.values()):
-            continue
-        nbytes = float(np.prod(probe.shape) * 4)
-        slices = float(vk_cost.texture_slices(probe.shape, probe.label))
-        work: tuple[float, ...] = ()
-        if probe.kind == "op":
-            op = probe.key.split("|")[0]
-            slope = (ms[probe.programs["long"]] - ms[probe.programs["short"]]) / (long - short)
-            if "base_long" in probe.programs:
-                slope -= (ms[probe.programs["base_long"]] - ms[probe.programs["base_short"]]) / (long - short)
-            point = 1000.0 * slope / PROBES[op].per_link
-            if PROBES[op].contraction:
-                work = (round(vk_cost.mflop(probe.shape, probe.shape[-1]), 4),)
-        else:
-            # the same unary chain with a clone per link (half each way); the uniform chains price the unary ops
-            if clones.get(probe.programs["alt"], 0) == 0:
-                continue
-            extra = ms[probe.programs["alt"]] - (ms[probe.programs["a"]] + ms[probe.programs["b"]]) / 2
-            point = 1000.0 * extra / clones[probe.programs["alt"]]
-        points.setdefault((probe.kind, probe.key), []).append((nbytes, slices, round(point, 2), *work))
+        if probe.program in profiled and probe.program not in failed:
+            # one point per probe and key: the median of its ops (or clones), all of one shape
+            same: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+            for key, point in read_probe(probe, profiled[probe.program]):
+                same.setdefault(key, []).append(point)
+            for key, pts in same.items():
+                middle = sorted(pts, key=lambda p: p[2])[len(pts) // 2]
+                points.setdefault(key, []).append(middle)
     if extend is not None:
         return _extended(extend, points, len(programs), len(jobs), failed, command)
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
@@ -339,15 +392,15 @@ def calibrate(
             trans[key] = fit
     base = vk_cost.load_profile("mobile-gpu")
     return vk_cost.VulkanProfile(
-        version=2,
+        version=3,
         name="measured",
         device=device_name(),
         measured=True,
         command=command,
-        description="Measured on this device by layout-solver calibrate vulkan: op modes from chains of pinned ops "
-        "(slope between two chain lengths), transitions from chains alternating between two "
-        "representations; each fitted as overhead + rate per MiB + rate per texture slice "
-        "(cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
+        description="Measured on this device by layout-solver calibrate vulkan: every shader dispatch of chains of "
+        "pinned ops (op modes) and of chains alternating between two representations (transitions, one clone "
+        "per link) timed by the runtime's query pool; each fitted as overhead + rate per MiB + rate per "
+        "texture slice (cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
         "parametric fallback.",
         parameters=base.parameters,
         transitions=trans,
@@ -371,10 +424,14 @@ def _extended(
     failed: dict[str, str],
     command: str,
 ) -> vk_cost.VulkanProfile:
-    """`base` with the `new` points added to its samples and every touched entry refitted."""
+    """`base` with the `new` points added to its samples (replacing old points that lack a term the new ones
+    have) and every touched entry refitted."""
     samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
     for (kind, key), pts in new.items():
-        samples.setdefault(f"{kind}:{key}", []).extend(pts)
+        old = samples.get(f"{kind}:{key}", [])
+        # Points of another arity were measured without a term the fit now has: the new ones replace them.
+        kept = [p for p in old if len(p) == len(pts[0])]
+        samples[f"{kind}:{key}"] = kept + list(pts)
     op_modes = {op: dict(table) for op, table in base.op_modes.items()}
     trans = dict(base.transitions)
     for kind, key in new:
@@ -403,17 +460,20 @@ def _extended(
 
 
 def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
-    """Non-negative overhead + rate per MiB + rate per slice (+ rate per MFLOP) through (bytes, slices,
-    microseconds[, MFLOP]) points, least squares on relative error (a probe of 50 us counts as much as one of
-    5 ms)."""
-    a = np.array([[1.0, p[0] / vk_cost.MIB, p[1], p[3] if len(p) > 3 else 0.0] for p in points])
+    """Non-negative overhead + rate per MiB + rate per slice (+ rates per MFLOP and per operand MiB) through
+    (bytes, slices, microseconds[, MFLOP, operand bytes]) points, least squares on relative error (a probe of
+    50 us counts as much as one of 5 ms)."""
+    padded = [(*p, 0.0, 0.0, 0.0)[:6] for p in points]
+    a = np.array([[1.0, p[0] / vk_cost.MIB, p[1], p[3], p[4] / vk_cost.MIB, p[5]] for p in padded])
     y = np.array([max(p[2], 1.0) for p in points])
-    (overhead, rate, per_slice, per_mflop), _ = nnls(a / y[:, None], np.ones(len(y)))
+    (overhead, rate, per_slice, per_mflop, per_operand, per_krow), _ = nnls(a / y[:, None], np.ones(len(y)))
     return vk_cost.Linear(
         overhead_us=round(float(overhead), 3),
         us_per_mib=round(float(rate), 3),
         us_per_slice=round(float(per_slice), 4),
         us_per_mflop=round(float(per_mflop), 4),
+        us_per_operand_mib=round(float(per_operand), 4),
+        us_per_krow=round(float(per_krow), 3),
         points=len(points),
     )
 

@@ -70,14 +70,21 @@ def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanPro
     Both sides of a comparison are priced by this one function, so their
     difference is the model's prediction of the change in run time.
     """
-    total = 0.0
+    return sum(modelled_cost_by_op(graph_module, profile).values())
+
+
+def modelled_cost_by_op(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> Counter:
+    """`modelled_cost` split by operator name ("aten.clone.default" holds the transitions), the names the
+    runtime's dispatch profile uses, so each op's price can be held against its measured time."""
+    total: Counter = Counter()
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
             continue
         if is_constant_tensor(node) or not utils.is_tensor_node(node):
             continue
+        name = _operator_name(node)
         if _is_clone(node):
-            total += _transition_record(node, profile)["cost"]
+            total[name] += _transition_record(node, profile)["cost"]
             continue
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None
@@ -87,10 +94,21 @@ def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanPro
             node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]],
         ):
             shape, dtype = shape_of(val), dtype_name(val)
-            total += vk_cost.op_mode_cost(
+            total[name] += vk_cost.op_mode_cost(
                 op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads
             )
     return total
+
+
+def _operator_name(node: torch.fx.Node) -> str:
+    # "aten::linear" / "et_vk::conv_with_clamp" + overload, written as the runtime writes it
+    schema = node.target._schema
+    return f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
+
+
+def _modelled(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> dict:
+    by_op = modelled_cost_by_op(graph_module, profile)
+    return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op}
 
 
 class CountingTagMemoryMetaPass(TagMemoryMetaPass):
@@ -110,7 +128,7 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
                 pass_seconds=elapsed,
                 transitions=[_transition_record(c, self.cost_profile) for c in clones],
                 tensors_by_repr=_tensors_by_repr(graph_module),
-                modelled_us=modelled_cost(graph_module, self.cost_profile),
+                **_modelled(graph_module, self.cost_profile),
             )
         )
         return result
@@ -163,7 +181,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                     pass_seconds=time.perf_counter() - start,
                     notes=[str(exc)],
                     tensors_by_repr=_tensors_by_repr(graph_module),
-                    modelled_us=modelled_cost(graph_module, self.cost_profile),
+                    **_modelled(graph_module, self.cost_profile),
                 )
             )
             return result
@@ -174,7 +192,7 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                 time.perf_counter() - start,
                 transitions=[_transition_record(c, self.cost_profile) for c in clones],
                 tensors_by_repr=_tensors_by_repr(graph_module),
-                modelled_us=modelled_cost(graph_module, self.cost_profile),
+                **_modelled(graph_module, self.cost_profile),
             )
         )
         return PassResult(graph_module, True)

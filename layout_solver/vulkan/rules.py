@@ -111,6 +111,11 @@ OP_CLASSES: dict[object, str] = {
     },
     exir_ops.edge.aten.permute_copy.default: "permute",
     exir_ops.edge.aten.view_copy.default: "view",
+    # squeeze / unsqueeze dispatch a copy like a view's (view_buffer, clone, permute_texture3d kernels,
+    # measured per dispatch on lavapipe at a view's cost), so a view's price is theirs.
+    exir_ops.edge.aten.squeeze_copy.dims: "view",
+    exir_ops.edge.aten.unsqueeze_copy.default: "view",
+    exir_ops.edge.aten.select_copy.int: "select",
     exir_ops.edge.aten._softmax.default: "softmax",
     exir_ops.edge.aten.native_layer_norm.default: "layer_norm",
     exir_ops.edge.aten.linear.default: "linear",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import statistics
 import subprocess
@@ -58,6 +59,21 @@ class ExecutionResult:
     outputs: list | None = None  # numpy arrays, in the program's output order
     run_ms: float | None = None  # median over the timed rounds
     run_ms_all: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One shader dispatch of a program, timed on the device by the runtime's query pool.
+
+    `operator` is the op it belongs to ("" for the runtime's own staging copies), `tensors` every
+    tensor argument as (sizes, storage, packed dim) with the output last, `us` the median over runs.
+    """
+
+    node: int  # the op's index in the delegate's graph (-1 for staging); an op may dispatch several shaders
+    operator: str
+    kernel: str
+    tensors: tuple[tuple[tuple[int, ...], str, int], ...]
+    us: float
 
 
 def locate_runtime(path: str | os.PathLike | None = None) -> Path:
@@ -142,27 +158,10 @@ def execute(
         inputs = {name: inputs for name in runs}
     results: dict[str, ExecutionResult] = {}
     with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
-        paths = {}
-        for name, (buffer, method) in runs.items():
-            paths[name] = (str(Path(tmp) / f"{len(paths)}.pte"), method)
-            Path(paths[name][0]).write_bytes(buffer)
-        # All programs in one child first; if that one crashes, one child per
-        # program, so the crash is pinned on the program that caused it.
-        answer = _run_child({"mode": "outputs", "runtime": lib, "programs": paths, "inputs": inputs}, timeout)
-        if answer.get("unavailable"):
-            raise VulkanRuntimeUnavailable(answer["unavailable"])
-        if "crash" in answer and len(paths) > 1:
-            answers = {
-                name: _run_child(
-                    {"mode": "outputs", "runtime": lib, "programs": {name: path}, "inputs": {name: inputs[name]}},
-                    timeout,
-                )
-                for name, path in paths.items()
-            }
-        else:
-            answers = {name: answer for name in paths}
+        paths = _write_programs(tmp, runs)
+        answers = _per_program({"mode": "outputs", "runtime": lib}, paths, inputs, timeout)
         for name, one in answers.items():
-            failure = one.get("crash") or one.get("error") or (one.get("errors") or {}).get(name)
+            failure = _failure(one, name)
             if failure:
                 results[name] = ExecutionResult(False, failure)
             else:
@@ -188,6 +187,97 @@ def execute(
                 else:
                     results[name].error = f"timing failed: {answer.get('crash') or answer.get('error')}"
     return results
+
+
+def profile(
+    programs: dict[str, bytes],
+    inputs: tuple | dict[str, tuple],
+    runtime: str | os.PathLike | None = None,
+    warmup: int = 2,
+    runs: int = 5,
+    timeout: float = 1800.0,
+    methods: dict[str, str] | None = None,
+) -> dict[str, list[Dispatch] | str]:
+    """Every shader dispatch of each program with its device time (median of `runs`), in dispatch order;
+    `methods` names the method to run per program where it is not `forward`.
+
+    The runtime records them in ExecuTorch's ETDump when it is built with ET_EVENT_TRACER_ENABLED. All
+    programs run in one child; if it crashes, one child per program, so the crash is pinned on its program.
+    A program that fails, or a runtime built without the event tracer, gets an error string, not a list.
+    """
+    lib = str(locate_runtime(runtime))
+    if not isinstance(inputs, dict):
+        inputs = {name: inputs for name in programs}
+    with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
+        paths = _write_programs(
+            tmp, {name: (buffer, (methods or {}).get(name, "forward")) for name, buffer in programs.items()}
+        )
+        request = {"mode": "profile", "runtime": lib, "warmup": warmup, "rounds": runs}
+        answers = _per_program(request, paths, inputs, timeout)
+    found: dict[str, list[Dispatch] | str] = {}
+    for name, one in answers.items():
+        dispatches = (one.get("dispatches") or {}).get(name)  # plain tuples: the child's classes are its __main__'s
+        found[name] = (
+            [Dispatch(*d) for d in dispatches]
+            if dispatches
+            else _failure(one, name) or "no dispatches recorded: a runtime built without ET_EVENT_TRACER_ENABLED?"
+        )
+    return found
+
+
+def _write_programs(folder: str, runs: dict[str, tuple[bytes, str]]) -> dict[str, tuple[str, str]]:
+    """Each program's bytes in a .pte file of `folder`: run name -> (path, method)."""
+    paths = {}
+    for name, (buffer, method) in runs.items():
+        paths[name] = (str(Path(folder) / f"{len(paths)}.pte"), method)
+        Path(paths[name][0]).write_bytes(buffer)
+    return paths
+
+
+def _per_program(request: dict, paths: dict, inputs: dict, timeout: float) -> dict[str, dict]:
+    """The child's answer for each program. All programs run in one child first; if that one crashes, one
+    child per program, so the crash is pinned on the program that caused it."""
+    answer = _run_child(request | {"programs": paths, "inputs": {n: inputs[n] for n in paths}}, timeout)
+    if answer.get("unavailable"):
+        raise VulkanRuntimeUnavailable(answer["unavailable"])
+    if "crash" not in answer or len(paths) == 1:
+        return {name: answer for name in paths}
+    return {
+        name: _run_child(request | {"programs": {name: path}, "inputs": {name: inputs[name]}}, timeout)
+        for name, path in paths.items()
+    }
+
+
+def _failure(answer: dict, name: str) -> str | None:
+    return answer.get("crash") or answer.get("error") or (answer.get("errors") or {}).get(name)
+
+
+# The runtime writes double arguments with printf: inf, -inf and nan, which JSON has no words for.
+_BARE_NUMBER = re.compile(r"([:\[,]\s*)-?(?:inf|nan)\b")
+
+
+def _dispatches(etdump: bytes, runs: int) -> list[tuple]:
+    import json
+
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    timed: dict[int, list[float]] = {}
+    described: dict[int, tuple] = {}
+    for run in deserialize_from_etdump_flatcc(etdump).run_data[-runs:]:
+        for event in run.events or []:
+            info = event.profile_event.delegate_debug_id_str if event.profile_event else None
+            if not info or not info.startswith("{"):
+                continue  # the framework's own events (method load, delegate call), not a dispatch
+            info = json.loads(_BARE_NUMBER.sub(r"\1null", info))
+            op = info.get("operator", {})
+            tensors = tuple(
+                (tuple(a["sizes"]), a["storage"], a["packed_dim"]) for a in op.get("args", []) if a["type"] == "TENSOR"
+            )
+            node = op.get("delegate_node_id", -1)
+            described[info["dispatch_id"]] = (node, op.get("name", ""), info["kernel_name"], tensors)
+            ns = event.profile_event.end_time - event.profile_event.start_time
+            timed.setdefault(info["dispatch_id"], []).append(ns / 1000.0)
+    return [(*described[k], statistics.median(timed[k])) for k in sorted(described)]
 
 
 # ------------------------------------------------------------ the child ----
@@ -228,6 +318,21 @@ def _child(request: dict) -> dict:
             except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
                 errors[name] = f"{type(exc).__name__}: {exc}".strip()[:1000]
         return {"outputs": outputs, "errors": errors}
+    if request["mode"] == "profile":
+        dispatches, errors = {}, {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, buffer in buffers.items():
+                try:
+                    module = portable_lib._load_for_executorch_from_buffer(
+                        buffer, enable_etdump=True, debug_buffer_size=0
+                    )
+                    for _ in range(request["warmup"] + request["rounds"]):
+                        run(module, name)
+                    module.write_etdump_result_to_file(str(Path(tmp) / "run.etdp"))
+                    dispatches[name] = _dispatches((Path(tmp) / "run.etdp").read_bytes(), request["rounds"])
+                except Exception as exc:  # noqa: BLE001 - recorded for this program, the rest go on
+                    errors[name] = f"{type(exc).__name__}: {exc}".strip()[:1000]
+        return {"dispatches": dispatches, "errors": errors}
     modules = {name: portable_lib._load_for_executorch_from_buffer(buffer) for name, buffer in buffers.items()}
     for name, module in modules.items():
         for _ in range(request["warmup"]):
