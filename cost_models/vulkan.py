@@ -237,6 +237,28 @@ def _view_change_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p:
     return _transition_cost(shape, dtype, src, dst, p)
 
 
+UNFIT_FACTOR = 5.0
+
+
+@lru_cache(maxsize=16)
+def unfit_op_modes(p: VulkanProfile) -> frozenset[tuple[str, str]]:
+    """(op class, label) pairs whose fit prices one of its own samples more than UNFIT_FACTOR times too
+    cheap: the op's time there does not follow the fit's terms (on lavapipe: layer_norm in a channels-packed
+    texture, 0.8 to 25 ms at one texture slice), so the fit is not a price."""
+    unfit = set()
+    for key, points in p.samples.items():
+        kind, _, rest = key.partition(":")
+        op_class, _, label = rest.partition("|")
+        fit = p.op_modes.get(op_class, {}).get(label) if kind == "op" else None
+        if fit is None:
+            continue
+        for point in points:
+            nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
+            if us > UNFIT_FACTOR * max(fit.at(nbytes, slices, mflop_, operand, rows), 1.0):
+                unfit.add((op_class, label))
+    return frozenset(unfit)
+
+
 def mflop(shape, contraction: int) -> float:
     """Millions of multiply-adds x 2 for an output of `shape` whose every element sums `contraction` products."""
     return 2.0 * math.prod(shape) * contraction / 1e6
@@ -300,8 +322,10 @@ def op_mode_cost(
     if table:
         slices = texture_slices(shape, output_label)
         work = (mflop(shape, contraction), operand_bytes(op_class, shape, contraction, dtype), krows(op_class, shape))
-        # A label the calibration could not run the op in is priced as the dearest one it could.
-        measured = table.get(output_label) or max(table.values(), key=lambda c: c.at(output_bytes, slices, *work))
+        # A label the calibration could not run the op in, or could not fit, is priced as the dearest
+        # one it could (a price the measurements do not support would lure the solver into it).
+        trusted = {lab: c for lab, c in table.items() if (op_class, lab) not in unfit_op_modes(p)} or table
+        measured = trusted.get(output_label) or max(trusted.values(), key=lambda c: c.at(output_bytes, slices, *work))
         return measured.at(output_bytes, slices, *work)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0
