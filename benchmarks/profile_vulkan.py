@@ -47,7 +47,7 @@ def measure(model: str, cost_profile: str, runs: int) -> dict[str, tuple[dict[st
     buffers, modelled = {}, {}
     if model in MULTI_METHOD_ZOO:
         built = build_methods(model)
-        methods = {m: inputs for m, inputs in built.inputs.items()}
+        methods = dict(built.inputs)
         for side, context in contexts:
             with quiet():
                 buffers[side], reports = _lower_methods(built, context)

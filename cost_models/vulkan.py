@@ -259,6 +259,13 @@ def unfit_op_modes(p: VulkanProfile) -> frozenset[tuple[str, str]]:
     return frozenset(unfit)
 
 
+@lru_cache(maxsize=256)
+def _trusted_modes(p: VulkanProfile, op_class: str) -> dict[str, Linear]:
+    # The class's measured labels less the unfit ones (all of them if every one is unfit).
+    table = p.op_modes[op_class]
+    return {lab: c for lab, c in table.items() if (op_class, lab) not in unfit_op_modes(p)} or dict(table)
+
+
 def mflop(shape, contraction: int) -> float:
     """Millions of multiply-adds x 2 for an output of `shape` whose every element sums `contraction` products."""
     return 2.0 * math.prod(shape) * contraction / 1e6
@@ -324,7 +331,7 @@ def op_mode_cost(
         work = (mflop(shape, contraction), operand_bytes(op_class, shape, contraction, dtype), krows(op_class, shape))
         # A label the calibration could not run the op in, or could not fit, is priced as the dearest
         # one it could (a price the measurements do not support would lure the solver into it).
-        trusted = {lab: c for lab, c in table.items() if (op_class, lab) not in unfit_op_modes(p)} or table
+        trusted = _trusted_modes(p, op_class)
         measured = trusted.get(output_label) or max(trusted.values(), key=lambda c: c.at(output_bytes, slices, *work))
         return measured.at(output_bytes, slices, *work)
     storage = output_label.partition(":")[0]
