@@ -14,7 +14,7 @@ import io
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -135,24 +135,85 @@ def measure_transpose(shape, perm, dtype: str = "int8", cache_dir: Path | None =
     rejects it.
     """
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
-    key = hashlib.sha1(json.dumps(["TRANSPOSE", shape, perm, dtype, vela_version(), ACCELERATOR]).encode()).hexdigest()
-    cached = cache_dir / f"{key}.json" if cache_dir else None
+    npu = _npu_rows(["TRANSPOSE", shape, perm, dtype], lambda: transpose_tosa(shape, perm, dtype), cache_dir)
+    return VelaMeasurement(shape, perm, dtype, len(npu), sum(c for _, c in npu), npu, vela_version())
+
+
+def matmul_tosa(n: int, h: int, c: int, w: int, dtype: str = "int8") -> bytes:
+    """A TOSA 1.0 graph holding one MATMUL of (n, h, c) by (n, c, w), both graph inputs, zero points 0."""
+    import tosa_serializer as ts
+
+    tosa_dtype = getattr(ts.DType, dtype.upper())
+    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
+    graph.addInputTensor(ts.TosaSerializerTensor("a", [n, h, c], tosa_dtype, data=None))
+    graph.addInputTensor(ts.TosaSerializerTensor("b", [n, c, w], tosa_dtype, data=None))
+    zero_points = [graph.addConst([1], tosa_dtype, [0], name=z).name for z in ("a_zp", "b_zp")]
+    out = graph.addIntermediate([n, h, w], ts.DType.INT32)
+    attr = ts.TosaSerializerAttribute()
+    attr.MatMulAttribute()
+    graph.addOperator(ts.Op.MATMUL, ["a", "b", *zero_points], [out.name], attr)
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
+def measure_matmul(n: int, h: int, c: int, w: int, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> int:
+    """Vela's NPU cycles for MATMUL (n, h, c) x (n, c, w) on ethos-u55-128 (disk-cached), the transpose Vela
+    inserts for its second operand included; raises VelaUnsupported when Vela rejects it.
+
+    Measured (Vela 5.1): the cost is not symmetric in h and w. Vela computes one output column at a time, so a
+    product with few rows and many columns pays a per-column overhead: (4, 1, 32, 256) costs 76,544 cycles,
+    its transpose (4, 256, 32, 1) 35,106.
+    """
+    shape = tuple(int(d) for d in (n, h, c, w))
+    npu = _npu_rows(["MATMUL", shape, dtype], lambda: matmul_tosa(*shape, dtype), cache_dir)
+    return sum(cycles for _, cycles in npu)
+
+
+def slice_tosa(shape, start, size, dtype: str = "int8") -> bytes:
+    """A TOSA 1.0 graph holding one SLICE of an input of `shape` (its result is the graph's output, so Vela
+    must materialise it)."""
+    import tosa_serializer as ts
+
+    tosa_dtype = getattr(ts.DType, dtype.upper())
+    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
+    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
+    bounds = [
+        graph.addConst([len(shape)], ts.DType.SHAPE, list(v), name=n).name
+        for n, v in (("start", start), ("size", size))
+    ]
+    out = graph.addIntermediate(list(size), tosa_dtype)
+    attr = ts.TosaSerializerAttribute()
+    attr.SliceAttribute()
+    graph.addOperator(ts.Op.SLICE, ["input", *bounds], [out.name], attr)
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
+def measure_slice(shape, start, size, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> int:
+    """Vela's NPU cycles for a SLICE it cannot fuse into a consumer (a MemoryCopy), disk-cached; raises
+    VelaUnsupported when Vela rejects it.
+
+    Vela reads a slice straight into the input of the elementwise, CONCAT or compute op that consumes it,
+    but copies it out first when a TRANSPOSE or RESHAPE reads it. Measured (Vela 5.1): a [1, 2, 47, 32] int8
+    slice of [1, 2, 48, 32] costs 5,392 cycles on its own, a [64, 64, 1] int32 slice of [64, 64, 2] 131,284
+    (an element at a time); fused into an ADD it costs nothing beyond the ADD.
+    """
+    shape, start, size = (tuple(int(d) for d in v) for v in (shape, start, size))
+    npu = _npu_rows(["SLICE", shape, start, size, dtype], lambda: slice_tosa(shape, start, size, dtype), cache_dir)
+    return sum(cycles for _, cycles in npu)
+
+
+def _npu_rows(key: list, tosa, cache_dir: Path | None) -> tuple[tuple[str, int], ...]:
+    """(NNG operator, cycles) of every NPU row Vela compiles the graph `tosa()` into, cached on disk under `key`
+    (plus the Vela version and accelerator)."""
+    digest = hashlib.sha1(json.dumps([*key, vela_version(), ACCELERATOR]).encode()).hexdigest()
+    cached = cache_dir / f"{digest}.json" if cache_dir else None
     if cached and cached.exists():
-        data = json.loads(cached.read_text())
-        return VelaMeasurement(
-            tuple(data["shape"]),
-            tuple(data["perm"]),
-            data["dtype"],
-            data["npu_ops"],
-            data["cycles"],
-            tuple(tuple(r) for r in data["rows"]),
-            data["vela_version"],
-        )
+        return tuple((name, int(cycles)) for name, cycles in json.loads(cached.read_text())["rows"])
     with tempfile.TemporaryDirectory() as tmp:
-        rows = run_vela(transpose_tosa(shape, perm, dtype), Path(tmp))
-    npu = [(r["NNG Operator"], int(float(r["Op Cycles"]))) for r in rows if r["Target"] == "NPU"]
-    m = VelaMeasurement(shape, perm, dtype, len(npu), sum(c for _, c in npu), tuple(npu), vela_version())
+        rows = run_vela(tosa(), Path(tmp))
+    npu = tuple((r["NNG Operator"], int(float(r["Op Cycles"]))) for r in rows if r["Target"] == "NPU")
     if cached:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(asdict(m)))
-    return m
+        cached.write_text(json.dumps({"key": [*key, vela_version(), ACCELERATOR], "rows": npu}))
+    return npu

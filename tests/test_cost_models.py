@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cost_models import ethos_u55, vulkan
-from cost_models.vela import VelaUnsupported, measure_transpose
+from cost_models.vela import VelaUnsupported, measure_matmul, measure_slice, measure_transpose
 
 
 @st.composite
@@ -49,6 +49,26 @@ def test_vela_runner_reproduces_known_figures(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 1
     again = measure_transpose((1, 16, 32, 64), (0, 2, 3, 1), "int8", cache_dir=tmp_path)
     assert again == m
+
+
+def test_vela_prices_a_one_row_product_higher_than_its_transpose(tmp_path):
+    """What the Arm MATMUL rule rests on: Vela runs MATMUL one output column at a time, so a decode-shaped
+    q.k^T (one row, 256 columns) costs twice its transposed product (256 rows, one column); a square product
+    costs the same either way. Cached on disk like the transposes."""
+    one_row, one_column = (
+        measure_matmul(4, 1, 32, 256, cache_dir=tmp_path),
+        measure_matmul(4, 256, 32, 1, cache_dir=tmp_path),
+    )
+    assert (one_row, one_column) == (76_544, 35_106)
+    assert measure_matmul(4, 256, 32, 1, cache_dir=tmp_path) == one_column and len(list(tmp_path.glob("*.json"))) == 2
+    assert measure_matmul(3, 66, 32, 66, cache_dir=tmp_path) == 464_574
+
+
+def test_vela_copies_a_slice_out_when_it_cannot_fuse_it(tmp_path):
+    """The slice-fusion price of the Arm rules: a SLICE on its own is a MemoryCopy, and one that strides the
+    innermost axis of an int32 tensor costs an element at a time."""
+    assert measure_slice((1, 2, 48, 32), (0, 0, 1, 0), (1, 2, 47, 32), "int8", cache_dir=tmp_path) == 5_392
+    assert measure_slice((64, 64, 2), (0, 0, 0), (64, 64, 1), "int32", cache_dir=tmp_path) == 131_284
 
 
 @pytest.mark.parametrize(
