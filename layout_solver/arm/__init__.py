@@ -9,8 +9,8 @@ and solution -> write-back plan), `hooks` (every scoped change to ExecuTorch), `
 transpose forms), `measure` / `equivalence` / `compare` / `conformance` (measurement, not lowering).
 """
 
-from layout_solver.arm.hooks import canonical_transposes, skipping_stock_propagation, solver_layouts
+from layout_solver.arm.hooks import canonical_transposes, solver_layouts, views_only_propagation
 from layout_solver.arm.passes import SolverLayoutPass
 from layout_solver.report import PassReport
 
-__all__ = ["PassReport", "SolverLayoutPass", "canonical_transposes", "skipping_stock_propagation", "solver_layouts"]
+__all__ = ["PassReport", "SolverLayoutPass", "canonical_transposes", "solver_layouts", "views_only_propagation"]

@@ -2,8 +2,9 @@
 exit, exceptions included.
 
 * `inserted_passes`: passes put into the Arm pipeline through its public (but global) insertion registry;
-* `skipping_stock_propagation`: ArmPassManager swapped for a subclass that skips the stock permute
-  heuristics the solver replaces and exposes the exported program being lowered;
+* `views_only_propagation`: ArmPassManager swapped for a subclass that runs the stock permute/view
+  propagation heuristics on views only (the solver places the permutes) and exposes the exported program
+  being lowered;
 * `solver_layouts` / `canonical_transposes`: the user-facing blocks built from those two.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from layout_solver.joint_lowering import JointReports, joint_preprocess
@@ -20,8 +21,9 @@ from layout_solver.multimethod import SubproblemCache
 from layout_solver.report import collecting_reports
 from layout_solver.service.client import solve_problem
 
-# Stock heuristics the solver replaces: they push permutes through views and
-# merge them without a cost model (on a ViT, into 10-op rank-5 transposes).
+# Stock heuristics the solver takes over: they push permutes through views and merge them without a cost
+# model (on a ViT, into 10-op rank-5 transposes). Inside solver_layouts they still move views (see
+# `views_only`), never permutes.
 REPLACED_STOCK_PASSES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
 # The exported program the Arm pipeline is transforming, so the solver pass can
@@ -59,21 +61,47 @@ def inserted_passes(before: dict | None = None, after: dict | None = None) -> It
         apm._registered_pass_insertions.update(saved)
 
 
+def views_only(stock: type) -> type:
+    """The stock propagation pass `stock`, moving view_copy nodes only.
+
+    Permutes stay where they are, for the solver to place with its cost model (the stock region
+    cancellation of permutes, RemovePermutesAroundElementwiseTosaOps, is left out too). Views still sink
+    and rise through elementwise ops and cancel as stock's do: a view left between a SLICE and the op that
+    reads it makes Vela copy the slice out (on BEiT's relative-position arithmetic, four int32 MemoryCopies
+    of 131,284 cycles each, +6.7% total cycles when the whole pass was skipped).
+    """
+
+    class ViewsOnly(stock):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not hasattr(self, "_targets"):  # the nodes the stock pass moves (executorch 1.5.1)
+                raise RuntimeError(f"{stock.__name__} no longer names the nodes it moves; update views_only()")
+            self._targets = {self._VIEW_TARGET, self._VIEW_DEFAULT_TARGET}
+
+        def make_fusion_pass(self):
+            return None
+
+    ViewsOnly.__name__ = ViewsOnly.__qualname__ = f"ViewsOnly{stock.__name__}"
+    return ViewsOnly
+
+
 @contextlib.contextmanager
-def skipping_stock_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
-    """Scoped substitution of ArmPassManager (tosa/backend.py imports the name lazily) by a
-    subclass that skips the replaced stock passes (none if `names` is empty) and exposes the
-    exported program to the solver pass; restored on every exit."""
+def views_only_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
+    """Scoped substitution of ArmPassManager (tosa/backend.py imports the name lazily) by a subclass that
+    runs the named stock propagation passes views-only (`views_only`; none if `names` is empty) and exposes
+    the exported program to the solver pass; restored on every exit. A pass the user's compile spec skips
+    stays skipped."""
     import executorch.backends.arm._passes as arm_passes
 
-    skipped = tuple(getattr(arm_passes, n) for n in names)
+    replaced = {getattr(arm_passes, n): views_only(getattr(arm_passes, n)) for n in names}
     original = arm_passes.ArmPassManager
 
     class SolverArmPassManager(original):
-        def configure_skip_passes(self):
-            # The user's own skip rules (from the compile spec) stay in force.
-            self._skip_pass_types = tuple(set(super().configure_skip_passes()) | set(skipped))
-            return self._skip_pass_types
+        def add_pass(self, pipeline_pass):
+            variant = replaced.get(type(pipeline_pass))
+            if variant is not None and type(pipeline_pass) not in self._skip_pass_types:
+                pipeline_pass = variant(pipeline_pass.compile_spec, pipeline_pass.exported_program)
+            return super().add_pass(pipeline_pass)
 
         def transform_to_backend_pipeline(self, exported_program, graph_module):
             token = _current_program.set(exported_program)
@@ -97,6 +125,7 @@ def solver_layouts(
     method_weights: dict[str, float] | None = None,
     constant_byte_cost: float = 0.0,
     cache_dir: str | Path | None = None,
+    pinned_kinds: Iterable[str] = (),
 ) -> Iterator[JointReports]:
     """Inside this block, Ethos-U lowering lays tensors out with the solver.
 
@@ -104,8 +133,8 @@ def solver_layouts(
     $LAYOUT_SOLVER_SERVICE; unset: in-process); on any failure the problem is
     solved in-process and the report's notes say so.
 
-    The stock permute-propagation heuristics are skipped (replace_stock), the
-    solver pass and then the canonical-transpose pass run just before
+    The stock permute-propagation heuristics move views only (replace_stock;
+    see `views_only`), the solver pass and then the canonical-transpose pass run just before
     InsertConstShapesPass through the public pass-insertion registry;
     everything after (ExirToTosaPass, Vela) is unchanged. All of it is
     restored on every exit. Yields one PassReport per delegate.
@@ -121,13 +150,21 @@ def solver_layouts(
     stores one copy per delegate and a per-method layout adds none. Set it if
     your deployment shares weights across delegates. Single-method programs
     are lowered exactly as without it.
+
+    `pinned_kinds` keeps the ops of these op-rule kinds (`layout_solver.arm.op_rules`: "matmul",
+    "reduction", "elementwise", ...) in the identity order, to measure what one rule buys or to rule it
+    out; unknown kinds are an error.
     """
     from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
     from executorch.backends.arm.ethosu import EthosUBackend
 
     from layout_solver.arm.canonical import CanonicalTransposePass
+    from layout_solver.arm.op_rules import RULES
     from layout_solver.arm.passes import SolverLayoutPass
 
+    pinned_kinds, known = frozenset(pinned_kinds), {rule.kind for rule in RULES.values()}
+    if pinned_kinds - known:
+        raise ValueError(f"unknown op-rule kinds {sorted(pinned_kinds - known)}; known: {sorted(known)}")
     reports = JointReports()
     with contextlib.ExitStack() as stack:
         stack.enter_context(collecting_reports(reports))
@@ -142,8 +179,8 @@ def solver_layouts(
                     SubproblemCache(cache_dir),
                 )
             )
-        stack.enter_context(skipping_stock_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
-        solver_pass = SolverLayoutPass(time_limit, service, program_of=current_program)
+        stack.enter_context(views_only_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
+        solver_pass = SolverLayoutPass(time_limit, service, program_of=current_program, pinned_kinds=pinned_kinds)
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass, CanonicalTransposePass()]}))
         yield reports
 
