@@ -32,11 +32,13 @@ class ArgRemap:
     axis: one dim (cat's dim; `default` when absent). axes: a list of dims
     (reductions). per_axis: one entry per axis (SLICE start/size), a list or a
     CONST_SHAPE node. per_axis_pairs: two entries per axis (PAD lo/hi).
-    physical_shape: the shape argument of a view becomes the stored shape.
+    physical_shape: the shape argument of a view becomes the stored shape. swap_operands: a product
+    whose result is stored transposed reads its operands transposed and swapped (B^T A^T = (A B)^T): `arg`
+    and the next argument trade places, and so do their quantization parameters.
     """
 
     arg: int
-    how: Literal["axis", "axes", "per_axis", "per_axis_pairs", "physical_shape"]
+    how: Literal["axis", "axes", "per_axis", "per_axis_pairs", "physical_shape", "swap_operands"]
     default: int = 0
 
 
@@ -96,6 +98,14 @@ def _remapped(graph: torch.fx.Graph, node: torch.fx.Node, remap: ArgRemap, order
     return _permuted_list(graph, arg, order, node, pairs=remap.how == "per_axis_pairs")
 
 
+def _swap_operands(node: torch.fx.Node, args: list, first: int) -> None:
+    """Swap arguments `first` and `first + 1`, and the input quantization parameters recorded for them."""
+    args[first], args[first + 1] = args[first + 1], args[first]
+    qparams = node.meta.get("input_qparams")
+    if qparams and first in qparams and first + 1 in qparams:  # a new dict: the meta may be shared
+        node.meta["input_qparams"] = {**qparams, first: qparams[first + 1], first + 1: qparams[first]}
+
+
 def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tuple[int, int]:
     """Rewrite the graph as planned; returns (permutes inserted, permutes removed). Node metadata
     ("val") follows the stored shapes."""
@@ -139,6 +149,9 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         if not _identity(rewrite.order):
             args, kwargs = list(node.args), dict(node.kwargs)
             for remap in rewrite.remaps:
+                if remap.how == "swap_operands":
+                    _swap_operands(node, args, remap.arg)
+                    continue
                 value = _remapped(graph, node, remap, rewrite.order)
                 if remap.arg >= len(args) and remap.how == "axis":
                     kwargs["dim"] = value  # given by keyword or left to its default: set it by keyword

@@ -38,7 +38,9 @@ class PassReport:
     `ops_removed` the ops the answer made free (Arm: permutes). Objective,
     bound and gap are the solver's (None for stock). `modelled_us` prices the
     tagged graph with the Vulkan profile (`modelled_us_by_op` by operator name); `tensors_by_repr` counts its tensors
-    per representation. `partition` is "method#index" in a multi-method lowering.
+    per representation. `modes_chosen` counts the ops that run in an algebraic mode (Arm: a MATMUL
+    computed as its transposed product, "MATMUL.default (B^T A^T)^T"). `partition` is "method#index" in a
+    multi-method lowering.
     """
 
     kind: str
@@ -56,6 +58,7 @@ class PassReport:
     tensors_by_repr: Counter = field(default_factory=Counter)
     modelled_us: float = 0.0
     modelled_us_by_op: Counter = field(default_factory=Counter)
+    modes_chosen: Counter = field(default_factory=Counter)
     partition: str = field(default_factory=current_partition)
 
     @property

@@ -226,3 +226,26 @@ def test_an_aliased_permute_is_removed_and_its_users_read_the_source():
     assert apply_plan(gm, plan) == (1, 1)  # the output read in the identity order needs one permute
     gm.recompile()
     torch.testing.assert_close(gm(*args)[0], expected, rtol=0, atol=0)
+
+
+def test_a_planned_transposed_product_swaps_its_operands_and_their_qparams():
+    """(A B)^T = B^T A^T: both operands read transposed, the product stored transposed, the operands (and the
+    quantization parameters recorded for them) swapped; read back in the identity order it is the same product."""
+
+    def body(graph, xs):
+        return [_call(graph, torch.bmm, xs[0], xs[1])]
+
+    gm, args = _graph(body, [(2, 3, 5), (2, 5, 4)])
+    expected = gm(*args)[0]
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.meta["input_qparams"] = {0: "a's", 1: "b's"}
+    t = (0, 2, 1)
+    plan = ArmRewritePlan(
+        {"x0": (0, 1, 2), "x1": (0, 1, 2), node.name: t},
+        {node.name: NodeRewrite({"x0": t, "x1": t}, t, op_rules.MatMul.remaps)},
+    )
+    assert apply_plan(gm, plan) == (3, 0)  # each operand in, the result out
+    gm.recompile()
+    assert node.meta["input_qparams"] == {0: "b's", 1: "a's"}
+    assert [a.args[0].name for a in node.args] == ["x1", "x0"]
+    torch.testing.assert_close(gm(*args)[0], expected, rtol=0, atol=0)

@@ -1,5 +1,6 @@
 """Arm: the solver's TOSA memory-format stage inside a real Ethos-U55 lowering."""
 
+import copy
 import json
 import warnings
 from pathlib import Path
@@ -88,3 +89,31 @@ def test_channels_last_input_contract_removes_the_input_transpose(capsys):
     assert nhwc["solver"]["vela_total_cycles"] <= nhwc["stock"]["vela_total_cycles"]
     assert main(["compare", f"{TINY}:residual", "--target", "vulkan", "--input-order", "nhwc"]) == 2
     assert "Ethos-U option" in capsys.readouterr().err
+
+
+def test_a_one_row_product_runs_transposed_and_stays_exact(tmp_path):
+    """Decode attention (one query token against a 48-position cache): the solver computes both MATMULs as
+    their transposed products, (B^T A^T)^T, which Vela runs in fewer cycles; the program is bit-exact with
+    stock on the TOSA reference model and cheaper than the solver with the MATMUL rule pinned."""
+    import contextlib
+    import io
+
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{TINY}:decode_attention")
+    quantized = quantize_for(module, inputs)
+    lowered, chosen = {}, {}
+    for side, pinned in (("stock", None), ("pinned", ("matmul",)), ("solver", ())):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            reports = stack.enter_context(solver_layouts(pinned_kinds=pinned)) if pinned is not None else []
+            lowered[side] = lower_ethos_u(module, inputs, keep_tosa=tmp_path / side, quantized=copy.deepcopy(quantized))
+        chosen[side] = [m for r in reports for m in r.modes_chosen if m.startswith("MATMUL")]
+    cycles = {side: low.metrics()["vela_total_cycles"] for side, low in lowered.items()}
+    assert chosen["solver"] and all(m.endswith("(B^T A^T)^T") for m in chosen["solver"])
+    assert cycles["solver"] < cycles["pinned"] <= cycles["stock"]
+    assert compare_lowerings(lowered["stock"].tosa_files, lowered["solver"].tosa_files).equivalent
+    with pytest.raises(ValueError, match="unknown op-rule kinds"), solver_layouts(pinned_kinds=("no_such_kind",)):
+        pass

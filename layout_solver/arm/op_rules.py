@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import torch
 
-from cost_models import ethos_u55
+from cost_models import ethos_u55, vela
 from graph_io.arm import ArgRemap
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.orders import Order, compose, inverse, order_label, view_output_order
@@ -67,6 +67,9 @@ class OpRule:
     known: ClassVar[bool] = True  # False only for the fallback of ops no rule names (they warn)
     alias: ClassVar[bool] = False  # the write-back removes the node: its output is its input re-labelled
     remaps: ClassVar[tuple[ArgRemap, ...]] = ()
+    # Modes that are ways of computing, not only orders (reports count the ops not in the `plain` one).
+    algebraic: ClassVar[bool] = False
+    plain: ClassVar[str] = ""
 
     def applies(self, node: torch.fx.Node) -> bool:
         """False if this node's arguments put it outside the rule (it is then pinned)."""
@@ -153,7 +156,6 @@ _add(
         "AVG_POOL2D.default",
         "AVG_POOL2D_ADAPTIVE.default",
         "RESIZE.default",
-        "MATMUL.default",
         "slice_copy.Tensor",
         "constant_pad_nd.default",
         "repeat.default",
@@ -398,3 +400,51 @@ class Concat(SameOrder):
 
     def operands(self, node):
         return [a for a in node.args[0] if isinstance(a, torch.fx.Node) and tensor_of(a) is not None]
+
+
+@register("MATMUL.default")
+class MatMul(OpRule):
+    """TOSA MATMUL (N, H, C) x (N, C, W) -> (N, H, W), or the transposed product: with both operands and the
+    result stored in order (0, 2, 1) the node computes MATMUL(B^T, A^T) = (A B)^T, its operands swapped.
+
+    Vela's MatMul is not symmetric in H and W (it runs one output column at a time and transposes its second
+    operand first), so each orientation is priced by asking Vela (cost_models.vela.measure_matmul,
+    disk-cached), relative to the cheaper one. Measured: a one-token decode q.k^T (4, 1, 32, 256) costs
+    76,544 cycles as given and 35,106 transposed, and its operand transposes change with it.
+    Only int8 products are priced (Vela's int16 MATMUL widens to int48); others keep the identity.
+    """
+
+    kind = "matmul"
+    algebraic = True
+    plain = "AB"
+    remaps = (ArgRemap(0, "swap_operands"),)
+    TRANSPOSED: ClassVar[Order] = (0, 2, 1)
+
+    def applies(self, node):
+        tensors = [tensor_of(a) for a in node.args[:2]]
+        return all(t is not None and t.dim() == 3 and dtype_name(t) == "int8" for t in tensors)
+
+    def operands(self, node):
+        return list(node.args[:2])
+
+    def seed(self, node, domains):
+        for value in (*node.args[:2], node):
+            domains.offer(value, self.TRANSPOSED)
+
+    def modes(self, node, domains, operands):
+        identity = (0, 1, 2)
+        n, h, c = (int(d) for d in tensor_of(operands[0]).shape)
+        w = int(tensor_of(operands[1]).shape[2])
+        orientations = {identity: (n, h, c, w), self.TRANSPOSED: (n, w, c, h)}
+        usable = [o for o in orientations if o in domains[node] and all(o in domains[v] for v in operands)]
+        if len(usable) < 2:
+            return []  # pinned to the identity
+        try:
+            cycles = {o: float(vela.measure_matmul(*orientations[o])) for o in usable}
+        except vela.VelaUnsupported:
+            return []  # Vela cannot run one orientation: keep the product as written
+        cheapest = min(cycles.values())
+        return [
+            mode([o, o], o, round(cycles[o] - cheapest, 1), name=self.plain if o == identity else "(B^T A^T)^T")
+            for o in usable
+        ]

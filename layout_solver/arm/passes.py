@@ -7,6 +7,7 @@ canonical-transpose pass after it gives each remaining transpose its cheapest fo
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import ClassVar
 
 import torch
@@ -42,16 +43,33 @@ def rewrite_plan(arm: ArmProblem, solution: Solution) -> ArmRewritePlan:
     return plan
 
 
+def algebraic_modes(arm: ArmProblem, solution: Solution) -> Counter:
+    """How many ops run in each algebraic mode the solution chose ("MATMUL.default (B^T A^T)^T"); the plain
+    order choices of other rules are not counted."""
+    return Counter(
+        f"{op.target} {solution.modes[op.id]}"
+        for op in arm.problem.ops
+        if op.id in arm.op_rule and arm.op_rule[op.id].algebraic and solution.modes[op.id] != arm.op_rule[op.id].plain
+    )
+
+
 class SolverLayoutPass(ArmPass):
     """Chooses every tensor's dim order in one global problem; records a PassReport per graph."""
 
     _passes_required_after: ClassVar[set] = set()
 
-    def __init__(self, time_limit: float = 10.0, service: str | None = None, program_of=lambda: None):
+    def __init__(
+        self,
+        time_limit: float = 10.0,
+        service: str | None = None,
+        program_of=lambda: None,
+        pinned_kinds: frozenset[str] = frozenset(),
+    ):
         super().__init__()
         self.time_limit = time_limit
         self.service = service
         self.program_of = program_of  # the exported program being lowered (parameters vs delegate inputs)
+        self.pinned_kinds = pinned_kinds  # op-rule kinds kept in the identity order
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         program = self.program_of()
@@ -59,7 +77,7 @@ class SolverLayoutPass(ArmPass):
         built: list[ArmProblem] = []
 
         def build() -> ArmProblem:
-            built.append(build_problem(graph_module, constants=constants))
+            built.append(build_problem(graph_module, constants=constants, pinned_kinds=self.pinned_kinds))
             return built[0]
 
         def write_back(arm: ArmProblem, solution: Solution) -> tuple[int, int]:
@@ -73,7 +91,11 @@ class SolverLayoutPass(ArmPass):
         written, removed = run.written
         record(
             solver_report(
-                run, transitions_written=written, ops_removed=removed, pinned_unknown=run.built.pinned_unknown
+                run,
+                transitions_written=written,
+                ops_removed=removed,
+                pinned_unknown=run.built.pinned_unknown,
+                modes_chosen=algebraic_modes(run.built, run.solution),
             )
         )
         return PassResult(graph_module, True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cost_models import ethos_u55
+from cost_models import ethos_u55, vela
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.op_rules import PINNED, Domains, OpRule, Pinned, rule_for, short_target
 from layout_solver.arm.orders import compose, inverse, label_order, order_label
@@ -48,17 +48,22 @@ class ArmProblem:
 
 
 def build_problem(
-    graph_module: torch.fx.GraphModule, name: str = "tosa", constants: set[str] | None = None
+    graph_module: torch.fx.GraphModule,
+    name: str = "tosa",
+    constants: set[str] | None = None,
+    pinned_kinds: frozenset[str] = frozenset(),
 ) -> ArmProblem:
     """The layout problem of an Arm graph. `constants`: placeholder names that are parameters, buffers or
     lifted constants (their transposes are folded at compile time, so free); other placeholders are
-    delegate inputs. Ops no rule names are pinned to the identity order with a warning."""
+    delegate inputs. Ops no rule names are pinned to the identity order with a warning; so, silently, are
+    ops whose rule kind is in `pinned_kinds` (to measure what one rule buys, or to rule it out)."""
     constants = constants or set()
     nodes = [
         n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function") and tensor_of(n) is not None
     ]
     identity = {n: tuple(range(tensor_of(n).dim())) for n in nodes}
     rules = {n: rule_for(n) for n in nodes if n.op == "call_function"}
+    rules = {n: PINNED if rule.kind in pinned_kinds else rule for n, rule in rules.items()}
 
     # Candidate orders: identity, those that make each permute free, spread along chains of free ops.
     domains = Domains({n: [identity[n]] for n in nodes})
@@ -144,12 +149,13 @@ def build_problem(
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
+                    loss = fusion_loss + _slice_fusion_loss(n, src)
                     costs.append(
                         {
                             "value": n.name,
                             "src": order_label(src),
                             "dst": order_label(dst),
-                            "cost": round(_transition_cycles(shape, src, dst, dtype, form) + fusion_loss, 1),
+                            "cost": round(_transition_cycles(shape, src, dst, dtype, form) + loss, 1),
                         }
                     )
     if pinned_unknown:
@@ -185,6 +191,29 @@ def _fuses_back(rescale) -> bool:
 
 def _fuses_forward(rescale) -> bool:
     return len(rescale.users) == 1 and _is(next(iter(rescale.users)), ethos_u55.RESCALE_FOLDS_INTO_INPUT_OF)
+
+
+def _const_list(arg) -> list[int]:
+    """A per-axis argument as a list: given inline, or as a CONST_SHAPE node's values."""
+    return [int(v) for v in (arg.args[0] if isinstance(arg, torch.fx.Node) else arg)]
+
+
+def _slice_fusion_loss(node, order) -> float:
+    """Cycles of the MemoryCopy Vela makes of a SLICE (stored in `order`) once a transpose or a reshape reads
+    it: fused into an elementwise, CONCAT or compute consumer a slice is free, before a layout op it is
+    copied out (cost_models.vela.measure_slice, up to 8 cycles a byte when it strides the innermost axis)."""
+    if not _is(node, {"SLICE.default"}):
+        return 0.0
+    source = tensor_of(node.args[0])
+    dtype = dtype_name(source)
+    if dtype not in ethos_u55.DTYPE_BYTES:
+        return 0.0
+    shape, start, size = [int(d) for d in source.shape], _const_list(node.args[1]), _const_list(node.args[2])
+    physical = lambda values: [values[i] for i in order]
+    try:
+        return float(vela.measure_slice(physical(shape), physical(start), physical(size), dtype))
+    except vela.VelaUnsupported:
+        return ethos_u55.copy_cycles(tensor_of(node).numel(), dtype)
 
 
 def _rescale_fusion_loss(node) -> float:

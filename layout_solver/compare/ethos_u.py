@@ -8,6 +8,7 @@ import copy
 import io
 import tempfile
 import traceback
+from collections import Counter
 from pathlib import Path
 
 from layout_solver.arm.equivalence import compare_lowerings, versus_quantized_eager
@@ -111,6 +112,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
                     pinned_unknown=[p for r in reports for p in r.pinned_unknown],
                     problem_ops=sum(r.problem_ops for r in reports),
                     solver_notes=[n for r in reports for n in r.notes],
+                    modes_chosen=dict(sum((r.modes_chosen for r in reports), Counter())),
                 )
             result[side] = metrics
         if len(lowerings) == 2:

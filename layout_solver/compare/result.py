@@ -77,6 +77,8 @@ class Side(_Record):
     gap: float | None = None
     problem_ops: int | None = None
     solver_notes: list[str] | None = None
+    # Ethos-U: ops the solver runs in an algebraic mode ("MATMUL.default (B^T A^T)^T": a transposed product)
+    modes_chosen: dict[str, int] | None = None
 
     @property
     def failed(self) -> bool:

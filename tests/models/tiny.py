@@ -86,3 +86,24 @@ class WindowHeads(nn.Module):
 
 def window_heads():
     return WindowHeads(), (torch.randn(16, 16, 32),)
+
+
+class CachedAttention(nn.Module):
+    """Attention of a few new tokens over a key/value cache (LLM decode): q (h, n, d) against (h, 48, d)."""
+
+    def __init__(self, dim: int = 64, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x, k_cache, v_cache):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        k, v = torch.cat([k_cache[:, :, n:], k], 2), torch.cat([v_cache[:, :, n:], v], 2)
+        attn = (q @ k.transpose(-2, -1) * 0.125).softmax(-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def decode_attention():
+    """One new token: both products have a single row, so each runs cheaper transposed on Ethos-U55."""
+    return CachedAttention(), (torch.randn(1, 1, 64), torch.randn(1, 2, 48, 32), torch.randn(1, 2, 48, 32))
