@@ -10,6 +10,13 @@ U55 flags), next to what the graph does today, on the attention shapes of benchm
   every MatMul. Is the transpose that makes B (a k.transpose) merged with Vela's, so that feeding B
   "pre-transposed" saves one?
 * Transposed product (C^T = B^T A^T): the same MatMul with H and W exchanged; does Vela price it differently?
+  Vela runs one output column at a time: a product with fewer rows than columns (a decode token against its
+  cache, a prefill shorter than the cache) is cheaper transposed. This is the MATMUL rule the solver has
+  (layout_solver.arm.op_rules.MatMul), priced per shape by Vela; square products gain nothing.
+* Fully-connected orientation: executorch lowers a linear layer to a 1x1 CONV2D, which writes its output
+  channels innermost; the other orientation (y^T = W x^T) could only be a MATMUL with the weight as A.
+* Slice fusion: Vela reads a SLICE straight into an elementwise consumer but copies it out before a
+  TRANSPOSE; the solver prices that copy on a transition after a SLICE (layout_solver.arm.rules).
 * Head split as data movement: the (T, h, d) -> (h, T, d) TRANSPOSE written as h SLICEs + a CONCAT on a new
   outer axis (one move serving each head) against the TRANSPOSE.
 * Two transposes in a row (what the write-back does now, cost_models.ethos_u55.two_step_transposes): Swin's
@@ -26,6 +33,7 @@ from pathlib import Path
 import tosa_serializer as ts
 
 from cost_models import ethos_u55
+from cost_models import vela as vela_probe
 from cost_models.vela import run_vela, transpose_tosa
 
 INT8 = ts.DType.INT8
@@ -50,18 +58,51 @@ def _reshape(graph, source: str, shape: list[int], name: str):
 
 def matmul_tosa(n: int, h: int, c: int, w: int, b_from_transpose: bool) -> bytes:
     """MATMUL (n, h, c) x (n, c, w); B is a graph input, or the TRANSPOSE of an (n, w, c) input."""
+    if not b_from_transpose:
+        return vela_probe.matmul_tosa(n, h, c, w)
     graph = _graph()
     graph.addInputTensor(ts.TosaSerializerTensor("a", [n, h, c], INT8, data=None))
-    if b_from_transpose:
-        graph.addInputTensor(ts.TosaSerializerTensor("bt", [n, w, c], INT8, data=None))
-        b = graph.addIntermediate([n, c, w], INT8).name
-        _op(graph, ts.Op.TRANSPOSE, ["bt"], [b], "TransposeAttribute", [0, 2, 1])
-    else:
-        graph.addInputTensor(ts.TosaSerializerTensor("b", [n, c, w], INT8, data=None))
-        b = "b"
+    graph.addInputTensor(ts.TosaSerializerTensor("bt", [n, w, c], INT8, data=None))
+    b = graph.addIntermediate([n, c, w], INT8).name
+    _op(graph, ts.Op.TRANSPOSE, ["bt"], [b], "TransposeAttribute", [0, 2, 1])
     zero_points = [graph.addConst([1], INT8, [0], name=z).name for z in ("a_zp", "b_zp")]
     out = graph.addIntermediate([n, h, w], ts.DType.INT32)
     _op(graph, ts.Op.MATMUL, ["a", b, *zero_points], [out.name], "MatMulAttribute")
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
+def conv1x1_tosa(tokens: int, c_in: int, c_out: int) -> bytes:
+    """A linear layer as executorch lowers it: a 1x1 CONV2D over (1, 1, tokens, c_in), int32 out."""
+    graph = _graph()
+    graph.addInputTensor(ts.TosaSerializerTensor("x", [1, 1, tokens, c_in], INT8, data=None))
+    weight = graph.addConst([c_out, 1, 1, c_in], INT8, [1] * (c_out * c_in), name="w").name
+    bias = graph.addConst([c_out], ts.DType.INT32, [0] * c_out, name="b").name
+    zero_points = [graph.addConst([1], INT8, [0], name=z).name for z in ("x_zp", "w_zp")]
+    out = graph.addIntermediate([1, 1, tokens, c_out], ts.DType.INT32)
+    _op(graph, ts.Op.CONV2D, ["x", weight, bias, *zero_points], [out.name], "Conv2dAttribute", [0, 0, 0, 0], [1, 1],
+        [1, 1], False, ts.DType.INT32)  # fmt: skip
+    graph.addOutputTensor(out)
+    return graph.serialize()
+
+
+def slice_then_tosa(shape, start, size, then: str) -> bytes:
+    """SLICE of an int8 input read by a CLAMP (Vela fuses the slice into it) or by a TRANSPOSE of its last two
+    axes (it cannot)."""
+    graph = _graph()
+    graph.addInputTensor(ts.TosaSerializerTensor("x", list(shape), INT8, data=None))
+    bounds = [
+        graph.addConst([len(shape)], ts.DType.SHAPE, list(v), name=n).name for n, v in (("st", start), ("sz", size))
+    ]
+    piece = graph.addIntermediate(list(size), INT8).name
+    _op(graph, ts.Op.SLICE, ["x", *bounds], [piece], "SliceAttribute")
+    if then == "clamp":
+        out = graph.addIntermediate(list(size), INT8)
+        _op(graph, ts.Op.CLAMP, [piece], [out.name], "ClampAttribute", [156], [100], ts.NanPropagationMode.PROPAGATE)
+    else:
+        perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
+        out = graph.addIntermediate([size[p] for p in perm], INT8)
+        _op(graph, ts.Op.TRANSPOSE, [piece], [out.name], "TransposeAttribute", perm)
     graph.addOutputTensor(out)
     return graph.serialize()
 
@@ -135,7 +176,13 @@ def main() -> None:
                 matmul_tosa(n, h, c, w, True),
             )
         )
-    for n, h, c, w, label in ((3, 66, 66, 32, "DeiT p.v"), (2, 64, 16, 32, "SegFormer p.v")):
+    for n, h, c, w, label in (
+        (3, 66, 66, 32, "DeiT p.v"),
+        (2, 64, 16, 32, "SegFormer p.v"),
+        (4, 1, 32, 256, "decode q.k^T, 256-position cache"),
+        (4, 1, 256, 32, "decode p.v, 256-position cache"),
+        (4, 32, 32, 64, "32-token prefill q.k^T, 64-position cache"),
+    ):
         cases.append(
             (
                 f"transposed product: {label}",
@@ -145,6 +192,25 @@ def main() -> None:
                 matmul_tosa(n, w, c, h, False),
             )
         )
+    for tokens, c_in, c_out, label in ((64, 96, 96, "64 tokens x 96"), (1, 128, 512, "one token, 128 -> 512")):
+        cases.append(
+            (
+                f"fully-connected orientation: {label}",
+                "CONV2D 1x1 (y = x W^T)",
+                conv1x1_tosa(tokens, c_in, c_out),
+                "MATMUL (y^T = W x^T)",
+                vela_probe.matmul_tosa(1, c_out, c_in, tokens),
+            )
+        )
+    cases.append(
+        (
+            "slice fusion: decode cache [1, 2, 48, 32] -> [1, 2, 47, 32]",
+            "SLICE -> CLAMP (fused)",
+            slice_then_tosa((1, 2, 48, 32), (0, 0, 1, 0), (1, 2, 47, 32), "clamp"),
+            "SLICE -> TRANSPOSE",
+            slice_then_tosa((1, 2, 48, 32), (0, 0, 1, 0), (1, 2, 47, 32), "transpose"),
+        )
+    )
     for shape, label in (((66, 3, 32), "DeiT"), ((64, 2, 32), "SegFormer"), ((197, 6, 64), "ViT-S/16")):
         cases.append(
             (

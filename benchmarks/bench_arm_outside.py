@@ -4,8 +4,9 @@ Run: .venv/bin/pip install -e .[outside]
      .venv/bin/python benchmarks/bench_arm_outside.py [--models deit,levit,...] [--out benchmarks/results/arm_outside.md]
 
 Per model (benchmarks/outside_models.py, Hugging Face configs, int8, ethos-u55-128, Vela 5.1): TOSA transposes,
-Vela transpose and total cycles, equivalence of the two programs on the TOSA reference model, and each program
-against the quantized eager model (executorch's INT test tolerance). Then the cost model's split of each side's
+Vela transpose and total cycles, the ops the solver runs in an algebraic mode (a transposed MATMUL), equivalence
+of the two programs on the TOSA reference model, and each program against the quantized eager model (executorch's
+INT test tolerance). Then the cost model's split of each side's
 transpose cycles by cause: the delegate's input/output contract, Vela's own (MATMUL's second operand, REDUCE_SUM
 along a non-innermost axis), and the layout inside the graph, the only part a layout assignment decides.
 """
@@ -39,9 +40,9 @@ def main() -> None:
         (
             "| model | TOSA transposes stock / solver | transpose cycles stock | solver | change | total cycles stock "
             "| solver | change | equivalent | vs quantized eager: stock / solver (max quant steps) | lower s stock "
-            "| solver |"
+            "| solver | algebraic modes (solver) |"
         ),
-        "|" + "---|" * 12,
+        "|" + "---|" * 13,
     ]
     print("\n".join(lines), flush=True)
     results = {}
@@ -65,7 +66,7 @@ def main() -> None:
                 f"{o['vela_transpose_cycles']:,} | {_change(s['vela_transpose_cycles'], o['vela_transpose_cycles'])} "
                 f"| {s['vela_total_cycles']:,} | {o['vela_total_cycles']:,} | "
                 f"{_change(s['vela_total_cycles'], o['vela_total_cycles'], '+.1%')} | {equivalent} | {eager} | "
-                f"{s['lower_seconds']:.1f} | {o['lower_seconds']:.1f} |"
+                f"{s['lower_seconds']:.1f} | {o['lower_seconds']:.1f} | {_modes(o.get('modes_chosen'))} |"
             )
         lines.append(row)
         print(row, flush=True)
@@ -123,6 +124,10 @@ def _worst_prediction_error(results: dict) -> float:
         for s in ("stock", "solver")
         if r[s]["vela_transpose_cycles"]
     )
+
+
+def _modes(chosen: dict[str, int] | None) -> str:
+    return ", ".join(f"{count} {mode}" for mode, count in sorted((chosen or {}).items())) or "none"
 
 
 def _change(before: float, after: float, fmt: str = "+.0%") -> str:

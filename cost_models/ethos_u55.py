@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 
@@ -389,20 +389,31 @@ def transpose_cost(
     """Cycles of TRANSPOSE(shape, perm) on ethos-u55-128.
 
     form="as_given" prices the transpose exactly as written; form="cheapest"
-    prices the cheapest of its materialisations(). exact=True asks Vela for
-    the chosen form.
+    prices the cheapest of its materialisations(); form="shared" is the
+    cheapest when the transposed tensor has other readers: a form that needs a
+    RESHAPE in front then also pays a memory copy (Vela folds a reshape only
+    into its input's sole consumer, bypass_memory_only_ops). exact=True asks
+    Vela for the chosen form.
     """
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"unsupported dtype {dtype!r} for Ethos-U55 transposes")
-    if form not in ("as_given", "cheapest"):
-        raise ValueError(f"form must be 'as_given' or 'cheapest', not {form!r}")
-    forms = materialisations(shape, perm) if form == "cheapest" else [(tuple(shape), tuple(perm))]
-    best = min((_as_given(s, p, dtype, params) for s, p in forms), key=lambda c: c.cycles)
+    if form not in ("as_given", "cheapest", "shared"):
+        raise ValueError(f"form must be 'as_given', 'cheapest' or 'shared', not {form!r}")
+    shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
+    forms = materialisations(shape, perm) if form != "as_given" else [(shape, perm)]
+    priced = []
+    for s, p in forms:
+        cost = _as_given(s, p, dtype, params)
+        if form == "shared" and s != shape:
+            cost = replace(cost, cycles=cost.cycles + copy_cycles(math.prod(shape), dtype, params))
+        priced.append(cost)
+    best = min(priced, key=lambda c: c.cycles)
     if exact and best.source in ("model", "copy"):
         from cost_models.vela import measure_transpose
 
         m = measure_transpose(best.shape, best.perm, dtype)
-        return TransposeCost(float(m.cycles), m.npu_ops, best.shape, best.perm, "vela")
+        extra = best.cycles - _as_given(best.shape, best.perm, dtype, params).cycles  # the shared form's copy
+        return TransposeCost(float(m.cycles) + extra, m.npu_ops, best.shape, best.perm, "vela")
     return best
 
 

@@ -149,3 +149,37 @@ def test_a_transpose_vela_runs_cheaper_in_two_steps_is_written_in_two(tmp_path):
     assert c["predicted_transpose_cycles"] == pytest.approx(c["vela_transpose_cycles"], rel=0.05)
     same = compare_lowerings(stock.tosa_files, canon.tosa_files)
     assert same.equivalent and same.max_abs_diff == 0
+
+
+@pytest.mark.parametrize(("model", "merged"), [("patch_embed", True), ("shared_input", False)])
+def test_delegate_input_transpose_is_merged_only_when_its_reshape_folds(model, merged, tmp_path):
+    """Vela folds the RESHAPE in front of a canonical transpose only into its input's sole reader
+    (bypass_memory_only_ops); otherwise the reshape becomes a MemoryCopy. The NCHW input read by the
+    patch conv alone gets the merged 2-D transpose (one NPU op instead of two, cheaper in Vela); the
+    input the residual add also reads keeps its transpose as written, so no MemoryCopy appears. The
+    stage's program is equivalent to stock's on the reference model either way."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.hooks import canonical_transposes
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:{model}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
+        with canonical_transposes() as stats:
+            canon = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "canonical")
+    s, c = stock.metrics(), canon.metrics()
+    assert not any(r["NNG Operator"] == "MemoryCopy" for r in canon.npu_rows)
+    if merged:
+        assert stats.get("reduced_rank", 0) >= 1
+        assert c["vela_transpose_rows"] < s["vela_transpose_rows"]
+        assert c["vela_transpose_cycles"] < s["vela_transpose_cycles"]
+    else:
+        assert stats.get("kept", 0) >= 1
+        assert c["vela_transpose_cycles"] <= s["vela_transpose_cycles"]
+    assert c["vela_total_cycles"] <= s["vela_total_cycles"]
+    same = compare_lowerings(stock.tosa_files, canon.tosa_files)
+    assert same.equivalent and same.max_abs_diff == 0

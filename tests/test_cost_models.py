@@ -42,6 +42,22 @@ def test_identity_in_memory_is_a_free_reshape_or_a_vela_memory_copy(tmp_path):
     assert abs(as_given.cycles - vela.cycles) / vela.cycles < 0.2
 
 
+def test_shared_form_pays_a_memory_copy_for_a_reshape_in_front():
+    """A transposed tensor with other readers: the merged form needs a RESHAPE in front, which Vela runs as a
+    MemoryCopy; the form as given needs none. So "shared" is the cheaper of as-given and merged-plus-copy."""
+    shape, perm = (1, 3, 64, 64), (0, 2, 3, 1)
+    as_given = ethos_u55.transpose_cost(shape, perm, form="as_given")
+    merged = ethos_u55.transpose_cost(shape, perm)
+    shared = ethos_u55.transpose_cost(shape, perm, form="shared")
+    assert merged.shape == (3, 4096) and merged.cycles < as_given.cycles
+    copy = ethos_u55.copy_cycles(3 * 64 * 64, "int8")
+    assert shared.cycles == pytest.approx(min(as_given.cycles, merged.cycles + copy))
+    # Identity in memory: free as a folded reshape, one copy when the tensor is shared.
+    assert ethos_u55.transpose_cost((1, 64, 16, 1), (0, 3, 1, 2), form="shared").cycles == pytest.approx(
+        ethos_u55.copy_cycles(64 * 16, "int8")
+    )
+
+
 def test_vela_runner_reproduces_known_figures(tmp_path):
     # The brief's measurement: [1,16,32,64] NCHW->NHWC is 2 NPU ops, 24,576 cycles (Vela 5.1, U55-128).
     m = measure_transpose((1, 16, 32, 64), (0, 2, 3, 1), "int8", cache_dir=tmp_path)

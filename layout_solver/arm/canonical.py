@@ -22,16 +22,18 @@ own, after the stock propagation passes.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar
 
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
 
-from cost_models.ethos_u55 import is_identity, materialisations, transpose_cost, two_step_transposes
+from cost_models.ethos_u55 import copy_cycles, is_identity, materialisations, transpose_cost, two_step_transposes
 from graph_io.fx import dtype_name
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
 _VIEW = exir_ops.edge.aten.view_copy.default
+_SHARED_INPUT = "layout_solver_permute_input_shared"  # meta mark, set and cleared by CanonicalTransposePass.call
 
 
 def _count(stats: dict, key: str) -> None:
@@ -42,10 +44,13 @@ class CanonicalTransposePass(ArmPass):
     """Rewrite a permute into reshape -> canonical transpose -> reshape when Vela says it is cheaper.
 
     Merging axes is not always a win: it can leave a narrow innermost dim
-    (slower per byte), and a reshape of a delegate input is a real memory copy
-    on the NPU. So each candidate is priced exactly, as given and canonical,
-    with Vela (disk-cached, as executorch's own DecomposePermuteForU55Pass
-    probes Vela) and rewritten only if it gets cheaper.
+    (slower per byte), and the RESHAPE in front of the transpose is a real
+    memory copy when its input has other readers (Vela's
+    bypass_memory_only_ops folds a reshape only when it is its input's sole
+    consumer; a delegate input with one reader folds too). So each candidate
+    is priced exactly, as given and canonical, with Vela (disk-cached, as
+    executorch's own DecomposePermuteForU55Pass probes Vela), plus that copy
+    for a shared input, and rewritten only if it gets cheaper.
     """
 
     _passes_required_after: ClassVar[set] = set()
@@ -53,6 +58,20 @@ class CanonicalTransposePass(ArmPass):
     def __init__(self, stats: dict | None = None):
         super().__init__()
         self.stats = stats if stats is not None else {}
+
+    def call(self, graph_module):
+        # The rebuilt graph does not know its users yet: mark each permute whose input others read too.
+        for node in graph_module.graph.nodes:
+            if node.target in _PERMUTES:
+                node.meta[_SHARED_INPUT] = len(node.args[0].users) > 1
+        try:
+            result = super().call(graph_module)
+        finally:
+            for node in graph_module.graph.nodes:
+                node.meta.pop(_SHARED_INPUT, None)
+        for node in result.graph_module.graph.nodes:
+            node.meta.pop(_SHARED_INPUT, None)
+        return result
 
     @staticmethod
     def _vela_cycles(shape, perm, dtype: str) -> float:
@@ -63,10 +82,15 @@ class CanonicalTransposePass(ArmPass):
         except VelaUnsupported:
             return float("inf")
 
-    def _cheapest_form(self, shape, perm, dtype: str) -> tuple[float, tuple, tuple]:
+    def _cheapest_form(self, shape, perm, dtype: str, shared: bool = False) -> tuple[float, tuple, tuple]:
         """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
-        form as given on a tie."""
-        priced = [(self._vela_cycles(s, p, dtype), i, s, p) for i, (s, p) in enumerate(materialisations(shape, perm))]
+        form as given on a tie. `shared`: the input has other readers, so a form with a reshape in front also
+        pays the memory copy Vela makes of that reshape."""
+        copy = copy_cycles(math.prod(shape), dtype) if shared else 0.0
+        priced = [
+            (self._vela_cycles(s, p, dtype) + (copy if list(s) != list(shape) else 0.0), i, s, p)
+            for i, (s, p) in enumerate(materialisations(shape, perm))
+        ]
         cycles, _, shape, perm = min(priced)
         return cycles, shape, perm
 
@@ -87,25 +111,22 @@ class CanonicalTransposePass(ArmPass):
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
         out_shape = [shape[p] for p in perm]
-        source = getattr(getattr(x, "node", None), "op", None)
         forms = materialisations(shape, perm)
-        if source == "placeholder":
-            _count(self.stats, "kept")  # a delegate input's reshape is a memory copy
-            return None
         if len(forms) > 1 and is_identity(forms[1][1]):
             _count(self.stats, "to_reshape")
             return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
+        shared = bool(meta.data.get(_SHARED_INPUT))  # a reshape in front would be a memory copy
         dtype = dtype_name(x.data)
         if dtype not in ("int8", "int16", "int32"):
             _count(self.stats, "kept")
             return None
-        steps = two_step_transposes(shape, perm, dtype) if split else None
+        steps = two_step_transposes(shape, perm, dtype) if split and not shared else None
         if steps is not None and steps[0] >= transpose_cost(shape, perm, dtype).cycles:
             steps = None  # the cost model sees no gain: no need to ask Vela
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None
-        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype)
+        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared)
         if steps is not None:
             # The cost model picks the pair; Vela prices it, each step in the form it will be written in.
             (_, first), (mid, second) = steps[1]

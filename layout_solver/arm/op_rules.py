@@ -385,10 +385,35 @@ class Slice(SameOrder):
 
 @register("PAD.default")
 class Pad(SameOrder):
-    """TOSA PAD(input, [lo, hi] per axis): the pairs follow the order."""
+    """TOSA PAD(input, [lo, hi] per axis): the pairs follow the order.
+
+    Vela runs a PAD as memory copies (the input into the padded output, then the borders), whose speed follows
+    the innermost dim: padding H and W of a 3-channel int8 image costs about twice as much with the channels
+    innermost as with W innermost, and the reverse for 32 channels. So each order is priced by compiling
+    that PAD with Vela (cost_models.vela.measure_pad, disk-cached), relative to the cheapest.
+    """
 
     kind = "reorder"
     remaps = (ArgRemap(1, "per_axis_pairs"),)
+
+    def cost(self, node, order):
+        source, padding = node.args[0], node.args[1]
+        if isinstance(padding, torch.fx.Node):  # a CONST_SHAPE
+            padding = padding.args[0]
+        val = tensor_of(source)
+        if dtype_name(val) not in ("int8", "int16", "int32"):
+            return 0.0
+        shape = [int(val.shape[i]) for i in order]
+        physical = [int(v) for i in order for v in (padding[2 * i], padding[2 * i + 1])]
+        try:
+            return float(vela.measure_pad(shape, physical, dtype_name(val)))
+        except vela.VelaUnsupported:
+            return 0.0
+
+    def modes(self, node, domains, operands):
+        found = super().modes(node, domains, operands)
+        cheapest = min((m["cost"] for m in found), default=0.0)
+        return [{**m, "cost": round(m["cost"] - cheapest, 1)} for m in found]
 
 
 @register("cat.default")

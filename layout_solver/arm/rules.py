@@ -9,8 +9,8 @@ modes and prices the transitions:
   parameters, buffers and lifted constants keep their stored order, and
   transposing one is free (folded at compile time);
 * a transition is a transpose priced by cost_models.ethos_u55: in its
-  cheapest form, except on a delegate input, where CanonicalTransposePass
-  leaves it as written; plus the cost of a RESCALE it stops Vela from fusing
+  cheapest form (with the memory copy Vela makes of a reshape in front of it
+  when the value has other readers); plus the cost of a RESCALE it stops Vela from fusing
   into a compute op (a standalone RESCALE costs several times the transpose).
 """
 
@@ -142,9 +142,10 @@ def build_problem(
             }
         )
         value_node[n.name] = n
-        # CanonicalTransposePass never reshapes a delegate input (Vela would add a MemoryCopy), so a
-        # transpose there runs as written.
-        form = "as_given" if is_input and n.name not in constants else "cheapest"
+        # CanonicalTransposePass writes a transpose in its cheapest form; a reshape in front of it is a memory
+        # copy when the value has other readers (a conservative reading: after write-back one transpose may be
+        # its only reader).
+        form = "shared" if len(n.users) > 1 else "cheapest"
         fusion_loss = _rescale_fusion_loss(n) if any(src != dst for src in produced for dst in wanted[n]) else 0.0
         for src in produced:
             for dst in wanted[n]:

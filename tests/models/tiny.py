@@ -107,3 +107,52 @@ class CachedAttention(nn.Module):
 def decode_attention():
     """One new token: both products have a single row, so each runs cheaper transposed on Ethos-U55."""
     return CachedAttention(), (torch.randn(1, 1, 64), torch.randn(1, 2, 48, 32), torch.randn(1, 2, 48, 32))
+
+
+class PatchEmbed(nn.Module):
+    """A ViT patch embedding: the NCHW delegate input's only reader is the conv (its transpose's only reader)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 16, 4, stride=4)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+def patch_embed():
+    return PatchEmbed(), (torch.randn(1, 3, 32, 32),)
+
+
+class SharedInput(nn.Module):
+    """The delegate input is read by a conv and by the residual add: a reshape of it is a memory copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x) + x
+
+
+def shared_input():
+    return SharedInput(), (torch.randn(1, 8, 16, 16),)
+
+
+class PaddedStem(nn.Module):
+    """An EfficientNet-style stem, the 3-channel image padded before a stride-2 conv, then a padded
+    32-channel conv: Vela's PAD is cheaper with W innermost for 3 channels and channels innermost for 32."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem_pad = nn.ZeroPad2d((0, 1, 0, 1))
+        self.stem = nn.Conv2d(3, 32, 3, stride=2)
+        self.pad = nn.ZeroPad2d(1)
+        self.conv = nn.Conv2d(32, 32, 3, groups=32)
+
+    def forward(self, x):
+        return self.conv(self.pad(torch.relu(self.stem(self.stem_pad(x)))))
+
+
+def padded_stem():
+    return PaddedStem(), (torch.randn(1, 3, 64, 64),)

@@ -1,0 +1,124 @@
+"""Ethos-U55 lowering wall time: stock executorch versus the solver's stage, same process, same int8 program.
+
+Run: .venv/bin/python benchmarks/bench_arm_lowering_time.py [--models a,b] [--rounds 3] [--out F.md]
+
+Per model the module is quantized once; then stock and solver lowerings of copies of that program alternate
+for --rounds rounds (stock first in odd rounds, solver first in even ones, so drift and warm caches fall on
+both sides), each timed around `to_edge_transform_and_lower` (Vela's compilation of every delegate included).
+The stage's own time is the solver pass plus the canonical-transpose pass, timed inside the same lowerings.
+Prints, and writes to --out, the medians and the acceptance checks of the Arm issue: lowering with the
+solver no slower than stock on every model, and its stage at most 5% of the lowering.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import io
+import statistics
+import time
+from pathlib import Path
+
+from layout_solver.arm.canonical import CanonicalTransposePass
+from layout_solver.arm.hooks import solver_layouts
+from layout_solver.arm.measure import lower_ethos_u, quantize_for
+from layout_solver.arm.passes import SolverLayoutPass
+from layout_solver.quiet import quiet
+from layout_solver.zoo.models import ARM_ZOO, build
+
+
+@contextlib.contextmanager
+def timing(pass_types, sink: list[float]):
+    """Adds the seconds each call of these passes takes to `sink` (benchmark instrumentation)."""
+    originals = {t: t.call for t in pass_types}
+
+    def timed(original):
+        def call(self, graph_module):
+            start = time.perf_counter()
+            try:
+                return original(self, graph_module)
+            finally:
+                sink.append(time.perf_counter() - start)
+
+        return call
+
+    for t, original in originals.items():
+        t.call = timed(original)
+    try:
+        yield sink
+    finally:
+        for t, original in originals.items():
+            t.call = original
+
+
+def lower_once(module, inputs, quantized, side: str) -> tuple[float, float]:
+    """(lowering seconds, seconds in the solver's passes) of one lowering of a copy of `quantized`."""
+    stage: list[float] = []
+    with quiet(), contextlib.redirect_stdout(io.StringIO()):
+        if side == "stock":
+            lowered = lower_ethos_u(module, inputs, quantized=copy.deepcopy(quantized))
+        else:
+            with timing((SolverLayoutPass, CanonicalTransposePass), stage), solver_layouts():
+                lowered = lower_ethos_u(module, inputs, quantized=copy.deepcopy(quantized))
+    return lowered.lower_seconds, sum(stage)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(ARM_ZOO))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", help="also write the table to this markdown file")
+    args = parser.parse_args()
+    lines = [
+        (
+            f"Command: .venv/bin/python benchmarks/bench_arm_lowering_time.py --models {args.models} --rounds "
+            f"{args.rounds} ({time.strftime('%Y-%m-%d')}; executorch 1.5.1, ethos-u55-128, Vela 5.1; medians of "
+            "interleaved rounds; 2-core machine)"
+        ),
+        "",
+        "| model | stock s (median) | solver s (median) | ratio | stage s | stage share | rounds stock | rounds solver |",
+        "|" + "---|" * 8,
+    ]
+    print("\n".join(lines), flush=True)
+    ratios, shares = {}, {}
+    for name in args.models.split(","):
+        module, inputs = build(name)
+        quantized = quantize_for(module, inputs)
+        times: dict[str, list[float]] = {"stock": [], "solver": []}
+        stage: list[float] = []
+        for k in range(args.rounds):
+            for side in ("stock", "solver") if k % 2 == 0 else ("solver", "stock"):
+                seconds, in_stage = lower_once(module, inputs, quantized, side)
+                times[side].append(seconds)
+                if side == "solver":
+                    stage.append(in_stage)
+        stock, solver = statistics.median(times["stock"]), statistics.median(times["solver"])
+        ratios[name], shares[name] = solver / stock, statistics.median(stage) / solver
+        row = (
+            f"| {name} | {stock:.2f} | {solver:.2f} | {ratios[name]:.3f} | {statistics.median(stage):.3f} | "
+            f"{shares[name]:.1%} | {', '.join(f'{t:.1f}' for t in times['stock'])} | "
+            f"{', '.join(f'{t:.1f}' for t in times['solver'])} |"
+        )
+        lines.append(row)
+        print(row, flush=True)
+    worst_ratio, worst_share = max(ratios, key=ratios.get), max(shares, key=shares.get)
+    summary = [
+        "",
+        (
+            f"- lowering with the solver no slower than stock (median ratio <= 1.00) on every model: "
+            f"{all(r <= 1.0 for r in ratios.values())} (worst {ratios[worst_ratio]:.3f}, {worst_ratio})"
+        ),
+        (
+            f"- solver stage (solve + passes) <= 5% of the lowering on every model: "
+            f"{all(s <= 0.05 for s in shares.values())} (worst {shares[worst_share]:.1%}, {worst_share})"
+        ),
+    ]
+    lines += summary
+    print("\n".join(summary))
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
