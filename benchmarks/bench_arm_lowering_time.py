@@ -1,6 +1,7 @@
 """Ethos-U55 lowering wall time: stock executorch versus the solver's stage, same process, same int8 program.
 
 Run: .venv/bin/python benchmarks/bench_arm_lowering_time.py [--models a,b] [--rounds 3] [--out F.md]
+(a model is a zoo name or path/to/file.py:factory, e.g. benchmarks/outside_models.py:levit)
 
 Per model the module is quantized once; then stock and solver lowerings of copies of that program alternate
 for --rounds rounds (stock first in odd rounds, solver first in even ones, so drift and warm caches fall on
@@ -96,7 +97,7 @@ def main() -> None:
         stock, solver = statistics.median(times["stock"]), statistics.median(times["solver"])
         ratios[name], shares[name] = solver / stock, statistics.median(stage) / solver
         row = (
-            f"| {name} | {stock:.2f} | {solver:.2f} | {ratios[name]:.3f} | {statistics.median(stage):.3f} | "
+            f"| {name.rpartition(':')[2]} | {stock:.2f} | {solver:.2f} | {ratios[name]:.3f} | {statistics.median(stage):.3f} | "
             f"{shares[name]:.1%} | {', '.join(f'{t:.1f}' for t in times['stock'])} | "
             f"{', '.join(f'{t:.1f}' for t in times['solver'])} |"
         )
