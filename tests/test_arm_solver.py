@@ -148,3 +148,33 @@ def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
     assert copies["solver"] <= copies["stock"]
     assert cycles["solver"] <= cycles["stock"]
     assert compare_lowerings(lowered["stock"].tosa_files, lowered["solver"].tosa_files).equivalent
+
+
+
+def test_group_norm_stays_channels_last(tmp_path):
+    """GroupNorm reshapes [1, C, H, W] to [1, G, C/G, H*W]; from a channels-last tensor that is still a pure
+    reshape once unit axes may sit anywhere, so the solver keeps the whole normalisation channels-last: no
+    transpose inside the graph, and its REDUCE_SUMs reduce (nearly) innermost axes. Bit-exact with stock."""
+    import contextlib
+    import io
+
+    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{TINY}:group_norm")
+    quantized = quantize_for(module, inputs)
+    lowered = {}
+    for side in ("stock", "solver"):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            if side == "solver":
+                stack.enter_context(solver_layouts())
+            lowered[side] = lower_ethos_u(module, inputs, keep_tosa=tmp_path / side, quantized=copy.deepcopy(quantized))
+    metrics = {side: low.metrics() for side, low in lowered.items()}
+    causes = metrics["solver"]["transpose_cycles_by_cause"]
+    assert causes["inside"] == 0
+    assert causes["reduction_axis"] < metrics["stock"]["transpose_cycles_by_cause"]["reduction_axis"] / 10
+    assert metrics["solver"]["vela_transpose_cycles"] < metrics["stock"]["vela_transpose_cycles"] / 4
+    assert metrics["solver"]["vela_total_cycles"] < metrics["stock"]["vela_total_cycles"]
+    assert compare_lowerings(lowered["stock"].tosa_files, lowered["solver"].tosa_files).equivalent

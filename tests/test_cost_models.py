@@ -295,6 +295,12 @@ def test_view_orders_found_when_groups_move_whole():
     assert view_output_order((2, 3, 4), (2, 12), (1, 2, 0)) == (1, 0)
     assert view_output_order((2, 12), (2, 3, 4), (1, 0)) == (1, 2, 0)
     assert view_output_order((2, 3, 4), (2, 12), (0, 2, 1)) is None  # splits a group: data would move
+    # Unit axes go anywhere in memory: GroupNorm's [1, C, H, W] -> [1, 1, C, H*W] of a channels-last tensor
+    # is a pure reshape (H*W before C), and back.
+    assert view_output_order((1, 32, 16, 16), (1, 1, 32, 256), (0, 2, 3, 1)) == (0, 1, 3, 2)
+    assert view_output_order((1, 1, 32, 256), (1, 32, 16, 16), (0, 1, 3, 2)) == (0, 2, 3, 1)
+    assert view_output_order((1, 32, 16, 16), (1, 2, 16, 256), (0, 2, 3, 1)) == (0, 3, 1, 2)  # G groups
+    assert view_output_order((1, 32, 16, 16), (1, 512, 16), (0, 2, 3, 1)) is None  # C and H are not adjacent
 
 
 def test_vulkan_profiles_measured_and_assumed():

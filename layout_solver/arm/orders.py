@@ -89,6 +89,8 @@ def view_output_order(s_in, s_out, order_in) -> Order | None:
     True
     >>> view_output_order([2, 3, 4], [6, 4], (2, 0, 1))
     (1, 0)
+    >>> view_output_order([1, 32, 16, 16], [1, 1, 32, 256], (0, 2, 3, 1))  # channels-last GroupNorm's view
+    (0, 1, 3, 2)
     """
     return _view_output_order(tuple(int(d) for d in s_in), tuple(int(d) for d in s_out), tuple(order_in))
 
@@ -97,7 +99,6 @@ def view_output_order(s_in, s_out, order_in) -> Order | None:
 def _view_output_order(s_in, s_out, order_in) -> Order | None:
     # Cached: the domain propagation and the mode building ask the same questions,
     # and each exact check builds index arrays of up to VIEW_CHECK_LIMIT elements.
-    s_in, s_out = list(s_in), list(s_out)
     if list(order_in) == list(range(len(s_in))):
         return tuple(range(len(s_out)))  # a view of a row-major tensor is always a pure reshape
     n = 1
@@ -105,12 +106,32 @@ def _view_output_order(s_in, s_out, order_in) -> Order | None:
         n *= d
     if n > VIEW_CHECK_LIMIT or n == 0:
         return None
-    groups = _reshape_groups(s_in, s_out)
+    index = np.arange(n)
+    moved = index.reshape(s_in).transpose(order_in).ravel()
+    # First with every axis grouped; then with the unit axes set aside, since a unit axis can sit anywhere in
+    # memory but can glue two groups into one (GroupNorm's [1, C, H, W] -> [1, 1, C, H*W] pairs (1, C) with
+    # (1, 1, C), so a channels-last input looked like C split from itself).
+    for skip_units in (False, True):
+        order_out = _proposed_order(s_in, s_out, order_in, skip_units)
+        if order_out is not None and np.array_equal(moved, index.reshape(s_out).transpose(order_out).ravel()):
+            return order_out
+    return None
+
+
+def _proposed_order(s_in, s_out, order_in, skip_units: bool) -> Order | None:
+    """An output order from the reshape's axis groups: the groups in the order the input stores them, each
+    group's axes contiguous and ascending. With `skip_units`, unit axes are left out of the groups and each
+    unit output axis keeps its own position."""
+    keep_in = [i for i, d in enumerate(s_in) if d != 1 or not skip_units]
+    keep_out = [j for j, d in enumerate(s_out) if d != 1 or not skip_units]
+    groups = _reshape_groups([s_in[i] for i in keep_in], [s_out[j] for j in keep_out])
     if groups is None:
         return None
-    group_of = {a: g for g, (gi, _) in enumerate(groups) for a in gi}
+    group_of = {keep_in[a]: g for g, (gi, _) in enumerate(groups) for a in gi}
     sequence = []
     for a in order_in:  # group sequence in physical order, axes of a group kept contiguous and ascending
+        if a not in group_of:
+            continue  # a unit axis set aside
         g = group_of[a]
         if not sequence or sequence[-1][0] != g:
             sequence.append((g, [a]))
@@ -118,12 +139,8 @@ def _view_output_order(s_in, s_out, order_in) -> Order | None:
             sequence[-1][1].append(a)
     if len({g for g, _ in sequence}) != len(sequence) or any(axes != sorted(axes) for _, axes in sequence):
         return None
-    order_out = tuple(b for g, _ in sequence for b in groups[g][1])
-    if sorted(order_out) != list(range(len(s_out))):
-        return None
-    index = np.arange(n)
-    if not np.array_equal(
-        index.reshape(s_in).transpose(order_in).ravel(), index.reshape(s_out).transpose(order_out).ravel()
-    ):
-        return None
-    return order_out
+    placed = [keep_out[b] for g, _ in sequence for b in groups[g][1]]
+    if len(placed) != len(keep_out):
+        return None  # an output group no input axis reaches
+    slot = dict(zip(keep_out, placed))  # a unit axis set aside keeps its own position
+    return tuple(slot.get(j, j) for j in range(len(s_out)))

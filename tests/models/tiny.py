@@ -156,3 +156,22 @@ class PaddedStem(nn.Module):
 
 def padded_stem():
     return PaddedStem(), (torch.randn(1, 3, 64, 64),)
+
+
+class GroupNormBlock(nn.Module):
+    """conv -> GroupNorm -> conv (PoolFormer, MobileViTV2 and diffusion UNets normalise this way): the
+    GroupNorm's view [1, C, H, W] -> [1, G, C/G, H*W] reads a channels-last tensor, its reductions and
+    per-channel affine run on the view."""
+
+    def __init__(self, groups: int = 1):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)
+        self.norm = nn.GroupNorm(groups, 32)
+        self.out = nn.Conv2d(32, 16, 1)
+
+    def forward(self, x):
+        return self.out(self.norm(self.conv(x)))
+
+
+def group_norm():
+    return GroupNormBlock(), (torch.randn(1, 3, 16, 16),)
