@@ -189,4 +189,12 @@ class KeptTosaDispatch(TosaReferenceModelDispatch):
         self.unused.remove(path)
         self.ran_tosa_dispatch = True
         output_node = args[0].original_module.graph.output_node()
-        return tuple(numpy_to_torch_tensor(r, n) for r, n in zip(run_tosa(path, arrays), output_node.args[0]))
+        outputs = tuple(numpy_to_torch_tensor(r, n) for r, n in zip(run_tosa(path, arrays), output_node.args[0]))
+        for k, (out, node) in enumerate(zip(outputs, output_node.args[0])):
+            declared = node.meta["val"].dtype
+            if out.dtype != declared:  # the program would hand its next op bytes of another type
+                raise RuntimeError(
+                    f"delegate {tag or '(untagged)'} output {k} ({node.name}): the program declares {declared}, "
+                    f"its TOSA graph writes {out.dtype}"
+                )
+        return outputs
