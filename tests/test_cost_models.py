@@ -301,6 +301,9 @@ def test_view_orders_found_when_groups_move_whole():
     assert view_output_order((1, 1, 32, 256), (1, 32, 16, 16), (0, 1, 3, 2)) == (0, 2, 3, 1)
     assert view_output_order((1, 32, 16, 16), (1, 2, 16, 256), (0, 2, 3, 1)) == (0, 3, 1, 2)  # G groups
     assert view_output_order((1, 32, 16, 16), (1, 512, 16), (0, 2, 3, 1)) is None  # C and H are not adjacent
+    # A view that only adds or drops unit axes keeps them where the axis groups put them (Vela moves such a
+    # reshape past the transpose that reads it, so their places decide what Vela runs).
+    assert view_output_order((1, 3, 2), (1, 3, 2), (2, 0, 1)) == (2, 0, 1)
 
 
 def test_vulkan_profiles_measured_and_assumed():

@@ -110,8 +110,13 @@ def _view_output_order(s_in, s_out, order_in) -> Order | None:
     moved = index.reshape(s_in).transpose(order_in).ravel()
     # First with every axis grouped; then with the unit axes set aside, since a unit axis can sit anywhere in
     # memory but can glue two groups into one (GroupNorm's [1, C, H, W] -> [1, 1, C, H*W] pairs (1, C) with
-    # (1, 1, C), so a channels-last input looked like C split from itself).
-    for skip_units in (False, True):
+    # (1, 1, C), so a channels-last input looked like C split from itself). Not for a view that only adds or
+    # drops unit axes: Vela moves such a RESHAPE past a TRANSPOSE reading it (CanonicaliseReshapeTransposePattern),
+    # so its unit axes' places decide the transpose Vela runs, which the problem prices on the view's own shape
+    # (measured: on vit_small, unit axes left in place turned the q/k/v head splits after their SLICEs into
+    # rank-5 transposes, 86k -> 193k transpose cycles).
+    merges = [d for d in s_in if d != 1] != [d for d in s_out if d != 1]
+    for skip_units in (False, True) if merges else (False,):
         order_out = _proposed_order(s_in, s_out, order_in, skip_units)
         if order_out is not None and np.array_equal(moved, index.reshape(s_out).transpose(order_out).ravel()):
             return order_out
