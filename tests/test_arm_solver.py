@@ -150,7 +150,6 @@ def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
     assert compare_lowerings(lowered["stock"].tosa_files, lowered["solver"].tosa_files).equivalent
 
 
-
 def test_group_norm_stays_channels_last(tmp_path):
     """GroupNorm reshapes [1, C, H, W] to [1, G, C/G, H*W]; from a channels-last tensor that is still a pure
     reshape once unit axes may sit anywhere, so the solver keeps the whole normalisation channels-last: no
