@@ -60,7 +60,13 @@ def main() -> None:
             )
             equivalent = r.get("equivalent")
             if equivalent is None:
-                equivalent = f"not checked (reference: {r.get('stock_reference')} / {r.get('solver_reference')})"
+                refused = f"(reference: {r.get('stock_reference')} / {r.get('solver_reference')})"
+                on_examples = r.get("equivalent_on_example_inputs")
+                equivalent = (
+                    f"not checked {refused}"
+                    if on_examples is None
+                    else f"{on_examples} on the example inputs; random inputs {refused}"
+                )
             row = (
                 f"| {name} | {s['tosa_transposes']} / {o['tosa_transposes']} | {s['vela_transpose_cycles']:,} | "
                 f"{o['vela_transpose_cycles']:,} | {_change(s['vela_transpose_cycles'], o['vela_transpose_cycles'])} "

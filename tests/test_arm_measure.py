@@ -103,7 +103,7 @@ def test_each_program_is_checked_against_the_quantized_eager_model(tmp_path):
 
     import torch
 
-    from layout_solver.arm.equivalence import versus_quantized_eager
+    from layout_solver.arm.equivalence import EagerCheck, same_outputs, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize_for
     from layout_solver.zoo.models import build
@@ -122,6 +122,12 @@ def test_each_program_is_checked_against_the_quantized_eager_model(tmp_path):
     assert other.status == "ok" and not other.within_tolerance and other.max_quant_steps > 1
     missing = versus_quantized_eager(quantized, lowered.program, [], inputs)
     assert missing.status.startswith("error: ") and missing.within_tolerance is None
+    # The fallback for equivalence when the reference model refuses random inputs: two programs' outputs on
+    # the example inputs, bit for bit; not checked when either could not run.
+    assert same_outputs(check, other) == (True, 0.0)
+    off_by_one = EagerCheck("ok", outputs=[t + 1 for t in check.outputs])
+    assert same_outputs(check, off_by_one) == (False, pytest.approx(1.0, abs=1e-5))
+    assert same_outputs(check, missing) == (None, None)
     # A delegate output the program declares as float but whose TOSA graph writes int8 (executorch 1.5.1 does
     # this to a split_with_sizes output at a partition boundary in MobileViTV2) is named, not run on.
     graph_module = lowered.program.exported_program().graph_module

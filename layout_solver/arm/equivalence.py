@@ -122,12 +122,14 @@ ATOL, RTOL, QTOL = 1e-3, 1e-3, 1
 class EagerCheck:
     """One lowered program against the quantized eager model on the same inputs: the largest absolute
     difference, the same in output quantization steps, and whether every output is within executorch's
-    INT tolerance. `status` is "ok" or why the program could not be run."""
+    INT tolerance. `status` is "ok" or why the program could not be run. `outputs`: the program's outputs
+    (flattened), kept so two programs run on the same example inputs can be compared with each other."""
 
     status: str
     max_abs_diff: float | None = None
     max_quant_steps: float | None = None
     within_tolerance: bool | None = None
+    outputs: list | None = field(default=None, repr=False)
 
 
 def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: tuple, reference=None) -> EagerCheck:
@@ -156,7 +158,25 @@ def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: t
             steps = max(steps, diff / float(scale))
         atol = ATOL + (float(scale) * QTOL if scale else 0.0)
         within &= bool(torch.allclose(out.to(ref.dtype), ref, atol=atol, rtol=RTOL))
-    return EagerCheck("ok", worst, round(steps, 3), within)
+    return EagerCheck("ok", worst, round(steps, 3), within, outputs)
+
+
+def same_outputs(left: EagerCheck, right: EagerCheck) -> tuple[bool | None, float | None]:
+    """(bit-exact?, max abs diff) of two programs' outputs from their eager checks on the same example
+    inputs; (None, None) when either could not be run. The fallback for equivalence when the reference
+    model refuses the random inputs of compare_lowerings (an index read out of range is "unpredictable")
+    but runs the example inputs."""
+    if left.outputs is None or right.outputs is None:
+        return None, None
+    if len(left.outputs) != len(right.outputs):
+        return False, None
+    worst = 0.0
+    for a, b in zip(left.outputs, right.outputs):
+        if a.shape != b.shape:
+            return False, None
+        if a.numel():
+            worst = max(worst, float((a.double() - b.double()).abs().max()))
+    return worst == 0.0, worst
 
 
 def _input_signature(path: Path) -> list[tuple[tuple[int, ...], type]]:

@@ -104,12 +104,14 @@ def _single_table(result: dict) -> str:
         "max_abs_diff",
         "stock_reference",
         "solver_reference",
+        "equivalent_on_example_inputs",
+        "max_abs_diff_on_example_inputs",
         "run_ratio",
         "measured_delta_us",
         "predicted_delta_us",
         "max_abs_diff_stock_vs_solver",
     ):
-        if key in result:
+        if key in result and not (key.endswith("_on_example_inputs") and result[key] is None):
             shown = (
                 "not checked (the reference model rejected a side)"
                 if key == "equivalent" and result[key] is None
@@ -156,6 +158,6 @@ def _methods_table(result: dict) -> str:
         if "error" in result[side]:
             lines.append(f"{side} failed: {result[side]['error']}")
     for key in ("per_method_equivalent", "joint_equivalent", "stock_reference", "max_abs_diff_solver_vs_stock"):
-        if key in result:
+        if key in result and not (key.endswith("_on_example_inputs") and result[key] is None):
             lines.append(f"{key}: {result[key]}")
     return "\n".join(lines)

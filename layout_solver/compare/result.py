@@ -101,6 +101,9 @@ class Comparison(_Record):
     stock_reference: str | None = None
     solver_reference: str | None = None
     equivalence_notes: list[str] | None = None
+    # when `equivalent` is None: the two programs' outputs on the example inputs (those of the eager check)
+    equivalent_on_example_inputs: bool | None = None
+    max_abs_diff_on_example_inputs: float | None = None
     # Vulkan with execute: solver against stock on the device
     run_ratio: float | None = None
     measured_delta_us: float | None = None

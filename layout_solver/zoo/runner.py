@@ -234,7 +234,8 @@ def solved_by(notes: list[str]) -> str:
 def _equivalent(result: dict) -> object:
     # None from compare means "not checked" (the reference model rejected a side): say so in the table.
     if result.get("equivalent", "") is None:
-        return "not checked"
+        on_examples = result.get("equivalent_on_example_inputs")
+        return "not checked" if on_examples is None else f"{on_examples} (example inputs)"
     return result.get("equivalent", "")
 
 
