@@ -119,19 +119,15 @@ def test_a_one_row_product_runs_transposed_and_stays_exact(tmp_path):
         pass
 
 
-def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
-    """Vela runs a PAD as memory copies whose speed follows the innermost dim; the Pad rule prices each order
-    with Vela. The 3-channel stem pad stays W-innermost (before the input transpose), so the solver's
-    MemoryCopy and total cycles are no more than stock's even though its input transpose is cheaper to merge
-    right at the delegate input; the program is bit-exact with stock on the reference model."""
+def _lower_stock_and_solver(model: str, tmp_path) -> dict:
+    """{"stock": ..., "solver": ...}: both Ethos-U lowerings of one quantization of `model`, TOSA kept."""
     import contextlib
     import io
 
-    from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.measure import lower_ethos_u, quantize_for
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{TINY}:padded_stem")
+    module, inputs = build(model)
     quantized = quantize_for(module, inputs)
     lowered = {}
     for side in ("stock", "solver"):
@@ -140,6 +136,17 @@ def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
             if side == "solver":
                 stack.enter_context(solver_layouts())
             lowered[side] = lower_ethos_u(module, inputs, keep_tosa=tmp_path / side, quantized=copy.deepcopy(quantized))
+    return lowered
+
+
+def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
+    """Vela runs a PAD as memory copies whose speed follows the innermost dim; the Pad rule prices each order
+    with Vela. The 3-channel stem pad stays W-innermost (before the input transpose), so the solver's
+    MemoryCopy and total cycles are no more than stock's even though its input transpose is cheaper to merge
+    right at the delegate input; the program is bit-exact with stock on the reference model."""
+    from layout_solver.arm.equivalence import compare_lowerings
+
+    lowered = _lower_stock_and_solver(f"{TINY}:padded_stem", tmp_path)
     copies = {
         side: sum(int(float(r["Op Cycles"])) for r in low.npu_rows if r["NNG Operator"] == "MemoryCopy")
         for side, low in lowered.items()
@@ -154,22 +161,9 @@ def test_group_norm_stays_channels_last(tmp_path):
     """GroupNorm reshapes [1, C, H, W] to [1, G, C/G, H*W]; from a channels-last tensor that is still a pure
     reshape once unit axes may sit anywhere, so the solver keeps the whole normalisation channels-last: no
     transpose inside the graph, and its REDUCE_SUMs reduce (nearly) innermost axes. Bit-exact with stock."""
-    import contextlib
-    import io
-
     from layout_solver.arm.equivalence import compare_lowerings
-    from layout_solver.arm.measure import lower_ethos_u, quantize_for
-    from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{TINY}:group_norm")
-    quantized = quantize_for(module, inputs)
-    lowered = {}
-    for side in ("stock", "solver"):
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
-            if side == "solver":
-                stack.enter_context(solver_layouts())
-            lowered[side] = lower_ethos_u(module, inputs, keep_tosa=tmp_path / side, quantized=copy.deepcopy(quantized))
+    lowered = _lower_stock_and_solver(f"{TINY}:group_norm", tmp_path)
     metrics = {side: low.metrics() for side, low in lowered.items()}
     causes = metrics["solver"]["transpose_cycles_by_cause"]
     assert causes["inside"] == 0

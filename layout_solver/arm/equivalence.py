@@ -164,8 +164,7 @@ def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: t
 def same_outputs(left: EagerCheck, right: EagerCheck) -> tuple[bool | None, float | None]:
     """(bit-exact?, max abs diff) of two programs' outputs from their eager checks on the same example
     inputs; (None, None) when either could not be run. The fallback for equivalence when the reference
-    model refuses the random inputs of compare_lowerings (an index read out of range is "unpredictable")
-    but runs the example inputs."""
+    model refuses the random inputs of compare_lowerings but runs the example inputs."""
     if left.outputs is None or right.outputs is None:
         return None, None
     if len(left.outputs) != len(right.outputs):
