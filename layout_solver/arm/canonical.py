@@ -27,13 +27,14 @@ from typing import ClassVar
 
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import PassResult
+from torch.fx import Node
 
 from cost_models.ethos_u55 import copy_cycles, is_identity, materialisations, transpose_cost, two_step_transposes
-from graph_io.fx import dtype_name
+from graph_io.fx import create_like, dtype_name, fake_like, shape_of
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
 _VIEW = exir_ops.edge.aten.view_copy.default
-_SHARED_INPUT = "layout_solver_permute_input_shared"  # meta mark, set and cleared by CanonicalTransposePass.call
 
 
 def _count(stats: dict, key: str) -> None:
@@ -60,18 +61,21 @@ class CanonicalTransposePass(ArmPass):
         self.stats = stats if stats is not None else {}
 
     def call(self, graph_module):
-        # The rebuilt graph does not know its users yet: mark each permute whose input others read too.
-        for node in graph_module.graph.nodes:
-            if node.target in _PERMUTES:
-                node.meta[_SHARED_INPUT] = len(node.args[0].users) > 1
-        try:
-            result = super().call(graph_module)
-        finally:
-            for node in graph_module.graph.nodes:
-                node.meta.pop(_SHARED_INPUT, None)
-        for node in result.graph_module.graph.nodes:
-            node.meta.pop(_SHARED_INPUT, None)
-        return result
+        # Edited in place (no ExportPass retrace, a whole-graph cost): only permutes change, and each new
+        # node's tensor metadata is its input's with the new shape.
+        graph = graph_module.graph
+        permutes = [n for n in graph.nodes if n.op == "call_function" and n.target in _PERMUTES]
+        shared = {n: len(n.args[0].users) > 1 for n in permutes}  # decided on the graph as given
+        modified = False
+        for node in permutes:
+            written = self._write(graph, node, node.args[0], [int(p) for p in node.args[1]], shared[node], split=True)
+            if written is not None:
+                node.replace_all_uses_with(written)
+                graph.erase_node(node)
+                modified = True
+        if modified:
+            graph.lint()  # the pass manager recompiles a modified graph module
+        return PassResult(graph_module, modified)
 
     @staticmethod
     def _vela_cycles(shape, perm, dtype: str) -> float:
@@ -94,29 +98,34 @@ class CanonicalTransposePass(ArmPass):
         cycles, _, shape, perm = min(priced)
         return cycles, shape, perm
 
-    def call_operator(self, op, args, kwargs, meta, updated=False):
-        if op not in _PERMUTES:
-            return super().call_operator(op, args, kwargs, meta, updated)
-        written = self._write(op, args[0], [int(p) for p in args[1]], meta, split=True)
-        return written if written is not None else super().call_operator(op, args, kwargs, meta, updated)
+    @staticmethod
+    def _emit(graph, template: Node, target, x: Node, arg: list, shape: list[int]) -> Node:
+        """A new node target(x, arg) before `template`, with its metadata (quantization parameters, debug
+        handles) and a tensor of `shape`."""
+        node = create_like(graph, template, target, (x, list(arg)), keep_val=False)
+        node.meta["val"] = fake_like(x.meta["val"], shape)
+        return node
 
-    def _step(self, op, x, perm, meta):
+    def _step(self, graph, template: Node, x: Node, perm: list[int]) -> Node:
         """One transpose of a two-step write, itself in its cheapest single form."""
-        written = self._write(op, x, perm, meta, split=False)
-        return written if written is not None else super().call_operator(op, (x, perm), {}, meta, True)
+        written = self._write(graph, template, x, perm, shared=False, split=False)
+        if written is not None:
+            return written
+        shape = shape_of(x.meta["val"])
+        return self._emit(graph, template, template.target, x, perm, [shape[p] for p in perm])
 
-    def _write(self, op, x, perm, meta, split: bool):
-        """The rewritten permute of `x` by `perm`, or None to keep it as it is."""
-        shape = [int(d) for d in x.data.shape]
+    def _write(self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool) -> Node | None:
+        """The rewritten permute of `x` by `perm` (new nodes before `template`), or None to keep it as it is.
+        `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy."""
+        shape = shape_of(x.meta["val"])
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
         out_shape = [shape[p] for p in perm]
         forms = materialisations(shape, perm)
         if len(forms) > 1 and is_identity(forms[1][1]):
             _count(self.stats, "to_reshape")
-            return super().call_operator(_VIEW, (x, out_shape), {}, meta, True)
-        shared = bool(meta.data.get(_SHARED_INPUT))  # a reshape in front would be a memory copy
-        dtype = dtype_name(x.data)
+            return self._emit(graph, template, _VIEW, x, out_shape, out_shape)
+        dtype = dtype_name(x.meta["val"])
         if dtype not in ("int8", "int16", "int32"):
             _count(self.stats, "kept")
             return None
@@ -132,15 +141,16 @@ class CanonicalTransposePass(ArmPass):
             (_, first), (mid, second) = steps[1]
             if self._cheapest_form(shape, first, dtype)[0] + self._cheapest_form(mid, second, dtype)[0] < cycles:
                 _count(self.stats, "two_steps")
-                return self._step(op, self._step(op, x, list(first), meta), list(second), meta)
+                return self._step(graph, template, self._step(graph, template, x, list(first)), list(second))
         if (fshape, fperm) == (tuple(shape), tuple(perm)):
             _count(self.stats, "kept")
             return None
+        op = template.target
         if list(fshape) == shape:  # the same shape with the unit axes left in place
             _count(self.stats, "unit_axes_fixed")
-            moved = super().call_operator(op, (x, list(fperm)), {}, meta, True)
-            return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)
+            moved = self._emit(graph, template, op, x, fperm, [shape[p] for p in fperm])
+            return self._emit(graph, template, _VIEW, moved, out_shape, out_shape)
         _count(self.stats, "reduced_rank")
-        flat = super().call_operator(_VIEW, (x, list(fshape)), {}, meta, True)
-        moved = super().call_operator(op, (flat, list(fperm)), {}, meta, True)
-        return super().call_operator(_VIEW, (moved, out_shape), {}, meta, True)
+        flat = self._emit(graph, template, _VIEW, x, fshape, fshape)
+        moved = self._emit(graph, template, op, flat, fperm, [fshape[p] for p in fperm])
+        return self._emit(graph, template, _VIEW, moved, out_shape, out_shape)

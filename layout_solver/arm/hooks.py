@@ -134,8 +134,8 @@ def solver_layouts(
     solved in-process and the report's notes say so.
 
     The stock permute-propagation heuristics move views only (replace_stock;
-    see `views_only`), the solver pass and then the canonical-transpose pass run just before
-    InsertConstShapesPass through the public pass-insertion registry;
+    see `views_only`), the solver pass (which then writes each transpose in its canonical form) runs just
+    before InsertConstShapesPass through the public pass-insertion registry;
     everything after (ExirToTosaPass, Vela) is unchanged. All of it is
     restored on every exit. Yields one PassReport per delegate.
 
@@ -180,8 +180,10 @@ def solver_layouts(
                 )
             )
         stack.enter_context(views_only_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
-        solver_pass = SolverLayoutPass(time_limit, service, program_of=current_program, pinned_kinds=pinned_kinds)
-        stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass, CanonicalTransposePass()]}))
+        solver_pass = SolverLayoutPass(
+            time_limit, service, current_program, pinned_kinds, canonical=CanonicalTransposePass()
+        )
+        stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass]}))
         yield reports
 
 
