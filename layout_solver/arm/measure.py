@@ -75,6 +75,7 @@ class EthosULowering:
     tosa_files: list[Path] = field(default_factory=list)
     tosa_ops: list[list] = field(default_factory=list)  # per delegate: its TOSA operators, read back
     program: object = None  # the EdgeProgramManager (to run it against the quantized eager model)
+    lower_cpu_seconds: float = 0.0  # CPU time of the lowering, all of this process's threads
 
     @property
     def npu_rows(self) -> list[dict]:
@@ -154,10 +155,10 @@ def lower_ethos_u(
         spec = EthosUCompileSpec(target).dump_intermediate_artifacts_to(tmp)
         if quantized is None:
             quantized = quantize(module, inputs, spec)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         with recording_transposes() as transposes:
             program = to_edge_transform_and_lower(quantized, partitioner=[EthosUPartitioner(spec)])
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
         graph = program.exported_program().graph_module.graph
         cpu_ops = sum(
             1
@@ -175,4 +176,4 @@ def lower_ethos_u(
                 keep_tosa.mkdir(parents=True, exist_ok=True)
                 kept.append(keep_tosa / tosa.name)
                 kept[-1].write_bytes(tosa.read_bytes())
-        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program)
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program, lower_cpu_seconds=cpu)
