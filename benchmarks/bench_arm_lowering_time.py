@@ -1,10 +1,11 @@
 """Ethos-U55 lowering wall time: stock executorch versus the solver's stage, same process, same int8 program.
 
-Run: .venv/bin/python benchmarks/bench_arm_lowering_time.py [--models a,b] [--rounds 3] [--out F.md]
+Run: .venv/bin/python benchmarks/bench_arm_lowering_time.py [--models a,b] [--rounds 3] [--min-seconds 60]
+     [--out F.md]
 (a model is a zoo name or path/to/file.py:factory, e.g. benchmarks/outside_models.py:levit)
 
 Per model the module is quantized once; then stock and solver lowerings of copies of that program alternate
-for --rounds rounds (stock first in odd rounds, solver first in even ones, so drift and warm caches fall on
+for at least --rounds rounds, and until each side has lowered for --min-seconds (stock first in odd rounds, solver first in even ones, so drift and warm caches fall on
 both sides), each from a collected heap with the cyclic collector paused (as timeit does) and timed around
 `to_edge_transform_and_lower` (Vela's compilation of every delegate included).
 The stage's own time is the solver pass (its canonical-transpose rewrite and the recompile the pass manager
@@ -77,21 +78,28 @@ def lower_once(module, inputs, quantized, side: str) -> tuple[float, float, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="at least this many rounds per model")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=60.0,
+        help="and more rounds until each side has lowered for this long (small models: their round-to-round "
+        "spread is larger than the difference being measured)",
+    )
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     lines = [
         (
             f"Command: .venv/bin/python benchmarks/bench_arm_lowering_time.py --models {args.models} --rounds "
-            f"{args.rounds} ({time.strftime('%Y-%m-%d')}; executorch 1.5.1, ethos-u55-128, Vela 5.1; medians of "
+            f"{args.rounds} --min-seconds {args.min_seconds:g} ({time.strftime('%Y-%m-%d')}; executorch 1.5.1, ethos-u55-128, Vela 5.1; medians of "
             "interleaved rounds, each from a collected heap with the cyclic collector paused; 2-core machine)"
         ),
         "",
         (
             "| model | stock s (median) | solver s (median) | ratio | CPU s stock / solver | CPU ratio | stage s | "
-            "stage share | rounds stock | rounds solver |"
+            "stage share | rounds | stock s min-max | solver s min-max |"
         ),
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     print("\n".join(lines), flush=True)
     ratios, cpu_ratios, shares = {}, {}, {}
@@ -101,13 +109,15 @@ def main() -> None:
         times: dict[str, list[float]] = {"stock": [], "solver": []}
         cpu: dict[str, list[float]] = {"stock": [], "solver": []}
         stage: list[float] = []
-        for k in range(args.rounds):
+        k = 0
+        while k < args.rounds or min(sum(t) for t in times.values()) < args.min_seconds:
             for side in ("stock", "solver") if k % 2 == 0 else ("solver", "stock"):
                 seconds, cpu_seconds, in_stage = lower_once(module, inputs, quantized, side)
                 times[side].append(seconds)
                 cpu[side].append(cpu_seconds)
                 if side == "solver":
                     stage.append(in_stage)
+            k += 1
         stock, solver = statistics.median(times["stock"]), statistics.median(times["solver"])
         ratios[name], shares[name] = solver / stock, statistics.median(stage) / solver
         cpu_stock, cpu_solver = statistics.median(cpu["stock"]), statistics.median(cpu["solver"])
@@ -115,8 +125,8 @@ def main() -> None:
         row = (
             f"| {name.rpartition(':')[2]} | {stock:.2f} | {solver:.2f} | {ratios[name]:.3f} | "
             f"{cpu_stock:.2f} / {cpu_solver:.2f} | {cpu_ratios[name]:.3f} | {statistics.median(stage):.3f} | "
-            f"{shares[name]:.1%} | {', '.join(f'{t:.1f}' for t in times['stock'])} | "
-            f"{', '.join(f'{t:.1f}' for t in times['solver'])} |"
+            f"{shares[name]:.1%} | {k} | {min(times['stock']):.2f}-{max(times['stock']):.2f} | "
+            f"{min(times['solver']):.2f}-{max(times['solver']):.2f} |"
         )
         lines.append(row)
         print(row, flush=True)

@@ -174,26 +174,37 @@ def test_group_norm_stays_channels_last(tmp_path):
 
 
 def test_views_only_propagation_does_not_retrace_an_unchanged_graph(tmp_path, monkeypatch):
-    """The stock propagation pass retraces once more at its end even when nothing changed since its last
-    retrace; the views-only variant the solver stage runs skips that retrace (its metadata is still the
-    last retrace's), and the solver's program stays equivalent to stock's."""
+    """Inside a propagation pass, stock retraces graphs a retrace has just produced (after the view/permute
+    canonicalizer's own retrace, and once more at its end); the views-only variant the solver stage runs
+    skips those retraces (the metadata is the last retrace's), and the solver's program stays equivalent to
+    stock's."""
     from executorch.backends.transforms import propagate_view_copy_permute_pass as shared
+    from executorch.exir.pass_base import ExportPass
 
     from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.hooks import _node_lines
 
-    retrace = shared.PropagateViewCopyPermutePass._retrace
-    repeats = {"ViewsOnly": 0, "stock": 0}  # retraces of a graph that reads as the pass's previous retrace left it
-    last: dict[int, list[str]] = {}
+    export_call, propagate_call = ExportPass.call, shared.PropagateViewCopyPermutePass.call
+    inside: dict = {"pass": None, "last": None}  # the propagation pass running, the graph its last retrace made
+    repeats = {"ViewsOnly": 0, "stock": 0}  # retraces of a graph that reads exactly as a retrace left it
 
-    def counting(self, graph_module):
-        key = "ViewsOnly" if type(self).__name__.startswith("ViewsOnly") else "stock"
-        repeats[key] += last.get(id(self)) == _node_lines(graph_module.graph)
-        graph_module = retrace(self, graph_module)
-        last[id(self)] = _node_lines(graph_module.graph)
-        return graph_module
+    def propagate(self, graph_module):
+        inside.update({"pass": "ViewsOnly" if type(self).__name__.startswith("ViewsOnly") else "stock", "last": None})
+        try:
+            return propagate_call(self, graph_module)
+        finally:
+            inside["pass"] = None
 
-    monkeypatch.setattr(shared.PropagateViewCopyPermutePass, "_retrace", counting)
+    def retrace(self, graph_module):
+        if inside["pass"] is None:
+            return export_call(self, graph_module)
+        repeats[inside["pass"]] += _node_lines(graph_module.graph) == inside["last"]
+        result = export_call(self, graph_module)
+        inside["last"] = _node_lines(result.graph_module.graph)
+        return result
+
+    monkeypatch.setattr(shared.PropagateViewCopyPermutePass, "call", propagate)
+    monkeypatch.setattr(ExportPass, "call", retrace)
     lowered = _lower_stock_and_solver(f"{TINY}:residual", tmp_path)
     assert repeats["stock"] > 0  # what there is to skip
     assert repeats["ViewsOnly"] == 0

@@ -93,11 +93,19 @@ def views_only(stock: type) -> type:
             self._retraced = None
             return super().call(graph_module)
 
+        def fuse_vertical(self, graph_module):
+            result = super().fuse_vertical(graph_module)
+            if result.graph_module is not graph_module:
+                # A new module comes only from a retrace (CanonicalizeViewCopyPermutePass, the one fusion left
+                # here, retraces what it changed), which the stock pass then repeats.
+                self._retraced = _node_lines(result.graph_module.graph)
+            return result
+
         def _retrace(self, graph_module):
-            # The stock pass retraces once more at its end whenever it changed anything, even when its last
-            # round changed nothing since the previous retrace (half of its retraces on a small CNN, ~25 ms
-            # each). A graph whose nodes read exactly as they did after the last retrace keeps that retrace's
-            # metadata, so it is not retraced again.
+            # The stock pass retraces right after the canonicalizer's own retrace, and once more at its end
+            # whenever it changed anything, even when nothing changed since the previous retrace (every one of
+            # its retraces on a small CNN, ~25 ms each). A graph whose nodes read exactly as they did after the
+            # last retrace keeps that retrace's metadata, so it is not retraced again.
             if self._retraced == _node_lines(graph_module.graph):
                 return graph_module
             graph_module = super()._retrace(graph_module)
