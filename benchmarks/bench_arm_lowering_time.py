@@ -5,9 +5,10 @@ Run: .venv/bin/python benchmarks/bench_arm_lowering_time.py [--models a,b] [--ro
 (a model is a zoo name or path/to/file.py:factory, e.g. benchmarks/outside_models.py:levit)
 
 Per model the module is quantized once; then stock and solver lowerings of copies of that program alternate
-for at least --rounds rounds, and until each side has lowered for --min-seconds (stock first in odd rounds, solver first in even ones, so drift and warm caches fall on
-both sides), each from a collected heap with the cyclic collector paused (as timeit does) and timed around
-`to_edge_transform_and_lower` (Vela's compilation of every delegate included).
+for at least --rounds rounds, and until each side has lowered for --min-seconds (stock first in odd rounds,
+solver first in even ones, so drift and warm caches fall on both sides), each from a collected heap with the
+cyclic collector paused (as timeit does) and timed around `to_edge_transform_and_lower` (Vela's compilation of
+every delegate included).
 The stage's own time is the solver pass (its canonical-transpose rewrite and the recompile the pass manager
 does after it included), timed inside the same lowerings.
 Prints, and writes to --out, the medians and the acceptance checks of the Arm issue: lowering with the
@@ -91,8 +92,9 @@ def main() -> None:
     lines = [
         (
             f"Command: .venv/bin/python benchmarks/bench_arm_lowering_time.py --models {args.models} --rounds "
-            f"{args.rounds} --min-seconds {args.min_seconds:g} ({time.strftime('%Y-%m-%d')}; executorch 1.5.1, ethos-u55-128, Vela 5.1; medians of "
-            "interleaved rounds, each from a collected heap with the cyclic collector paused; 2-core machine)"
+            f"{args.rounds} --min-seconds {args.min_seconds:g} ({time.strftime('%Y-%m-%d')}; executorch 1.5.1, "
+            "ethos-u55-128, Vela 5.1; medians of interleaved rounds, each from a collected heap with the cyclic "
+            "collector paused; 2-core machine)"
         ),
         "",
         (
