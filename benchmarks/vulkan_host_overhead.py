@@ -1,7 +1,7 @@
 """What the device timestamps miss: each program's wall time against the sum of its dispatches' device times.
 
 Run: LAYOUT_SOLVER_VULKAN_RUNTIME=/path/to/libvkbackend.so \\
-     .venv/bin/python benchmarks/vulkan_host_overhead.py [--models a,b] [--profile lavapipe] [--rounds 21] \\
+     .venv/bin/python benchmarks/vulkan_host_overhead.py [--models a,b] [--profile lavapipe] [--rounds 21] [--runs 7] \\
      [--out benchmarks/results/vulkan_host_overhead.md]
 
 The lavapipe profile is fitted on device times (the runtime's query pool), the issue's acceptance on wall
@@ -29,13 +29,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--profile", default="lavapipe")
-    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--rounds", type=int, default=21, help="timed wall-clock rounds per program")
+    parser.add_argument("--runs", type=int, default=7, help="profiled runs per program (device times)")
     parser.add_argument("--out")
     args = parser.parse_args()
     lines = [
         (
             f"Command: .venv/bin/python benchmarks/vulkan_host_overhead.py --models {args.models} --profile "
-            f"{args.profile} --rounds {args.rounds} ({time.strftime('%Y-%m-%d')}; the runtime's Vulkan device)"
+            f"{args.profile} --rounds {args.rounds} --runs {args.runs} ({time.strftime('%Y-%m-%d')}; the runtime's Vulkan device)"
         ),
         "",
         "| model | side | wall ms | device ms | wall - device ms | dispatches |",
@@ -51,7 +52,7 @@ def main() -> None:
             with quiet():
                 buffers[side], _ = lower_vulkan(module, inputs, context)
         timed = execute(buffers, inputs, rounds=args.rounds)
-        profiled = profile(buffers, inputs, runs=7)
+        profiled = profile(buffers, inputs, runs=args.runs)
         residual, count = {}, {}
         for side in buffers:
             dispatches = profiled[side]
