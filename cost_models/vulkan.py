@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
+from collections.abc import Iterator
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -240,23 +242,52 @@ def _view_change_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p:
 UNFIT_FACTOR = 5.0
 
 
+def _fit_on_samples(p: VulkanProfile) -> Iterator[tuple[str, str, float, float]]:
+    """(op class, label, fitted us, measured us) for every op-mode sample of `p` whose class and label have a fit."""
+    for key, points in p.samples.items():
+        kind, _, rest = key.partition(":")
+        op_class, _, label = rest.partition("|")
+        fit = p.op_modes.get(op_class, {}).get(label) if kind == "op" else None
+        for point in points if fit is not None else ():
+            nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
+            yield op_class, label, fit.at(nbytes, slices, mflop_, operand, rows), us
+
+
 @lru_cache(maxsize=16)
 def unfit_op_modes(p: VulkanProfile) -> frozenset[tuple[str, str]]:
     """(op class, label) pairs whose fit prices one of its own samples more than UNFIT_FACTOR times too
     cheap: the op's time there does not follow the fit's terms (on lavapipe: layer_norm in a channels-packed
     texture, 0.8 to 25 ms at one texture slice), so the fit is not a price."""
-    unfit = set()
-    for key, points in p.samples.items():
-        kind, _, rest = key.partition(":")
-        op_class, _, label = rest.partition("|")
-        fit = p.op_modes.get(op_class, {}).get(label) if kind == "op" else None
-        if fit is None:
-            continue
-        for point in points:
-            nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
-            if us > UNFIT_FACTOR * max(fit.at(nbytes, slices, mflop_, operand, rows), 1.0):
-                unfit.add((op_class, label))
-    return frozenset(unfit)
+    return frozenset(
+        (op_class, label) for op_class, label, fitted, us in _fit_on_samples(p) if us > UNFIT_FACTOR * max(fitted, 1.0)
+    )
+
+
+@lru_cache(maxsize=16)
+def mode_resolution(p: VulkanProfile) -> float:
+    """The smallest relative difference between two modes of one op that `p` resolves: the median relative
+    error of its op-mode fits on their own samples (0 for a profile without samples).
+
+    A difference under it is inside the fits' scatter, and on the device such a difference did not survive
+    the trip from probe chains into a program: on lavapipe (median fit error 11%), swin_like's solver bought
+    buffer height-packed layer_norms, priced 10% under width-packed, with 12 transitions and ran 2-4%
+    slower than a layout without them (`benchmarks/results/vulkan_layout_search.md`).
+    """
+    errors = [abs(fitted - us) / us for _, _, fitted, us in _fit_on_samples(p) if us > 0]
+    return float(statistics.median(errors)) if errors else 0.0
+
+
+def resolved_mode_costs(costs: list[float], p: VulkanProfile) -> list[float]:
+    """An op's mode costs as `p` can tell them apart: each within `mode_resolution(p)` of the cheapest is
+    the cheapest, so no transition is bought for a difference the profile does not resolve.
+
+    >>> resolved_mode_costs([100.0, 105.0, 300.0], VulkanProfile(version=3, parameters={}))
+    [100.0, 105.0, 300.0]
+    """
+    if not costs:
+        return costs
+    cheapest, resolution = min(costs), mode_resolution(p)
+    return [cheapest if c <= cheapest * (1.0 + resolution) else c for c in costs]
 
 
 @lru_cache(maxsize=256)

@@ -475,3 +475,21 @@ def test_vulkan_a_label_the_fit_cannot_explain_is_priced_as_the_dearest():
     assert vulkan.op_mode_cost("unary", shape, "float32", slow, broken) == vulkan.op_mode_cost(
         "unary", shape, "float32", slow, lavapipe
     )
+
+
+def test_vulkan_mode_differences_inside_the_fits_error_are_not_prices():
+    """An op's modes priced closer than the profile's median fit error (on its own samples) are priced alike, so
+    the solver buys no transition for a difference the measurements do not resolve; wider ones stay."""
+    label = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+    flat = vulkan.Linear(overhead_us=100.0, us_per_mib=0.0)
+    # Samples at 125, 80 and 110 us against a 100 us fit: relative errors 0.2, 0.25 and 0.09, median 0.2.
+    noisy = vulkan.load_profile("lavapipe").model_copy(
+        update={
+            "op_modes": {"unary": {label: flat}},
+            "samples": {f"op:unary|{label}": [(1.0, 1.0, u) for u in (125.0, 80.0, 110.0)]},
+        }
+    )
+    assert vulkan.mode_resolution(noisy) == pytest.approx(0.2)
+    assert vulkan.resolved_mode_costs([115.0, 100.0, 130.0], noisy) == [100.0, 100.0, 130.0]
+    assert vulkan.mode_resolution(vulkan.load_profile("mobile-gpu")) == 0.0  # assumptions, nothing measured
+    assert vulkan.resolved_mode_costs([115.0, 100.0], vulkan.load_profile("mobile-gpu")) == [115.0, 100.0]

@@ -90,6 +90,38 @@ def test_problem_comes_from_the_registry():
     assert wide and all(label.startswith("BUFFER") for v in wide for label in v.domain)
 
 
+def test_mode_costs_the_profile_cannot_tell_apart_are_equal_in_the_problem(monkeypatch):
+    """A layer_norm's buffer modes, priced within the lavapipe profile's fit error of each other, reach the
+    solver at one price; a mode priced far above them keeps its own."""
+    from cost_models import vulkan as vk_cost
+
+    lavapipe = vk_cost.load_profile("lavapipe")
+    exported = torch.export.export(torch.nn.LayerNorm(256), (torch.rand(1, 64, 256),))
+    costs = []
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def call(self, gm):
+            problem = rules.build_problem(gm, self.texture_limits, profile=lavapipe).problem
+            (norm,) = [op for op in problem.ops if "native_layer_norm" in op.target]
+            costs.append({m.results[0]: m.cost for m in norm.modes})
+            return super().call(gm)
+
+    def lower():
+        with collecting_reports(), vk_hooks.substituted_pass(Capture):
+            to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()])
+
+    lower()
+    monkeypatch.setattr(vk_cost, "resolved_mode_costs", lambda c, p: c)  # the point prices, for reference
+    lower()
+    resolved, raw = costs
+    width, height = "BUFFER:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_HEIGHT_PACKED"
+    cheapest, resolution = min(raw.values()), vk_cost.mode_resolution(lavapipe)
+    assert raw[width] != raw[height] and max(raw[width], raw[height]) <= (1 + resolution) * cheapest
+    assert resolved[width] == resolved[height] == cheapest
+    dearest = max(raw, key=raw.get)
+    assert raw[dearest] > (1 + resolution) * cheapest and resolved[dearest] == raw[dearest]
+
+
 def test_validator_catches_a_wrong_representation():
     errors = []
 

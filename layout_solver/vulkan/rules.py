@@ -480,6 +480,8 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
             for k, lab in zip(outs, out_labels):
                 result_labels[k] = lab
         modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile, contraction(node)))
+    for mode, cost in zip(modes, vk_cost.resolved_mode_costs([m["cost"] for m in modes], profile)):
+        mode["cost"] = cost
     return modes
 
 
