@@ -40,7 +40,11 @@ RATES = ("overhead_us", "us_per_mib", "us_per_slice", "us_per_mflop", "us_per_op
 
 
 def perturbed(profile: vk_cost.VulkanProfile, sigma: float, rng: np.random.Generator) -> vk_cost.VulkanProfile:
-    """`profile` with every rate of every fitted line multiplied by its own exp(sigma * z)."""
+    """`profile` with every rate of every fitted line multiplied by its own exp(sigma * z).
+
+    The samples stay: unfit labels are still found, and the perturbed fits' error on them (the profile's
+    mode resolution) grows with sigma, so a variant also ties more of an op's modes than the solver does.
+    """
 
     def jitter(line: vk_cost.Linear) -> vk_cost.Linear:
         return line.model_copy(update={k: getattr(line, k) * math.exp(sigma * rng.standard_normal()) for k in RATES})
