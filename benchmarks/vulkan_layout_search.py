@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import statistics
 import time
 from pathlib import Path
 
@@ -66,14 +67,14 @@ def lower_variants(model: str, base: vk_cost.VulkanProfile, variants: int, sigma
     for k in range(variants):
         profile = perturbed(base, sigma, rng)
         sides[f"variant{k}"] = lambda profile=profile: solver_layouts(10.0, profile)
-    programs, seen = {}, {}
+    programs, seen = {}, set()
     for side, context in sides.items():
         with quiet():
             buffer, reports = lower_vulkan(module, inputs, context)
         digest = hashlib.sha256(buffer).hexdigest()
         if side.startswith("variant") and digest in seen:
             continue  # the same program as an earlier side
-        seen[digest] = side
+        seen.add(digest)
         programs[side] = (buffer, sum(len(r.transitions) for r in reports))
     return inputs, programs
 
@@ -132,16 +133,14 @@ def main() -> None:
         lines.append(row)
         print(row, f"({time.perf_counter() - start:.0f} s)", flush=True)
 
-    def geomean(values):
-        return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
     counted = [v for v in confirmed.values() if v[0] > 0]
+    solver_gm, best_gm = (statistics.geometric_mean(v[k] for v in counted) if counted else math.nan for k in (1, 2))
     summary = [
         "",
         (
             f"- geometric mean of the confirmed ratios over the {len(counted)} models where stock inserts "
-            f"transitions: solver {geomean([v[1] for v in counted]):.3f}; best layout tried per model "
-            f"{geomean([v[2] for v in counted]):.3f}"
+            f"transitions: solver {solver_gm:.3f}; best layout tried per model "
+            f"{best_gm:.3f}"
         ),
     ]
     lines += summary

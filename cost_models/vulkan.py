@@ -270,8 +270,8 @@ def mode_resolution(p: VulkanProfile) -> float:
 
     A difference under it is inside the fits' scatter, and on the device such a difference did not survive
     the trip from probe chains into a program: on lavapipe (median fit error 11%), swin_like's solver bought
-    buffer height-packed layer_norms, priced 10% under width-packed, with 12 transitions and ran 2-4%
-    slower than a layout without them (`benchmarks/results/vulkan_layout_search.md`).
+    buffer height-packed layer_norms, priced 10% under width-packed, with 12 transitions and ran 1.7-4.5%
+    slower than a layout without them (six interleaved measurements) (`benchmarks/results/vulkan_layout_search.md`).
     """
     errors = [abs(fitted - us) / us for _, _, fitted, us in _fit_on_samples(p) if us > 0]
     return float(statistics.median(errors)) if errors else 0.0
