@@ -34,7 +34,7 @@ import tosa_serializer as ts
 
 from cost_models import ethos_u55
 from cost_models import vela as vela_probe
-from cost_models.vela import run_vela, transpose_tosa
+from cost_models.vela import run_vela, transpose_probe
 
 INT8 = ts.DType.INT8
 
@@ -59,7 +59,7 @@ def _reshape(graph, source: str, shape: list[int], name: str):
 def matmul_tosa(n: int, h: int, c: int, w: int, b_from_transpose: bool) -> bytes:
     """MATMUL (n, h, c) x (n, c, w); B is a graph input, or the TRANSPOSE of an (n, w, c) input."""
     if not b_from_transpose:
-        return vela_probe.matmul_tosa(n, h, c, w)
+        return vela_probe.matmul_probe(n, h, c, w).serialize()
     graph = _graph()
     graph.addInputTensor(ts.TosaSerializerTensor("a", [n, h, c], INT8, data=None))
     graph.addInputTensor(ts.TosaSerializerTensor("bt", [n, w, c], INT8, data=None))
@@ -199,7 +199,7 @@ def main() -> None:
                 "CONV2D 1x1 (y = x W^T)",
                 conv1x1_tosa(tokens, c_in, c_out),
                 "MATMUL (y^T = W x^T)",
-                vela_probe.matmul_tosa(1, c_out, c_in, tokens),
+                vela_probe.matmul_probe(1, c_out, c_in, tokens).serialize(),
             )
         )
     cases.append(
@@ -216,7 +216,7 @@ def main() -> None:
             (
                 f"head split {shape}: {label}",
                 "TRANSPOSE",
-                transpose_tosa(shape, (1, 0, 2)),
+                transpose_probe(shape, (1, 0, 2)).serialize(),
                 "SLICEs + CONCAT",
                 slices_concat_tosa(shape, 1),
             )
@@ -230,7 +230,7 @@ def main() -> None:
             (
                 f"two steps {shape} {perm}: {label}",
                 "one TRANSPOSE",
-                transpose_tosa(shape, perm),
+                transpose_probe(shape, perm).serialize(),
                 "two TRANSPOSEs",
                 chain_tosa(shape, steps),
             )

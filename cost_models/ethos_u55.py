@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -383,42 +384,51 @@ def materialisations(shape, perm) -> list[tuple[tuple[int, ...], tuple[int, ...]
     return list(dict.fromkeys(forms))
 
 
+# Prices one TRANSPOSE exactly as written: (shape, perm, dtype) -> TransposeCost; and a memory copy of a tensor:
+# (elements, dtype) -> cycles. The defaults are this module's model of ethos-u55-128; a target's compiler can
+# stand in for both (layout_solver.arm.pricing asks Vela).
+AsGiven = Callable[[tuple, tuple, str], "TransposeCost"]
+Copy = Callable[[int, str], float]
+
+
 def transpose_cost(
-    shape, perm, dtype: str = "int8", params: EthosU55Params | None = None, exact: bool = False, form: str = "cheapest"
+    shape,
+    perm,
+    dtype: str = "int8",
+    params: EthosU55Params | None = None,
+    form: str = "cheapest",
+    as_given: AsGiven | None = None,
+    copy: Copy | None = None,
 ) -> TransposeCost:
-    """Cycles of TRANSPOSE(shape, perm) on ethos-u55-128.
+    """Cycles of TRANSPOSE(shape, perm) on ethos-u55-128 (or as `as_given` and `copy` price it).
 
     form="as_given" prices the transpose exactly as written; form="cheapest"
     prices the cheapest of its materialisations(); form="shared" is the
     cheapest when the transposed tensor has other readers: a form that needs a
     RESHAPE in front then also pays a memory copy (Vela folds a reshape only
-    into its input's sole consumer, bypass_memory_only_ops). exact=True asks
-    Vela for the chosen form.
+    into its input's sole consumer, bypass_memory_only_ops). Vela's own price is
+    cost_models.vela.transpose_cost.
     """
-    if dtype not in DTYPE_BYTES:
+    if dtype not in DTYPE_BYTES and as_given is None:
         raise ValueError(f"unsupported dtype {dtype!r} for Ethos-U55 transposes")
     if form not in ("as_given", "cheapest", "shared"):
         raise ValueError(f"form must be 'as_given', 'cheapest' or 'shared', not {form!r}")
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
     forms = materialisations(shape, perm) if form != "as_given" else [(shape, perm)]
+    price = as_given or (lambda s, p, d: _as_given(s, p, d, params))
+    copy = copy or (lambda elements, d: copy_cycles(elements, d, params))
     priced = []
     for s, p in forms:
-        cost = _as_given(s, p, dtype, params)
+        cost = price(s, p, dtype)
         if form == "shared" and s != shape:
-            cost = replace(cost, cycles=cost.cycles + copy_cycles(math.prod(shape), dtype, params))
+            cost = replace(cost, cycles=cost.cycles + copy(math.prod(shape), dtype))
         priced.append(cost)
     best = min(priced, key=lambda c: c.cycles)
-    if exact and best.source in ("model", "copy"):
-        from cost_models.vela import measure_transpose
-
-        m = measure_transpose(best.shape, best.perm, dtype)
-        extra = best.cycles - _as_given(best.shape, best.perm, dtype, params).cycles  # the shared form's copy
-        return TransposeCost(float(m.cycles) + extra, m.npu_ops, best.shape, best.perm, "vela")
     return best
 
 
 def two_step_transposes(
-    shape, perm, dtype: str = "int8", params: EthosU55Params | None = None
+    shape, perm, dtype: str = "int8", params: EthosU55Params | None = None, as_given: AsGiven | None = None
 ) -> tuple[float, list[tuple[tuple[int, ...], tuple[int, ...]]]] | None:
     """The cheapest way to run TRANSPOSE(shape, perm) as two transposes in a row (None if there is no such pair).
 
@@ -442,8 +452,8 @@ def two_step_transposes(
             mid = tuple(shape[p] for p in first)
             try:
                 cycles = (
-                    transpose_cost(shape, first, dtype, params).cycles
-                    + transpose_cost(mid, second, dtype, params).cycles
+                    transpose_cost(shape, first, dtype, params, as_given=as_given).cycles
+                    + transpose_cost(mid, second, dtype, params, as_given=as_given).cycles
                 )
             except UnsupportedTranspose:
                 continue

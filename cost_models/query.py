@@ -9,6 +9,7 @@ cannot price in constant memory.
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -21,7 +22,7 @@ VULKAN_DTYPES = ("float32", "float16", "int32", "int8", "uint8", "bool")
 
 
 class TransposeQuery(BaseModel):
-    """Price of one transpose (Ethos-U55) or representation change (Vulkan).
+    """Price of one transpose (Ethos-U) or representation change (Vulkan).
 
     >>> TransposeQuery(target="ethos-u55-128", shape=[1, 8, 8, 16], perm=[0, 2, 3, 1]).dtype
     'int8'
@@ -29,7 +30,7 @@ class TransposeQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    target: Literal["ethos-u55-128", "vulkan"] = "ethos-u55-128"
+    target: str = "ethos-u55-128"  # "vulkan" or an Ethos-U configuration Vela accepts ("ethos-u85-256")
     shape: list[int] = Field(min_length=1, max_length=MAX_RANK)
     perm: list[int] | None = None  # Ethos-U55 only
     dtype: str | None = None  # default: int8 (Ethos-U55), float32 (Vulkan)
@@ -49,12 +50,14 @@ class TransposeQuery(BaseModel):
                 f"shape {self.shape} has {math.prod(self.shape):,} elements, above the limit "
                 f"{MAX_ELEMENTS:,} (32-bit tensor addressing)"
             )
-        if self.target == "ethos-u55-128":
+        if self.target != "vulkan" and self.target not in ethos_u_accelerators():
+            raise ValueError(f"unknown target {self.target!r}; expected vulkan or one of {ethos_u_accelerators()}")
+        if self.target != "vulkan":
             self.dtype = self.dtype or "int8"
             if self.dtype not in ETHOS_DTYPES:
-                raise ValueError(f"dtype {self.dtype!r} is not an Ethos-U55 dtype; expected one of {ETHOS_DTYPES}")
+                raise ValueError(f"dtype {self.dtype!r} is not an Ethos-U dtype; expected one of {ETHOS_DTYPES}")
             if self.perm is None:
-                raise ValueError("an Ethos-U55 transpose needs a permutation (perm)")
+                raise ValueError("an Ethos-U transpose needs a permutation (perm)")
             if sorted(self.perm) != list(range(len(self.shape))):
                 raise ValueError(f"perm {self.perm} is not a permutation of the {len(self.shape)} axes of {self.shape}")
         else:
@@ -67,16 +70,33 @@ class TransposeQuery(BaseModel):
                     "(src, dst), not the dim order"
                 )
             if self.exact or self.form != "cheapest":
-                raise ValueError("exact and form are Ethos-U55 options")
+                raise ValueError("exact and form are Ethos-U options")
         return self
 
 
-def price(query: TransposeQuery) -> dict:
-    """The JSON-ready answer; ValueError for a representation or profile the models do not know."""
-    if query.target == "ethos-u55-128":
-        from cost_models import ethos_u55
+@cache
+def ethos_u_accelerators() -> tuple[str, ...]:
+    """Every Ethos-U configuration Vela compiles for."""
+    from ethosu.vela.architecture_features import Accelerator
 
-        predicted = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, form=query.form)
+    return tuple(a.value for a in Accelerator)
+
+
+def price(query: TransposeQuery) -> dict:
+    """The JSON-ready answer; ValueError for a representation or profile the models do not know.
+
+    On ethos-u55-128, `cycles` is the calibrated model (no Vela run; `exact` adds Vela's own figure); on every
+    other Ethos-U configuration, Vela prices the transpose for executorch's compile spec of that target."""
+    if query.target != "vulkan":
+        from cost_models import ethos_u55, vela
+
+        if query.target == "ethos-u55-128":
+            predicted = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, form=query.form)
+        else:
+            from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+            config = vela.vela_config(tuple(EthosUCompileSpec(query.target).compiler_flags))
+            predicted = vela.transpose_cost(query.shape, query.perm, query.dtype, query.form, config)
         result = {
             "target": query.target,
             "shape": query.shape,
@@ -91,9 +111,11 @@ def price(query: TransposeQuery) -> dict:
             "canonical_shape": list(predicted.canonical_shape),
             "canonical_perm": list(predicted.canonical_perm),
         }
-        if query.exact:
-            vela = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, exact=True, form=query.form)
-            result.update(vela_cycles=vela.cycles, vela_npu_ops=vela.npu_ops)
+        if query.exact and query.target == "ethos-u55-128":
+            exact = vela.transpose_cost(query.shape, query.perm, query.dtype, query.form)
+            result.update(vela_cycles=exact.cycles, vela_npu_ops=exact.npu_ops)
+        elif query.exact:
+            result.update(vela_cycles=predicted.cycles, vela_npu_ops=predicted.npu_ops)
         return result
     from cost_models import vulkan
 

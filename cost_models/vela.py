@@ -1,8 +1,13 @@
-"""Ask Vela (ethos-u-vela) what a single TOSA operator costs on Ethos-U55.
+"""Ask Vela (ethos-u-vela) what TOSA operators cost on the exact target a lowering is for.
 
-Builds a one-operator TOSA flatbuffer with tosa_serializer, compiles it with
-Vela using executorch's Ethos-U55 flags, and reads Vela's per-layer CSV.
-Results are cached on disk by (operator, shape, attributes, dtype, Vela version).
+A `VelaConfig` is what Vela makes of a compile spec's command-line flags (accelerator, system config,
+memory mode, config files, scheduler options): Vela's own argument handling is run on the flags and
+stopped where it would hand them to its compiler core, so a probe compiles with the settings executorch's
+lowering will use, and no setting is read twice. `compile_network()` compiles a TOSA flatbuffer with
+Vela's compiler core (regor) in-process and returns its per-layer rows, each pointing back to the TOSA
+operator it came from; a small graph compiles in about a millisecond. Answers are cached on disk by the
+probe's content, the configuration and the Vela version (`ProbeStore`). `run_vela()` is the measurement
+path: Vela's command line on a whole delegate, read back from its per-layer CSV.
 """
 
 from __future__ import annotations
@@ -12,34 +17,39 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
+import sqlite3
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-ACCELERATOR = "ethos-u55-128"
-SYSTEM_CONFIG = "Ethos_U55_High_End_Embedded"
-MEMORY_MODE = "Shared_Sram"
-DEFAULT_CACHE = Path(os.environ.get("LAYOUT_SOLVER_VELA_CACHE", Path.home() / ".cache" / "layout-solver" / "vela"))
+from cost_models import ethos_u55
+from cost_models.ethos_u55 import TransposeCost
+from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
+
+# executorch 1.5.1's flags for EthosUCompileSpec("ethos-u55-128") (checked against it in the tests).
+DEFAULT_FLAGS = (
+    "--accelerator-config=ethos-u55-128",
+    "--config=Arm/vela.ini",
+    "--output-format=raw",
+    "--system-config=Ethos_U55_High_End_Embedded",
+    "--memory-mode=Shared_Sram",
+)
+CACHE_ENV = "LAYOUT_SOLVER_VELA_CACHE"
+
+
+def cache_folder() -> Path:
+    """Where answers are kept: $LAYOUT_SOLVER_VELA_CACHE, default ~/.cache/layout-solver/vela (read on each call)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "layout-solver" / "vela")
 
 
 class VelaUnsupported(RuntimeError):
-    """Vela cannot place this operator on the NPU as given."""
-
-
-@dataclass(frozen=True)
-class VelaMeasurement:
-    """Vela's figures for one transpose: its NPU ops and cycles, cycles per row, and the Vela version."""
-
-    shape: tuple[int, ...]
-    perm: tuple[int, ...]
-    dtype: str
-    npu_ops: int  # rows of Vela's per-layer table that ran on the NPU
-    cycles: int  # sum of their Op Cycles
-    rows: tuple[tuple[str, int], ...]  # (NNG operator, cycles) per row
-    vela_version: str
+    """Vela cannot place this graph on the NPU as given."""
 
 
 @cache
@@ -55,69 +65,246 @@ def _vela_ini() -> str:
     return str(root / "config_files" / "Arm" / "vela.ini")
 
 
-def transpose_tosa(shape: tuple[int, ...], perm: tuple[int, ...], dtype: str = "int8") -> bytes:
-    """A TOSA 1.0 graph holding one TRANSPOSE of an input of `shape`."""
-    import tosa_serializer as ts
-
-    tosa_dtype = getattr(ts.DType, dtype.upper())
-    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
-    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
-    out = graph.addIntermediate([shape[p] for p in perm], tosa_dtype)
-    attr = ts.TosaSerializerAttribute()
-    attr.TransposeAttribute(list(perm))
-    graph.addOperator(ts.Op.TRANSPOSE, ["input"], [out.name], attr)
-    graph.addOutputTensor(out)
-    return graph.serialize()
+# --- configuration -------------------------------------------------------------------------------------------------
 
 
-def rescale_then_transpose_tosa(shape: tuple[int, ...], dtype_in: str, dtype_out: str) -> bytes:
-    """RESCALE (per tensor) feeding a TRANSPOSE: Vela cannot fuse the RESCALE anywhere, so it runs standalone."""
-    import tosa_serializer as ts
+@dataclass(frozen=True)
+class VelaConfig:
+    """How Vela compiles for one target: the flags, and the accelerator, system config text and compiler
+    options Vela derives from them."""
 
-    din, dout = getattr(ts.DType, dtype_in.upper()), getattr(ts.DType, dtype_out.upper())
-    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
-    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), din, data=None))
-    consts = [
-        graph.addConst([1], ts.DType.INT32, [1 << 30], name="multiplier"),
-        graph.addConst([1], ts.DType.INT8, [30], name="shift"),
-        graph.addConst([1], din, [0], name="input_zp"),
-        graph.addConst([1], dout, [0], name="output_zp"),
-    ]
-    scaled = graph.addIntermediate(list(shape), dout)
-    attr = ts.TosaSerializerAttribute()
-    attr.RescaleAttribute(
-        scale32=True,
-        rounding_mode=ts.RoundingMode.SINGLE_ROUND,
-        per_channel=False,
-        input_unsigned=False,
-        output_unsigned=False,
+    flags: tuple[str, ...]
+    accelerator: str  # Vela's --accelerator-config, e.g. "ethos-u85-256"
+    core: str  # the compiler core's name for it, e.g. "EthosU85"
+    system_config: str
+    options: str
+
+    @property
+    def key(self) -> str:
+        """A digest of everything that decides a compilation (the config files' text included)."""
+        text = json.dumps([self.core, self.system_config, self.options, vela_version()])
+        return hashlib.sha1(text.encode()).hexdigest()[:20]
+
+
+class _Captured(Exception):
+    pass
+
+
+_capture_lock = threading.Lock()
+
+
+@cache
+def vela_config(flags: tuple[str, ...] = DEFAULT_FLAGS) -> VelaConfig:
+    """Vela's reading of `flags` (a compile spec's `compiler_flags`); raises ValueError naming a flag Vela
+    rejects."""
+    from ethosu.vela import vela
+
+    flags = tuple(f for f in flags if not f.startswith("--output-dir") and f)
+    accelerator = next((f.split("=", 1)[1] for f in flags if f.startswith("--accelerator-config=")), None)
+    if accelerator is None:
+        raise ValueError(f"Vela flags name no --accelerator-config: {list(flags)}")
+    captured: dict = {}
+
+    def capture(arch, input_name, core, system_config, options, *args, **kwargs):
+        captured.update(core=core, system_config=system_config, options=options)
+        raise _Captured
+
+    with _capture_lock, tempfile.TemporaryDirectory() as tmp:
+        network = Path(tmp) / "probe.tosa"
+        network.write_bytes(b"")
+        original, vela.process_regor = vela.process_regor, capture
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                # --verbose-performance only switches on the per-layer database the probes read
+                vela.main([*flags, "--verbose-performance", f"--output-dir={tmp}", str(network)])
+        except _Captured:
+            pass
+        except (SystemExit, Exception) as exc:  # argparse exits; a value Vela cannot map raises
+            reason = err.getvalue().strip()[-400:] or f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"Vela rejects the flags {list(flags)}: {reason}") from exc
+        finally:
+            vela.process_regor = original
+    if not captured:
+        raise ValueError(f"Vela did not reach its compiler core with the flags {list(flags)}")
+    return VelaConfig(flags, accelerator, captured["core"], captured["system_config"], captured["options"])
+
+
+# --- compiling -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VelaLayer:
+    """One row of Vela's per-layer table: the TOSA operator it came from (index in the flatbuffer, -1 if
+    unknown), Vela's operator ("Conv2D", "Transpose", "MemoryCopy", ...) and its cycles."""
+
+    source: int
+    operator: str
+    cycles: int
+    name: str = ""
+    source_operator: str = ""  # Vela's name of the TOSA operator the row came from ("Conv2D", "Rescale", ...)
+
+
+@dataclass(frozen=True)
+class VelaNetwork:
+    """Vela's NPU rows for one compiled graph."""
+
+    layers: tuple[VelaLayer, ...]
+
+    @property
+    def cycles(self) -> int:
+        """Total NPU cycles: the sum of every NPU row's op cycles (as the per-layer CSV sums)."""
+        return sum(layer.cycles for layer in self.layers)
+
+    def cycles_of(self, sources) -> int:
+        """Cycles of the rows that came from the TOSA operators `sources`."""
+        sources = set(sources)
+        return sum(layer.cycles for layer in self.layers if layer.source in sources)
+
+    def to_json(self) -> list:
+        """The rows as JSON-able lists (what the probe store keeps)."""
+        return [[x.source, x.operator, x.cycles, x.name, x.source_operator] for x in self.layers]
+
+    @classmethod
+    def from_json(cls, rows: list) -> VelaNetwork:
+        """The network `to_json` wrote."""
+        return cls(tuple(VelaLayer(int(r[0]), str(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows))
+
+    def source_operator(self, sources) -> str:
+        """Vela's name of the operator the first row from `sources` came from ("" if none)."""
+        sources = set(sources)
+        return next((x.source_operator for x in self.layers if x.source in sources), "")
+
+
+def compile_network(tosa: bytes, config: VelaConfig | None = None) -> VelaNetwork:
+    """Compile `tosa` with Vela's compiler core for `config` (default: ethos-u55-128) and read its per-layer
+    rows; raises VelaUnsupported when Vela rejects the graph."""
+    from ethosu import regor
+
+    config = config or vela_config()
+    options = config.options if "enable_db=true" in config.options else config.options + "\nenable_db=true\n"
+    try:
+        compiled = regor.compile(config.core, tosa, "TOSA", config.system_config, options=options, verbose=False)
+    except RuntimeError as exc:
+        raise VelaUnsupported(str(exc)) from exc
+    tables = compiled.opt_database.tables
+    if "perf" not in tables:
+        return VelaNetwork(())
+    source = tables.get("source")
+    ext_key, source_name = {}, {}
+    if source is not None:
+        header = source.header
+        ext_key = {row[header.index("id")]: int(row[header.index("ext_key")]) for row in source.data}
+        source_name = {row[header.index("id")]: row[header.index("operator")] for row in source.data}
+    perf = tables["perf"]
+    col = {name: perf.header.index(name) for name in ("source_id", "operator", "op_cycles", "name")}
+    layers = tuple(
+        VelaLayer(
+            ext_key.get(row[col["source_id"]], -1),
+            row[col["operator"]],
+            int(row[col["op_cycles"]]),
+            row[col["name"]],
+            source_name.get(row[col["source_id"]], ""),
+        )
+        for row in perf.data
+        if row[col["operator"]] != "Passthrough"  # a CPU operator, as Vela's per-layer CSV marks it
     )
-    graph.addOperator(ts.Op.RESCALE, ["input"] + [c.name for c in consts], [scaled.name], attr)
-    perm = list(range(len(shape) - 3)) + [len(shape) - 2, len(shape) - 3, len(shape) - 1]
-    out = graph.addIntermediate([shape[p] for p in perm], dout)
-    attr = ts.TosaSerializerAttribute()
-    attr.TransposeAttribute(perm)
-    graph.addOperator(ts.Op.TRANSPOSE, [scaled.name], [out.name], attr)
-    graph.addOutputTensor(out)
-    return graph.serialize()
+    return VelaNetwork(layers)
 
 
-def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
-    """Compile with Vela in-process; return the per-layer rows."""
+STORE_FORMAT = 2  # of a stored answer; a change of it leaves earlier answers unread
+
+
+class ProbeStore:
+    """Answers of compiled probes on disk (one SQLite file, shared by processes), with an in-memory front."""
+
+    def __init__(self, directory: Path | None):
+        self.path = Path(directory) / "probes.sqlite" if directory is not None else None
+        self.memory: dict[str, VelaNetwork] = {}
+        self._db: sqlite3.Connection | None = None
+        self.hits = self.misses = 0
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if self.path is None:
+            return None
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS probes (key TEXT PRIMARY KEY, rows TEXT NOT NULL)")
+        return self._db
+
+    def get(self, key: str) -> VelaNetwork | None:
+        """The stored answer of `key` (memory first, then disk), or None."""
+        found = self.memory.get(key)
+        if found is None and (db := self._connect()) is not None:
+            row = db.execute("SELECT rows FROM probes WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                found = self.memory[key] = VelaNetwork.from_json(json.loads(row[0]))
+        if found is not None:
+            self.hits += 1
+        return found
+
+    def __len__(self) -> int:
+        """Answers stored (on disk, or in memory without a folder)."""
+        db = self._connect()
+        return len(self.memory) if db is None else db.execute("SELECT COUNT(*) FROM probes").fetchone()[0]
+
+    def put(self, key: str, network: VelaNetwork) -> None:
+        """Store `network` under `key` (memory and disk)."""
+        self.misses += 1
+        self.memory[key] = network
+        if (db := self._connect()) is not None:
+            db.execute("INSERT OR REPLACE INTO probes VALUES (?, ?)", (key, json.dumps(network.to_json())))
+
+
+_STORES: dict[Path, ProbeStore] = {}
+
+
+def default_store() -> ProbeStore:
+    """The process-wide probe store of `cache_folder()`."""
+    folder = cache_folder()
+    if folder not in _STORES:
+        _STORES[folder] = ProbeStore(folder)
+    return _STORES[folder]
+
+
+def compile_probe(
+    probe: ProbeGraph | Callable[[], ProbeGraph], config: VelaConfig | None = None, key: str | None = None,
+    store: ProbeStore | None = None,
+) -> VelaNetwork:  # fmt: skip
+    """`compile_network` of a probe, cached by (probe content or `key`, configuration, Vela version). A callable
+    probe is built only on a cache miss (then `key` must name it). Rejections are cached too (no rows)."""
+    config = config or vela_config()
+    store = store if store is not None else default_store()
+    name = key if key is not None else probe.key
+    full = hashlib.sha1(f"{name}|{config.key}|{STORE_FORMAT}".encode()).hexdigest()
+    found = store.get(full)
+    if found is not None:
+        return found
+    graph = probe() if callable(probe) else probe
+    try:
+        network = compile_network(graph.serialize(), config)
+    except VelaUnsupported:
+        network = VelaNetwork((VelaLayer(-2, "Rejected", 0),))
+    store.put(full, network)
+    return network
+
+
+def rejected(network: VelaNetwork) -> bool:
+    """True for the cached answer of a probe Vela rejected."""
+    return len(network.layers) == 1 and network.layers[0].source == -2
+
+
+def run_vela(tosa: bytes, workdir: Path, flags: tuple[str, ...] = DEFAULT_FLAGS) -> list[dict]:
+    """Vela's command line on `tosa` with `flags` (a compile spec's flags); the per-layer CSV rows."""
     from ethosu.vela import vela
 
     path = workdir / "op.tosa"
     path.write_bytes(tosa)
     out = workdir / "out"
-    args = [
-        f"--accelerator-config={ACCELERATOR}",
-        f"--config={_vela_ini()}",
-        f"--system-config={SYSTEM_CONFIG}",
-        f"--memory-mode={MEMORY_MODE}",
-        "--verbose-performance",
-        f"--output-dir={out}",
-        str(path),
-    ]
+    flags = [f for f in flags if not f.startswith("--output-dir")]
+    args = [*flags, "--verbose-performance", f"--output-dir={out}", str(path)]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             code = vela.main(args)
@@ -130,119 +317,154 @@ def run_vela(tosa: bytes, workdir: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def measure_transpose(shape, perm, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> VelaMeasurement:
-    """Vela's cycles for TRANSPOSE(shape, perm) on ethos-u55-128 (disk-cached); raises VelaUnsupported when Vela
-    rejects it.
-    """
+# --- single-operator measurements ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VelaMeasurement:
+    """Vela's figures for one transpose: its NPU ops and cycles, cycles per row, and the Vela version."""
+
+    shape: tuple[int, ...]
+    perm: tuple[int, ...]
+    dtype: str
+    npu_ops: int  # rows of Vela's per-layer table that ran on the NPU
+    cycles: int  # sum of their Op Cycles
+    rows: tuple[tuple[str, int], ...]  # (Vela operator, cycles) per row
+    vela_version: str
+
+
+_DEFAULT = object()
+
+
+def _store_for(cache_dir) -> ProbeStore:
+    """The process-wide store for the default cache folder; a store of its own for any other (None: memory)."""
+    return default_store() if cache_dir is _DEFAULT else ProbeStore(cache_dir)
+
+
+def _measured(probe: ProbeGraph, config: VelaConfig | None, cache_dir=_DEFAULT) -> VelaNetwork:
+    network = compile_probe(probe, config, store=_store_for(cache_dir))
+    if rejected(network):
+        raise VelaUnsupported(f"Vela rejects the probe {probe.key[:12]}")
+    return network
+
+
+def transpose_probe(shape, perm, dtype: str = "int8") -> ProbeGraph:
+    """One TRANSPOSE of an input of `shape`."""
+    b = ProbeBuilder()
+    x = b.input(shape, dtype)
+    b.op("TRANSPOSE", [x], [shape[p] for p in perm], dtype, "TransposeAttribute", perms=tuple(perm))
+    return b.build()
+
+
+def measure_transpose(
+    shape, perm, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT
+) -> VelaMeasurement:
+    """Vela's cycles for TRANSPOSE(shape, perm) (default target ethos-u55-128); raises VelaUnsupported when Vela
+    rejects it."""
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
-    npu = _npu_rows(["TRANSPOSE", shape, perm, dtype], lambda: transpose_tosa(shape, perm, dtype), cache_dir)
-    return VelaMeasurement(shape, perm, dtype, len(npu), sum(c for _, c in npu), npu, vela_version())
+    network = _measured(transpose_probe(shape, perm, dtype), config, cache_dir)
+    rows = tuple((x.operator, x.cycles) for x in network.layers)
+    return VelaMeasurement(shape, perm, dtype, len(rows), network.cycles, rows, vela_version())
 
 
-def matmul_tosa(n: int, h: int, c: int, w: int, dtype: str = "int8") -> bytes:
-    """A TOSA 1.0 graph holding one MATMUL of (n, h, c) by (n, c, w), both graph inputs, zero points 0."""
-    import tosa_serializer as ts
-
-    tosa_dtype = getattr(ts.DType, dtype.upper())
-    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
-    graph.addInputTensor(ts.TosaSerializerTensor("a", [n, h, c], tosa_dtype, data=None))
-    graph.addInputTensor(ts.TosaSerializerTensor("b", [n, c, w], tosa_dtype, data=None))
-    zero_points = [graph.addConst([1], tosa_dtype, [0], name=z).name for z in ("a_zp", "b_zp")]
-    out = graph.addIntermediate([n, h, w], ts.DType.INT32)
-    attr = ts.TosaSerializerAttribute()
-    attr.MatMulAttribute()
-    graph.addOperator(ts.Op.MATMUL, ["a", "b", *zero_points], [out.name], attr)
-    graph.addOutputTensor(out)
-    return graph.serialize()
+def matmul_probe(n: int, h: int, c: int, w: int, dtype: str = "int8") -> ProbeGraph:
+    """One MATMUL of (n, h, c) by (n, c, w), both graph inputs, zero points 0."""
+    b = ProbeBuilder()
+    a, x = b.input((n, h, c), dtype), b.input((n, c, w), dtype)
+    zps = [b.const([0], dtype), b.const([0], dtype)]
+    b.op("MATMUL", [a, x, *zps], (n, h, w), "int32" if dtype == "int8" else "int48", "MatMulAttribute")
+    return b.build()
 
 
-def measure_matmul(n: int, h: int, c: int, w: int, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> int:
-    """Vela's NPU cycles for MATMUL (n, h, c) x (n, c, w) on ethos-u55-128 (disk-cached), the transpose Vela
-    inserts for its second operand included; raises VelaUnsupported when Vela rejects it.
+def measure_matmul(
+    n: int, h: int, c: int, w: int, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT
+) -> int:
+    """Vela's NPU cycles for MATMUL (n, h, c) x (n, c, w), the transpose Vela inserts for its second operand
+    included; raises VelaUnsupported when Vela rejects it.
 
-    Measured (Vela 5.1): the cost is not symmetric in h and w. Vela computes one output column at a time, so a
-    product with few rows and many columns pays a per-column overhead: (4, 1, 32, 256) costs 76,544 cycles,
-    its transpose (4, 256, 32, 1) 35,106.
+    The cost is not symmetric in h and w: Vela computes one output column at a time, so a product with few
+    rows and many columns pays a per-column overhead (benchmarks/results/arm_modes.md).
     """
-    shape = tuple(int(d) for d in (n, h, c, w))
-    npu = _npu_rows(["MATMUL", shape, dtype], lambda: matmul_tosa(*shape, dtype), cache_dir)
-    return sum(cycles for _, cycles in npu)
+    return _measured(matmul_probe(n, h, c, w, dtype), config, cache_dir).cycles
 
 
-def slice_tosa(shape, start, size, dtype: str = "int8") -> bytes:
-    """A TOSA 1.0 graph holding one SLICE of an input of `shape` (its result is the graph's output, so Vela
-    must materialise it)."""
-    import tosa_serializer as ts
-
-    tosa_dtype = getattr(ts.DType, dtype.upper())
-    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
-    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
-    bounds = [
-        graph.addConst([len(shape)], ts.DType.SHAPE, list(v), name=n).name
-        for n, v in (("start", start), ("size", size))
-    ]
-    out = graph.addIntermediate(list(size), tosa_dtype)
-    attr = ts.TosaSerializerAttribute()
-    attr.SliceAttribute()
-    graph.addOperator(ts.Op.SLICE, ["input", *bounds], [out.name], attr)
-    graph.addOutputTensor(out)
-    return graph.serialize()
+def slice_probe(shape, start, size, dtype: str = "int8") -> ProbeGraph:
+    """One SLICE of an input of `shape` (its result is the graph's output, so Vela must materialise it)."""
+    b = ProbeBuilder()
+    x = b.input(shape, dtype)
+    bounds = [b.const(list(start), "shape"), b.const(list(size), "shape")]
+    b.op("SLICE", [x, *bounds], size, dtype, "SliceAttribute")
+    return b.build()
 
 
-def measure_slice(shape, start, size, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> int:
-    """Vela's NPU cycles for a SLICE it cannot fuse into a consumer (a MemoryCopy), disk-cached; raises
-    VelaUnsupported when Vela rejects it.
-
-    Vela reads a slice straight into the input of the elementwise, CONCAT or compute op that consumes it,
-    but copies it out first when a TRANSPOSE or RESHAPE reads it. Measured (Vela 5.1): a [1, 2, 47, 32] int8
-    slice of [1, 2, 48, 32] costs 5,392 cycles on its own, a [64, 64, 1] int32 slice of [64, 64, 2] 131,284
-    (an element at a time); fused into an ADD it costs nothing beyond the ADD.
-    """
+def measure_slice(shape, start, size, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT) -> int:
+    """Vela's NPU cycles for a SLICE it cannot fuse into a consumer (a MemoryCopy); raises VelaUnsupported when
+    Vela rejects it. Vela reads a slice straight into an elementwise, CONCAT or compute consumer, but copies it
+    out first when a TRANSPOSE or RESHAPE reads it."""
     shape, start, size = (tuple(int(d) for d in v) for v in (shape, start, size))
-    npu = _npu_rows(["SLICE", shape, start, size, dtype], lambda: slice_tosa(shape, start, size, dtype), cache_dir)
-    return sum(cycles for _, cycles in npu)
+    return _measured(slice_probe(shape, start, size, dtype), config, cache_dir).cycles
 
 
-def pad_tosa(shape, padding, dtype: str = "int8") -> bytes:
-    """A TOSA 1.0 graph holding one PAD of an input of `shape`; `padding` is (before, after) per axis, flattened."""
-    import tosa_serializer as ts
-
-    tosa_dtype = getattr(ts.DType, dtype.upper())
-    graph = ts.TosaSerializer("", targetMajor=1, targetMinor=0, targetPatch=0, targetDraft=False)
-    graph.addInputTensor(ts.TosaSerializerTensor("input", list(shape), tosa_dtype, data=None))
-    pads = graph.addConst([len(padding)], ts.DType.SHAPE, list(padding), name="padding").name
-    value = graph.addConst([1], tosa_dtype, [0], name="pad_const").name
-    out = graph.addIntermediate([d + padding[2 * i] + padding[2 * i + 1] for i, d in enumerate(shape)], tosa_dtype)
-    attr = ts.TosaSerializerAttribute()
-    attr.PadAttribute()
-    graph.addOperator(ts.Op.PAD, ["input", pads, value], [out.name], attr)
-    graph.addOutputTensor(out)
-    return graph.serialize()
+def pad_probe(shape, padding, dtype: str = "int8") -> ProbeGraph:
+    """One PAD of an input of `shape`; `padding` is (before, after) per axis, flattened."""
+    b = ProbeBuilder()
+    x = b.input(shape, dtype)
+    pads, value = b.const(list(padding), "shape"), b.const([0], dtype)
+    out = [d + padding[2 * i] + padding[2 * i + 1] for i, d in enumerate(shape)]
+    b.op("PAD", [x, pads, value], out, dtype, "PadAttribute")
+    return b.build()
 
 
-def measure_pad(shape, padding, dtype: str = "int8", cache_dir: Path | None = DEFAULT_CACHE) -> int:
-    """Vela's NPU cycles for PAD(shape, padding) (disk-cached); raises VelaUnsupported when Vela rejects it.
-
-    Vela copies the input into the padded output and fills the borders, so the cost follows the physical
-    order: measured (Vela 5.1), padding H and W of a 3-channel 64 x 64 int8 image costs several times more
-    with the 3 channels innermost than with W innermost.
-    """
+def measure_pad(shape, padding, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT) -> int:
+    """Vela's NPU cycles for PAD(shape, padding); raises VelaUnsupported when Vela rejects it. Vela copies the
+    input into the padded output and fills the borders, so the cost follows the physical order."""
     shape, padding = tuple(int(d) for d in shape), tuple(int(p) for p in padding)
-    npu = _npu_rows(["PAD", shape, padding, dtype], lambda: pad_tosa(shape, padding, dtype), cache_dir)
-    return sum(cycles for _, cycles in npu)
+    return _measured(pad_probe(shape, padding, dtype), config, cache_dir).cycles
 
 
-def _npu_rows(key: list, tosa, cache_dir: Path | None) -> tuple[tuple[str, int], ...]:
-    """(NNG operator, cycles) of every NPU row Vela compiles the graph `tosa()` into, cached on disk under `key`
-    (plus the Vela version and accelerator)."""
-    digest = hashlib.sha1(json.dumps([*key, vela_version(), ACCELERATOR]).encode()).hexdigest()
-    cached = cache_dir / f"{digest}.json" if cache_dir else None
-    if cached and cached.exists():
-        return tuple((name, int(cycles)) for name, cycles in json.loads(cached.read_text())["rows"])
-    with tempfile.TemporaryDirectory() as tmp:
-        rows = run_vela(tosa(), Path(tmp))
-    npu = tuple((r["NNG Operator"], int(float(r["Op Cycles"]))) for r in rows if r["Target"] == "NPU")
-    if cached:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps({"key": [*key, vela_version(), ACCELERATOR], "rows": npu}))
-    return npu
+def rescale_then_transpose_probe(shape, dtype_in: str, dtype_out: str) -> ProbeGraph:
+    """RESCALE (per tensor) feeding a TRANSPOSE: Vela cannot fuse the RESCALE anywhere, so it runs standalone."""
+    b = ProbeBuilder()
+    x = b.input(shape, dtype_in)
+    consts = [b.const([1 << 30], "int32"), b.const([30], "int8"), b.const([0], dtype_in), b.const([0], dtype_out)]
+    _, scaled = b.op("RESCALE", [x, *consts], shape, dtype_out, "RescaleAttribute", scale32=True,
+                     rounding_mode="RoundingMode.SINGLE_ROUND", per_channel=False, input_unsigned=False,
+                     output_unsigned=False)  # fmt: skip
+    perm = list(range(len(shape) - 3)) + [len(shape) - 2, len(shape) - 3, len(shape) - 1]
+    b.op("TRANSPOSE", [scaled], [shape[p] for p in perm], dtype_out, "TransposeAttribute", perms=tuple(perm))
+    return b.build()
+
+
+def transpose_as_given(shape, perm, dtype: str = "int8", config: VelaConfig | None = None) -> TransposeCost:
+    """Vela's price of TRANSPOSE(shape, perm) exactly as written; one too large for an NPU transpose is priced as
+    executorch's DecomposePermuteForU55Pass writes it (chunks Vela accepts, each element copied out and back)."""
+    shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
+    if ethos_u55.is_identity(perm):
+        return TransposeCost(0.0, 0, shape, perm, "reshape")
+    try:
+        m = measure_transpose(shape, perm, dtype, config)
+        return TransposeCost(float(m.cycles), m.npu_ops, shape, perm, "vela")
+    except VelaUnsupported:
+        pass
+    chunks = ethos_u55._chunk_plan(list(shape), list(perm), dtype)
+    cycles = sum(measure_transpose(c, perm, dtype, config).cycles for c in chunks)
+    copies = 2 * copy_cycles(math.prod(shape), dtype, config)
+    return TransposeCost(cycles + copies, len(chunks), shape, perm, "chunked")
+
+
+def copy_cycles(elements: int, dtype: str = "int8", config: VelaConfig | None = None) -> float:
+    """Vela's MemoryCopy of `elements` elements (what a reshape becomes when Vela cannot bypass it): a TRANSPOSE
+    that only moves a unit axis compiles into exactly that copy."""
+    return float(measure_transpose((1, int(elements)), (1, 0), dtype, config).cycles)
+
+
+def transpose_cost(shape, perm, dtype: str = "int8", form: str = "cheapest", config: VelaConfig | None = None):
+    """TRANSPOSE(shape, perm) in `form` (see ethos_u55.transpose_cost), every candidate priced by Vela."""
+    return ethos_u55.transpose_cost(
+        shape,
+        perm,
+        dtype,
+        form=form,
+        as_given=lambda s, p, d: transpose_as_given(s, p, d, config),
+        copy=lambda e, d: copy_cycles(e, d, config),
+    )

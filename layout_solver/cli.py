@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
 from layout_solver.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
+from layout_solver.targets import DEFAULT_ETHOS_U, DEFAULT_ZOO_TARGETS, TARGETS, get_target, target_names
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -144,11 +145,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
 
-    options = _vulkan_options(args) if args.target == "vulkan" else _ethos_u_options(args)
-    if args.target != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
-        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
-    if args.target == "vulkan" and args.input_order != "nchw":
-        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128)")
+    target = get_target(args.target)
+    _check_target_options(target, args)
+    options = _vulkan_options(args) if target.family == "vulkan" else _ethos_u_options(args)
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, ModelError, build
 
     check_time_limit(args.time_limit)
@@ -165,7 +164,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError(str(exc)) from exc
     _print_comparison(comparison, args.json, {side: {"transition_list", "traceback"} for side in ("stock", "solver")})
     crashed = (
-        args.target == "vulkan"
+        target.family == "vulkan"
         and args.execute
         and comparison.side("stock").executed
         and not comparison.side("solver").executed
@@ -234,6 +233,14 @@ def _vulkan_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def _check_target_options(target, args: argparse.Namespace) -> None:
+    """Options of another target family are an error, said before any lowering."""
+    if target.family != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
+        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
+    if target.family != "ethos-u" and args.input_order != "nchw":
+        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128, ethos-u85-256, ...)")
+
+
 def _ethos_u_options(args: argparse.Namespace) -> dict:
     """compare()'s Ethos-U keywords: the graph-input contract, when it is not the default."""
     return {"input_order": args.input_order} if args.input_order != "nchw" else {}
@@ -272,7 +279,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
         "dst": args.dst,
         "cost_profile": args.cost_profile,
     }
-    if args.target == "ethos-u55-128":
+    if get_target(args.target).family == "ethos-u":
         fields = {k: v for k, v in fields.items() if k not in ("src", "dst", "cost_profile")}
         stray = [
             flag
@@ -298,7 +305,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 def cmd_zoo(args: argparse.Namespace) -> int:
     """`layout-solver zoo`: every model x target, stock versus solver, written as CSV, Markdown and plots."""
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO
-    from layout_solver.zoo.runner import TARGETS, run_zoo
+    from layout_solver.zoo.runner import run_zoo
 
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     unknown = [t for t in targets if t not in TARGETS]
@@ -313,11 +320,16 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if absent:
         raise ProblemError(f"the zoo needs {', '.join(absent)}: pip install 'layout-solver[zoo]'")
     out = Path(args.out)
-    options = {"vulkan": _vulkan_options(args)} if "vulkan" in targets else {}
-    if "ethos-u55-128" in targets and _ethos_u_options(args):
-        options["ethos-u55-128"] = _ethos_u_options(args)
-        for target in targets:
-            options.setdefault(target, {})["service"] = args.service
+    options = {}
+    for name in targets:
+        family = get_target(name).family
+        options[name] = _vulkan_options(args) if family == "vulkan" else _ethos_u_options(args)
+        if args.service:
+            options[name]["service"] = args.service
+    if not any(get_target(t).family == "vulkan" for t in targets) and (args.execute or args.cost_profile):
+        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
+    if not any(get_target(t).family == "ethos-u" for t in targets) and args.input_order != "nchw":
+        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128, ethos-u85-256, ...)")
     if options.get("vulkan", {}).get("execute"):
         from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
@@ -490,7 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "model", help="built-in zoo name (multi-method: decoder_kv, convnext_two_res) or path/to/file.py:factory"
     )
-    p.add_argument("--target", choices=["ethos-u55-128", "vulkan"], required=True)
+    p.add_argument("--target", choices=target_names(), required=True, metavar="TARGET",
+                   help="vulkan or an Ethos-U configuration: " + ", ".join(target_names("ethos-u")))  # fmt: skip
     p.add_argument(
         "--method-weights",
         type=_method_weights,
@@ -505,7 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
     kinds = p.add_subparsers(dest="kind", required=True)
     t = kinds.add_parser("transpose", help="Ethos-U55 transpose, or Vulkan transition (--src/--dst)")
-    t.add_argument("--target", choices=["ethos-u55-128", "vulkan"], default="ethos-u55-128")
+    t.add_argument("--target", choices=target_names(), default=DEFAULT_ETHOS_U, metavar="TARGET",
+                   help="vulkan or an Ethos-U configuration (default %(default)s)")  # fmt: skip
     t.add_argument("--shape", type=_ints, required=True)
     t.add_argument("--perm", type=_ints, help="Ethos-U55: the permutation")
     t.add_argument("--src", help="Vulkan: source representation (default TEXTURE_3D:TENSOR_CHANNELS_PACKED)")
@@ -522,7 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_cost)
     p = sub.add_parser("zoo", help="stock versus solver on many models and targets, in parallel, resumable")
-    p.add_argument("--target", default="ethos-u55-128,vulkan", help="comma-separated targets")
+    p.add_argument("--target", default=",".join(DEFAULT_ZOO_TARGETS),
+                   help="comma-separated targets (default %(default)s)")  # fmt: skip
     p.add_argument("--models", help="comma-separated zoo names or path.py:factory (default: the whole zoo)")
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default %(default)s)")
     p.add_argument("--executor", choices=["local", "ray"], default="local")

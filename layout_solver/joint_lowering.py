@@ -105,6 +105,12 @@ def program_links(program, names: set[str]) -> dict[str, str]:
     return links
 
 
+def in_joint_lowering() -> bool:
+    """Whether a joint multi-method lowering is collecting or applying partition problems right now."""
+    session = _session.get()
+    return session is not None and session.phase in ("collect", "apply") and bool(_partition.get())
+
+
 def solve_partition(
     problem: Problem, solve_fn: Callable[[Problem], Solution], links: Callable[[], dict[str, str]]
 ) -> Solution:

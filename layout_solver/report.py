@@ -60,6 +60,15 @@ class PassReport:
     modelled_us_by_op: Counter = field(default_factory=Counter)
     modes_chosen: Counter = field(default_factory=Counter)
     partition: str = field(default_factory=current_partition)
+    # Arm: what priced the problem ("vela ethos-u85-256", "moved-bytes"), the ops it could not write (priced 0),
+    # the modelled price of stock's layout where the stage compared it, whether stock's layout was kept, and
+    # with verify="vela" both sides' Vela totals ({"stock_cycles", "solver_cycles", "kept"}).
+    pricing: str = ""
+    unpriced: list[str] = field(default_factory=list)
+    stock_cost: float | None = None
+    kept_stock: bool = False
+    vela_check: dict | None = None
+    predicted_by_op: Counter = field(default_factory=Counter)  # the objective by operator class (Vela's names)
 
     @property
     def solve_seconds(self) -> float:

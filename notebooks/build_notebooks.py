@@ -203,12 +203,65 @@ ZOO_REPORT = [
     ),
 ]
 
+ARM_PRICING = [
+    (
+        "md:# The Arm stage's prediction against Vela, per operator class, on Ethos-U55 and Ethos-U85\n\n"
+        "The stage prices every op in every mode, and every transpose, by compiling a small TOSA probe with Vela for "
+        "the lowering's own target (`layout_solver.arm.pricing`); the objective is the delegate's predicted NPU "
+        "cycles. A probe prices one op exactly; what it can miss is the whole program's context (what Vela fuses, "
+        "chains, copies or schedules around it). This notebook lowers models the probes never saw with the stage "
+        '(`verify="model"`: its own layout, not the cheaper of it and stock\'s), splits the prediction by the '
+        "operator class Vela names its rows after, and sets it against Vela's per-layer table of the same program, "
+        "for ethos-u55-128 and ethos-u85-256. The default run takes three small models; `LAYOUT_SOLVER_FULL=1` the "
+        "Arm zoo."
+    ),
+    (
+        "import os\nfrom pathlib import Path\nimport matplotlib.pyplot as plt\nfrom IPython.display import Markdown, "
+        "display\nfrom layout_solver.zoo.runner import compare_named\nfrom layout_solver.zoo.models import ARM_ZOO\n"
+        "FULL = os.environ.get('LAYOUT_SOLVER_FULL') == '1'\n"
+        "TINY = Path(os.environ.get('ARM_PRICING_MODELS', 'tests/models/tiny.py'))\n"
+        "MODELS = list(ARM_ZOO) if FULL else [f'{TINY}:{m}' for m in ('residual', 'group_norm_8', 'attention')]\n"
+        "TARGETS = ('ethos-u55-128', 'ethos-u85-256')"
+    ),
+    (
+        "rows = []\nfor target in TARGETS:\n    for model in MODELS:\n"
+        "        r = compare_named(model, target, verify='model').to_json()['solver']\n"
+        "        predicted, vela = r.get('predicted_cycles_by_op', {}), r.get('vela_cycles_by_op', {})\n"
+        "        for op in set(predicted) | set(vela):\n"
+        "            rows.append((target, model.rpartition(':')[2], op, predicted.get(op, 0.0), vela.get(op, 0)))\n"
+        "        rows.append((target, model.rpartition(':')[2], 'TOTAL', r['predicted_total_cycles'], "
+        "r['vela_total_cycles']))\n"
+        "lines = ['| target | model | operator | predicted | Vela | error |', '|---|---|---|---|---|---|']\n"
+        "for t, m, op, p, v in rows:\n"
+        "    lines.append(f'| {t} | {m} | {op} | {p:,.0f} | {v:,} | {(p / v - 1) if v else float(\"nan\"):+.1%} |')\n"
+        "display(Markdown('\\n'.join(lines)))"
+    ),
+    (
+        "md:## Per operator class\n\nEach point is one operator class of one model: the stage's predicted cycles "
+        "against Vela's. Points on the diagonal are priced as the program pays them; the totals are the squares."
+    ),
+    (
+        "fig, axes = plt.subplots(1, len(TARGETS), figsize=(12, 5))\n"
+        "for ax, target in zip(axes, TARGETS):\n"
+        "    pts = [(v, p, op) for t, m, op, p, v in rows if t == target and v > 0 and p > 0]\n"
+        "    for v, p, op in pts:\n"
+        "        ax.scatter(v, p, marker='s' if op == 'TOTAL' else 'o', s=40 if op == 'TOTAL' else 18)\n"
+        "        if op != 'TOTAL':\n            ax.annotate(op, (v, p), fontsize=6)\n"
+        "    lo, hi = min(min(v, p) for v, p, _ in pts), max(max(v, p) for v, p, _ in pts)\n"
+        "    ax.plot([lo, hi], [lo, hi], 'k--', lw=0.8)\n"
+        "    ax.set_xscale('log'); ax.set_yscale('log')\n"
+        "    ax.set_xlabel('Vela cycles'); ax.set_ylabel('predicted cycles'); ax.set_title(target)\n"
+        "fig.tight_layout()"
+    ),
+]
+
 if __name__ == "__main__":
     for name, cells in (
         ("calibrate_ethos_u55", CALIBRATE),
         ("vulkan_cost_model", VULKAN),
         ("vulkan_device", VULKAN_DEVICE),
         ("zoo_report", ZOO_REPORT),
+        ("arm_pricing", ARM_PRICING),
     ):
         nbformat.write(notebook(cells), HERE / f"{name}.ipynb")
         print("wrote", HERE / f"{name}.ipynb")

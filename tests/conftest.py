@@ -9,6 +9,21 @@ settings.register_profile("ci", max_examples=1000, deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_vela_cache(tmp_path_factory):
+    """Vela's probe answers and the verified lowering decisions go to a folder of this session's own: no test
+    passes on an answer an earlier run (or an earlier version of the code) stored."""
+    from cost_models.vela import CACHE_ENV
+
+    saved = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("vela-cache"))
+    yield
+    if saved is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = saved
+
+
 @pytest.fixture(scope="session")
 def runtime():
     """The Vulkan runtime plugin, probed once: skipped locally without it, a failure in CI (CI=true)."""

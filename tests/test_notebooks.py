@@ -11,7 +11,9 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TINY = Path(__file__).parent / "models" / "tiny.py"
 
 
-@pytest.mark.parametrize("name", ["calibrate_ethos_u55", "vulkan_cost_model", "vulkan_device", "zoo_report"])
+@pytest.mark.parametrize(
+    "name", ["calibrate_ethos_u55", "vulkan_cost_model", "vulkan_device", "zoo_report", "arm_pricing"]
+)
 def test_notebook_executes(name, tmp_path, monkeypatch):
     if name == "vulkan_device" and not os.environ.get("LAYOUT_SOLVER_VULKAN_RUNTIME"):
         if os.environ.get("CI"):
@@ -20,6 +22,7 @@ def test_notebook_executes(name, tmp_path, monkeypatch):
     monkeypatch.delenv("LAYOUT_SOLVER_FULL", raising=False)
     monkeypatch.setenv("ZOO_REPORT_OUT", str(tmp_path / "zoo"))
     monkeypatch.setenv("ZOO_REPORT_MODEL", f"{TINY}:residual")
+    monkeypatch.setenv("ARM_PRICING_MODELS", str(TINY))
     monkeypatch.setenv("PYTHONPATH", str(NOTEBOOKS.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     nb = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()

@@ -53,7 +53,7 @@ from cost_models.ethos_u55 import (
 from cost_models.vela import (
     VelaUnsupported,
     measure_transpose,
-    rescale_then_transpose_tosa,
+    rescale_then_transpose_probe,
     run_vela,
     vela_version,
 )
@@ -206,7 +206,7 @@ def rescale_sweep(
         per_element = []
         for shape in RESCALE_SHAPES:
             with tempfile.TemporaryDirectory() as tmp:
-                rows = run_vela(rescale_then_transpose_tosa(shape, din, dout), Path(tmp))
+                rows = run_vela(rescale_then_transpose_probe(shape, din, dout).serialize(), Path(tmp))
             cycles = sum(
                 int(float(r["Op Cycles"])) for r in rows if r["Target"] == "NPU" and r["NNG Operator"] != "Transpose"
             )

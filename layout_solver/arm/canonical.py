@@ -30,7 +30,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 from torch.fx import Node
 
-from cost_models.ethos_u55 import copy_cycles, is_identity, materialisations, transpose_cost, two_step_transposes
+from cost_models.ethos_u55 import is_identity, materialisations, transpose_cost, two_step_transposes
 from graph_io.fx import create_like, dtype_name, fake_like, shape_of
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
@@ -56,11 +56,16 @@ class CanonicalTransposePass(ArmPass):
 
     _passes_required_after: ClassVar[set] = set()
 
-    def __init__(self, stats: dict | None = None):
+    def __init__(self, stats: dict | None = None, pricing=None):
         super().__init__()
         self.stats = stats if stats is not None else {}
+        self.pricing = pricing  # an ArmPricing (default: Vela for executorch's default ethos-u55-128 spec)
 
     def call(self, graph_module):
+        if self.pricing is None:
+            from layout_solver.arm.pricing import default_vela_pricing
+
+            self.pricing = default_vela_pricing()
         # Edited in place (no ExportPass retrace, a whole-graph cost): only permutes change, and each new
         # node's tensor metadata is its input's with the new shape.
         graph = graph_module.graph
@@ -77,12 +82,11 @@ class CanonicalTransposePass(ArmPass):
             graph.lint()  # the pass manager recompiles a modified graph module
         return PassResult(graph_module, modified)
 
-    @staticmethod
-    def _vela_cycles(shape, perm, dtype: str) -> float:
-        from cost_models.vela import VelaUnsupported, measure_transpose
+    def _cycles(self, shape, perm, dtype: str) -> float:
+        from cost_models.vela import VelaUnsupported
 
         try:
-            return float(measure_transpose(shape, perm, dtype).cycles)
+            return self.pricing.as_given(shape, perm, dtype).cycles
         except VelaUnsupported:
             return float("inf")
 
@@ -90,9 +94,9 @@ class CanonicalTransposePass(ArmPass):
         """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
         form as given on a tie. `shared`: the input has other readers, so a form with a reshape in front also
         pays the memory copy Vela makes of that reshape."""
-        copy = copy_cycles(math.prod(shape), dtype) if shared else 0.0
+        copy = self.pricing.copy(math.prod(shape), dtype) if shared else 0.0
         priced = [
-            (self._vela_cycles(s, p, dtype) + (copy if list(s) != list(shape) else 0.0), i, s, p)
+            (self._cycles(s, p, dtype) + (copy if list(s) != list(shape) else 0.0), i, s, p)
             for i, (s, p) in enumerate(materialisations(shape, perm))
         ]
         cycles, _, shape, perm = min(priced)
@@ -129,9 +133,9 @@ class CanonicalTransposePass(ArmPass):
         if dtype not in ("int8", "int16", "int32"):
             _count(self.stats, "kept")
             return None
-        steps = two_step_transposes(shape, perm, dtype) if split and not shared else None
+        steps = two_step_transposes(shape, perm, dtype) if split and not shared and self.pricing.two_step else None
         if steps is not None and steps[0] >= transpose_cost(shape, perm, dtype).cycles:
-            steps = None  # the cost model sees no gain: no need to ask Vela
+            steps = None  # the U55 model sees no gain: no need to ask the target
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+
 STAGES = ("stock", "solver")
 
 # The layout-relevant subset of the peer suite (ops whose lowering moves or reads data by axis).
@@ -119,7 +121,9 @@ def collect(files: list[Path], keyword: str) -> list[str]:
     return ids
 
 
-def run(ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float = 10.0) -> dict[str, dict]:
+def run(
+    ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float = DEFAULT_TIME_LIMIT
+) -> dict[str, dict]:
     """Run the peer tests `ids` (relative to `folder`) with `stage`; per test: outcome ("passed", "failed",
     "xfailed", "skipped", "error"), seconds, the solver's delegate count, and the failure text."""
     # pytest exits non-zero when a test fails: the outcomes are read from the junit file, per test
@@ -192,3 +196,49 @@ def regressions(stock: dict[str, dict], solver: dict[str, dict]) -> list[str]:
     """Tests that pass (or xfail as expected) stock and do not with the solver stage."""
     good = ("passed", "xfailed", "skipped")
     return sorted(t for t, r in stock.items() if r["outcome"] in good and solver.get(t, {}).get("outcome") not in good)
+
+
+# --- ExecuTorch's transpose-count cases (backends/arm/test/misc/test_transpose_counts.py) -----------------
+
+
+def transpose_count_cases() -> dict:
+    """name -> executorch's TransposeCountCase (module, inputs, expected_transposes): its FP cases and its INT
+    one, 36 in executorch 1.5.1."""
+    from executorch.backends.arm.test.misc import test_transpose_counts as peer
+
+    return {**peer.cases, **peer.cases_int}
+
+
+def fp_transpose_count(name: str, stage: str) -> tuple[int | None, str]:
+    """(TOSA TRANSPOSE ops, "ok" or the failure's type) of one case in executorch's own TOSA FP pipeline, its
+    tester run as the suite runs it (lowering, then the outputs on the reference model against eager), with
+    `stage` ("stock" or "solver"). The count is read where the suite's own count check reads it. Needs flatc
+    (installed in the environment's bin folder) on PATH."""
+    import contextlib
+    import io
+
+    from executorch.backends.arm.test.tester.arm_tester import StageType, _get_tosa_operator_distribution
+    from executorch.backends.arm.test.tester.test_pipeline import TosaPipelineFP
+
+    from layout_solver.arm.hooks import solver_layouts
+
+    if stage not in STAGES:
+        raise ValueError(f"stage must be one of {STAGES}")
+    case = transpose_count_cases()[name]
+    pipeline = TosaPipelineFP(case.module, case.inputs, aten_op=[])
+    counts: dict = {}
+
+    def count() -> None:
+        graph_module = pipeline.tester.stages[StageType.TO_EDGE_TRANSFORM_AND_LOWER].graph_module
+        counts.update(dict(_get_tosa_operator_distribution(graph_module)))
+
+    pipeline.add_stage_after("to_edge_transform_and_lower", count, suffix="count")
+    try:
+        with (
+            solver_layouts() if stage == "solver" else contextlib.nullcontext(),
+            contextlib.redirect_stdout(io.StringIO()),
+        ):
+            pipeline.run()
+    except Exception as exc:  # noqa: BLE001 - a failing case is a result
+        return (counts.get("TRANSPOSE", 0) if counts else None), type(exc).__name__
+    return counts.get("TRANSPOSE", 0), "ok"

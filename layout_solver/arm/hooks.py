@@ -20,6 +20,7 @@ from layout_solver.joint_lowering import JointReports, joint_preprocess
 from layout_solver.multimethod import SubproblemCache
 from layout_solver.report import collecting_reports
 from layout_solver.service.client import solve_problem
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 # Stock heuristics the solver takes over: they push permutes through views and merge them without a cost
 # model (on a ViT, into 10-op rank-5 transposes). Inside solver_layouts they still move views (see
@@ -34,6 +35,68 @@ _current_program: contextvars.ContextVar = contextvars.ContextVar("layout_solver
 def current_program():
     """The exported program the Arm pipeline is lowering right now (None outside a lowering)."""
     return _current_program.get()
+
+
+# The Ethos-U compile spec of the delegate being preprocessed (None for TOSA pipelines with no Vela behind them):
+# the TOSA stage sees only the filtered TOSA spec, and the solver prices for the Vela configuration.
+_current_ethos_u_spec: contextvars.ContextVar = contextvars.ContextVar("layout_solver_ethos_u_spec", default=None)
+# False while a delegate is lowered the stock way inside solver_layouts (verify="vela" lowers both).
+_stage_on: contextvars.ContextVar[bool] = contextvars.ContextVar("layout_solver_arm_stage_on", default=True)
+
+VERIFY_MODES = ("model", "vela")
+
+
+def current_ethos_u_spec():
+    """The EthosUCompileSpec of the delegate being preprocessed, or None (a TOSA or VGF lowering)."""
+    return _current_ethos_u_spec.get()
+
+
+def stage_on() -> bool:
+    """Whether the solver stage changes the delegate being lowered (False on verify's stock side)."""
+    return _stage_on.get()
+
+
+@contextlib.contextmanager
+def _stage_off() -> Iterator[None]:
+    token = _stage_on.set(False)
+    try:
+        yield
+    finally:
+        _stage_on.reset(token)
+
+
+@contextlib.contextmanager
+def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settings: str = "") -> Iterator[None]:
+    """Scoped wrapper of EthosUBackend.preprocess: each delegate's compile spec is visible to the solver pass
+    (`current_ethos_u_spec`), and with verify="vela" each delegate is lowered the cheaper way Vela finds
+    (`layout_solver.arm.verify`; its reports' `vela_check` has both totals). `settings` names the stage's
+    options (a decision holds for one setting). Restored on every exit."""
+    reports = reports if reports is not None else []
+    from executorch.backends.arm.ethosu import EthosUBackend, EthosUCompileSpec
+
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be one of {VERIFY_MODES}, not {verify!r}")
+    original = EthosUBackend.__dict__["preprocess"]
+
+    def preprocess(edge_program, compile_specs):
+        spec = EthosUCompileSpec._from_list(compile_specs)
+        token = _current_ethos_u_spec.set(spec)
+        try:
+            if verify == "vela" and stage_on():
+                from layout_solver.arm.verify import preprocess_verified
+
+                return preprocess_verified(
+                    original.__func__, edge_program, compile_specs, spec, reports, _stage_off, settings
+                )
+            return original.__func__(edge_program, compile_specs)
+        finally:
+            _current_ethos_u_spec.reset(token)
+
+    EthosUBackend.preprocess = staticmethod(preprocess)
+    try:
+        yield
+    finally:
+        EthosUBackend.preprocess = original
 
 
 @contextlib.contextmanager
@@ -130,7 +193,7 @@ def views_only_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
     class SolverArmPassManager(original):
         def add_pass(self, pipeline_pass):
             variant = replaced.get(type(pipeline_pass))
-            if variant is not None and type(pipeline_pass) not in self._skip_pass_types:
+            if variant is not None and type(pipeline_pass) not in self._skip_pass_types and stage_on():
                 pipeline_pass = variant(pipeline_pass.compile_spec, pipeline_pass.exported_program)
             return super().add_pass(pipeline_pass)
 
@@ -150,15 +213,25 @@ def views_only_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
 
 @contextlib.contextmanager
 def solver_layouts(
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     replace_stock: bool = True,
     service: str | None = None,
     method_weights: dict[str, float] | None = None,
     constant_byte_cost: float = 0.0,
     cache_dir: str | Path | None = None,
     pinned_kinds: Iterable[str] = (),
+    verify: str = "vela",
 ) -> Iterator[JointReports]:
     """Inside this block, Ethos-U lowering lays tensors out with the solver.
+
+    The stage prices every op in every mode and every transpose for the target the lowering is for (Vela
+    with the delegate's own Ethos-U compile spec; target-neutral moved bytes for TOSA pipelines no compiler
+    stands behind; `layout_solver.arm.pricing`): the objective is the delegate's predicted cost.
+    `verify="vela"` (the default) never hands back a delegate dearer than stock's: the first time a delegate
+    is seen it is lowered with the stage and without it, Vela prices both, the cheaper is kept and the
+    decision is stored by the delegate's content (`layout_solver.arm.verify`), so later lowerings of it run
+    once. Each report's `vela_check` has both totals. `verify="model"` trusts the stage's pricing alone (one
+    lowering, no comparison). TOSA pipelines with no Vela behind them are never lowered twice.
 
     `service`: URL of a `layout-solver serve` instance to solve on (default
     $LAYOUT_SOLVER_SERVICE; unset: in-process); on any failure the problem is
@@ -211,8 +284,18 @@ def solver_layouts(
                 )
             )
         stack.enter_context(views_only_propagation(REPLACED_STOCK_PASSES if replace_stock else ()))
+        settings = f"time_limit={time_limit} replace_stock={replace_stock} pinned={sorted(pinned_kinds)} " + (
+            f"methods={sorted((method_weights or {}).items())} constant_byte_cost={constant_byte_cost}"
+        )
+        stack.enter_context(ethos_u_preprocess(verify, reports, settings))
         solver_pass = SolverLayoutPass(
-            time_limit, service, current_program, pinned_kinds, canonical=CanonicalTransposePass()
+            time_limit,
+            service,
+            current_program,
+            pinned_kinds,
+            canonical=CanonicalTransposePass(),
+            target_spec=current_ethos_u_spec,
+            enabled=stage_on,
         )
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass]}))
         yield reports

@@ -1,8 +1,9 @@
 """Measure an Ethos-U55 lowering: TOSA transposes, Vela cycles, op placement.
 
 `lower_ethos_u(model)` quantizes (PT2E int8, EthosUQuantizer, symmetric),
-lowers with EthosUPartitioner, keeps every delegate's .tosa, runs Vela on each
-with executorch's own U55 flags and reads the per-layer tables. The TOSA
+lowers with EthosUPartitioner, keeps every delegate's .tosa, runs Vela's
+command line on each with the lowering's own compile-spec flags (the target's
+accelerator, system config and memory mode) and reads the per-layer tables. The TOSA
 TRANSPOSE operators (shape, permutation, dtype) are recorded by a pass
 inserted at the end of the Arm pipeline through the public
 `register_pass_insertions_after` hook; the global registry is restored on
@@ -89,7 +90,8 @@ class EthosULowering:
         transpose_rows = [r for r in self.npu_rows if r["NNG Operator"] == "Transpose"]
         predicted = [t for ops in self.tosa_ops for t in ethos_u55.graph_transposes(ops)]
         return {
-            "tosa_transposes": len(self.transposes),
+            # counted in the delegates' TOSA (a verified lowering runs the pipeline twice; its files are the kept one)
+            "tosa_transposes": sum(op.op == "TRANSPOSE" for ops in self.tosa_ops for op in ops),
             "vela_transpose_rows": len(transpose_rows),
             "vela_transpose_cycles": sum(int(float(r["Op Cycles"])) for r in transpose_rows),
             "vela_total_cycles": sum(int(float(r["Op Cycles"])) for r in self.npu_rows),
@@ -98,7 +100,17 @@ class EthosULowering:
             "lower_seconds": round(self.lower_seconds, 3),
             "predicted_transpose_cycles": round(sum(t.cycles for t in predicted), 1),
             "transpose_cycles_by_cause": transpose_cycles_by_cause(predicted),
+            "vela_cycles_by_op": self.cycles_by_op(),
         }
+
+    def cycles_by_op(self) -> dict[str, int]:
+        """Vela's NPU cycles by the TOSA operator each row came from (Vela's names: "Conv2D", "Rescale", ...;
+        the transpose Vela inserts before a REDUCE_SUM counts as "ReduceSum")."""
+        totals: dict[str, int] = {}
+        for r in self.npu_rows:
+            key = r.get("Original Operator") or r["NNG Operator"]
+            totals[key] = totals.get(key, 0) + int(float(r["Op Cycles"]))
+        return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 CAUSES = ("graph_input", "graph_output", "matmul_operand", "reduction_axis", "inside")
@@ -171,7 +183,7 @@ def lower_ethos_u(
         for tosa in files:
             graphs.append(tosa_ops(tosa.read_bytes()))
             with tempfile.TemporaryDirectory() as work:
-                rows += run_vela(tosa.read_bytes(), Path(work))
+                rows += run_vela(tosa.read_bytes(), Path(work), tuple(spec.compiler_flags))
             if keep_tosa is not None:
                 keep_tosa.mkdir(parents=True, exist_ok=True)
                 kept.append(keep_tosa / tosa.name)

@@ -21,11 +21,11 @@ the identity order. An op no rule names is pinned there with a warning.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import torch
 
-from cost_models import ethos_u55, vela
 from graph_io.arm import ArgRemap
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.orders import Order, compose, inverse, order_label, view_output_order
@@ -35,7 +35,13 @@ MAX_DOMAIN = 6  # candidate orders per value: enough for every permute chain see
 
 def short_target(node: torch.fx.Node) -> str:
     """'aten.permute_copy.default' -> 'permute_copy.default'; builtins keep their name."""
-    name = getattr(node.target, "__name__", str(node.target))
+    return _short_name(node.target)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_name(target) -> str:
+    # Read once per target: an edge op's name is its repr, built anew on every call.
+    name = getattr(target, "__name__", None) or str(target)
     return ".".join(name.split(".")[-2:])
 
 
@@ -259,16 +265,12 @@ class SameOrder(OpRule):
                         changed |= domains.offer(other, order)
         return changed
 
-    def cost(self, node: torch.fx.Node, order: Order) -> float:
-        """The op's own cost (beyond any transition) when it runs in `order`; free by default."""
-        return 0.0
-
     def modes(self, node, domains, operands):
         rank = tensor_of(node).dim()
         if not all(tensor_of(o).dim() == rank for o in operands):
             return []
         return [
-            mode([order] * len(operands), order, round(self.cost(node, order), 1))
+            mode([order] * len(operands), order)
             for order in domains[node]
             if all(order in domains[o] or o.op == "placeholder" for o in operands)
         ]
@@ -347,32 +349,14 @@ class Rescale(Elementwise):
 
 @register("sum.dim_IntList", "amax.default", "amin.default", "mean.dim")
 class Reduction(SameOrder):
-    """With keepdim, runs in any order with its axes remapped; Vela reduces the innermost axis natively and
-    transposes first for any other, so a mode is priced by where its axes land."""
+    """With keepdim, runs in any order with its axes remapped. Vela reduces the innermost axis natively and
+    transposes first for any other, which the pricing sees in each mode's probe."""
 
     kind = "reduction"
     remaps = (ArgRemap(1, "axes"),)
 
     def applies(self, node):
         return bool(node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False))
-
-    def cost(self, node, order):
-        # A RESCALE feeding the reduction is folded into it before that, so the transpose moves the
-        # RESCALE's input (int8 rather than int32).
-        source = node.args[0]
-        val = tensor_of(source)
-        folded = short_target(source) == "RESCALE.default" and len(source.users) == 1
-        dtype = dtype_name(tensor_of(source.args[0]) if folded else val)
-        if dtype not in ethos_u55.DTYPE_BYTES:
-            return 0.0
-        dims = node.args[1] if len(node.args) > 1 else []
-        dims = [d % val.dim() for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
-        shape = [int(val.shape[i]) for i in order]
-        total = 0.0
-        for axis in sorted(order.index(d) for d in dims):  # one REDUCE_SUM per axis
-            total += ethos_u55.reduce_sum_cycles(shape, axis, dtype)
-            shape[axis] = 1
-        return total
 
 
 @register("SLICE.default")
@@ -385,35 +369,12 @@ class Slice(SameOrder):
 
 @register("PAD.default")
 class Pad(SameOrder):
-    """TOSA PAD(input, [lo, hi] per axis): the pairs follow the order.
-
-    Vela runs a PAD as memory copies (the input into the padded output, then the borders), whose speed follows
-    the innermost dim: padding H and W of a 3-channel int8 image costs about twice as much with the channels
-    innermost as with W innermost, and the reverse for 32 channels. So each order is priced by compiling
-    that PAD with Vela (cost_models.vela.measure_pad, disk-cached), relative to the cheapest.
-    """
+    """TOSA PAD(input, [lo, hi] per axis): the pairs follow the order. Vela runs a PAD as memory copies whose
+    speed follows the innermost dim (a 3-channel image pads faster with W innermost, a 32-channel map with its
+    channels innermost), which the pricing sees in each mode's probe."""
 
     kind = "reorder"
     remaps = (ArgRemap(1, "per_axis_pairs"),)
-
-    def cost(self, node, order):
-        source, padding = node.args[0], node.args[1]
-        if isinstance(padding, torch.fx.Node):  # a CONST_SHAPE
-            padding = padding.args[0]
-        val = tensor_of(source)
-        if dtype_name(val) not in ("int8", "int16", "int32"):
-            return 0.0
-        shape = [int(val.shape[i]) for i in order]
-        physical = [int(v) for i in order for v in (padding[2 * i], padding[2 * i + 1])]
-        try:
-            return float(vela.measure_pad(shape, physical, dtype_name(val)))
-        except vela.VelaUnsupported:
-            return 0.0
-
-    def modes(self, node, domains, operands):
-        found = super().modes(node, domains, operands)
-        cheapest = min((m["cost"] for m in found), default=0.0)
-        return [{**m, "cost": round(m["cost"] - cheapest, 1)} for m in found]
 
 
 @register("cat.default")
@@ -433,10 +394,8 @@ class MatMul(OpRule):
     result stored in order (0, 2, 1) the node computes MATMUL(B^T, A^T) = (A B)^T, its operands swapped.
 
     Vela's MatMul is not symmetric in H and W (it runs one output column at a time and transposes its second
-    operand first), so each orientation is priced by asking Vela (cost_models.vela.measure_matmul,
-    disk-cached), relative to the cheaper one. Measured: a one-token decode q.k^T (4, 1, 32, 256) costs
-    76,544 cycles as given and 35,106 transposed, and its operand transposes change with it.
-    Only int8 products are priced (Vela's int16 MATMUL widens to int48); others keep the identity.
+    operand first), so the two orientations cost differently; the pricing compiles each. Only int8 products
+    have both (Vela's int16 MATMUL widens to int48); others keep the identity.
     """
 
     kind = "matmul"
@@ -458,18 +417,9 @@ class MatMul(OpRule):
 
     def modes(self, node, domains, operands):
         identity = (0, 1, 2)
-        n, h, c = (int(d) for d in tensor_of(operands[0]).shape)
-        w = int(tensor_of(operands[1]).shape[2])
-        orientations = {identity: (n, h, c, w), self.TRANSPOSED: (n, w, c, h)}
-        usable = [o for o in orientations if o in domains[node] and all(o in domains[v] for v in operands)]
+        usable = [
+            o for o in (identity, self.TRANSPOSED) if o in domains[node] and all(o in domains[v] for v in operands)
+        ]
         if len(usable) < 2:
             return []  # pinned to the identity
-        try:
-            cycles = {o: float(vela.measure_matmul(*orientations[o])) for o in usable}
-        except vela.VelaUnsupported:
-            return []  # Vela cannot run one orientation: keep the product as written
-        cheapest = min(cycles.values())
-        return [
-            mode([o, o], o, round(cycles[o] - cheapest, 1), name=self.plain if o == identity else "(B^T A^T)^T")
-            for o in usable
-        ]
+        return [mode([o, o], o, name=self.plain if o == identity else "(B^T A^T)^T") for o in usable]

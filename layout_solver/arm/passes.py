@@ -7,6 +7,7 @@ canonical-transpose rewrite it runs last gives each remaining transpose its chea
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from typing import ClassVar
 
@@ -16,9 +17,13 @@ from executorch.exir.pass_base import PassResult
 
 from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan
 from layout_solver.arm.orders import label_order
+from layout_solver.arm.pricing import ArmPricing, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
+from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
-from layout_solver.report import lowering_solver, record, run_solver_pass, solver_report
+from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.solvers.decompose import shared_memo
 
 
 def constant_placeholders(program) -> set[str]:
@@ -43,6 +48,21 @@ def rewrite_plan(arm: ArmProblem, solution: Solution) -> ArmRewritePlan:
     return plan
 
 
+def predicted_by_op(arm: ArmProblem, solution: Solution, pricing: ArmPricing) -> Counter:
+    """The objective split by operator class (as Vela names a row's source operator; transitions are
+    "Transpose"), to set against Vela's per-layer table."""
+    split = Counter()
+    for op in arm.problem.ops:
+        node = arm.op_node.get(op.id)
+        if node is None:
+            continue
+        cost = next(m.cost for m in op.modes if m.name == solution.modes[op.id]) or 0.0
+        if cost:
+            split[pricing.op_class(node)] += cost
+    split["Transpose"] += sum(t.cost for t in solution.transitions)
+    return Counter({k: round(v, 1) for k, v in split.items() if v})
+
+
 def algebraic_modes(arm: ArmProblem, solution: Solution) -> Counter:
     """How many ops run in each algebraic mode the solution chose ("MATMUL.default (B^T A^T)^T"); the plain
     order choices of other rules are not counted."""
@@ -53,6 +73,29 @@ def algebraic_modes(arm: ArmProblem, solution: Solution) -> Counter:
     )
 
 
+REFINEMENTS = 12  # solve / price-the-used-transitions rounds before an answer is taken as it is
+
+
+def _solve_refining(arm: ArmProblem, solve) -> Solution:
+    """Solve, price exactly the transitions the answer uses that were priced as lower bounds, solve again, until
+    the answer uses only exactly priced ones: it is then optimal for the exact prices too (every other
+    transition can only be dearer than it was priced). Each round prices a handful of transitions instead of
+    every candidate."""
+    with shared_memo():  # each round re-solves only the blocks whose prices changed
+        for _ in range(REFINEMENTS):
+            solution = solve(arm.problem)
+            if not arm.price_exactly((t.value, t.src, t.dst) for t in solution.transitions):
+                return solution
+        solution = solve(arm.problem)
+    if any((t.value, t.src, t.dst) in arm.pending for t in solution.transitions):
+        solution.notes.append(f"after {REFINEMENTS} rounds some transitions in the answer are priced as lower bounds")
+    return solution
+
+
+class _Declined(Exception):
+    """The stage could not build its problem (an op the pricing or a rule misreads): nothing is written."""
+
+
 class SolverLayoutPass(ArmPass):
     """Chooses every tensor's dim order in one global problem; records a PassReport per graph."""
 
@@ -60,29 +103,58 @@ class SolverLayoutPass(ArmPass):
 
     def __init__(
         self,
-        time_limit: float = 10.0,
+        time_limit: float = DEFAULT_TIME_LIMIT,
         service: str | None = None,
         program_of=lambda: None,
         pinned_kinds: frozenset[str] = frozenset(),
         canonical=None,
+        target_spec=lambda: None,
+        enabled=lambda: True,
     ):
         super().__init__()
         self.time_limit = time_limit
         self.service = service
         self.program_of = program_of  # the exported program being lowered (parameters vs delegate inputs)
+        # The pass manager's working copy of that program, set on the pass for the duration of each call
+        # (executorch's adapter does so for any pass with this attribute): it also knows the constants the
+        # pipeline created on the way (fused constant arguments), which the original does not.
+        self.exported_program = None
         self.pinned_kinds = pinned_kinds  # op-rule kinds kept in the identity order
         # A CanonicalTransposePass run on the written-back graph inside this pass: the pass manager recompiles
         # a modified graph module after each pass (0.2 s on MobileNetV2), so one pass recompiles it once.
         self.canonical = canonical
+        # The Ethos-U compile spec of the delegate (None: a TOSA pipeline no compiler stands behind), which
+        # decides the pricing.
+        self.target_spec = target_spec
+        self.pricing: ArmPricing | None = None  # the last call's, for reports and tests
+        self.enabled = enabled  # False: the delegate is being lowered the stock way (verify's other side)
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        program = self.program_of()
+        if not self.enabled():
+            return PassResult(graph_module, False)
+        program = self.exported_program if self.exported_program is not None else self.program_of()
         constants = constant_placeholders(program)
+        pricing = self.pricing = pricing_for(self.target_spec(), program, constants)
         built: list[ArmProblem] = []
         changed: list[bool] = []
 
+        # A joint multi-method solve needs each partition's problem whole; alone, transitions between fused ops
+        # are priced exactly only where an answer uses them (see _solve_refining).
+        lazy = not in_joint_lowering()
+
         def build() -> ArmProblem:
-            built.append(build_problem(graph_module, constants=constants, pinned_kinds=self.pinned_kinds))
+            try:
+                built.append(
+                    build_problem(
+                        graph_module,
+                        constants=constants,
+                        pinned_kinds=self.pinned_kinds,
+                        pricing=pricing,
+                        lazy_losses=lazy,
+                    )
+                )
+            except Exception as exc:
+                raise _Declined(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
             return built[0]
 
         def write_back(arm: ArmProblem, solution: Solution) -> tuple[int, int]:
@@ -93,7 +165,12 @@ class SolverLayoutPass(ArmPass):
             return written
 
         solve = lowering_solver(self.time_limit, self.service, program, lambda: constants & set(built[0].value_node))
-        run = run_solver_pass(build, lambda arm: solve(arm.problem), write_back)
+        try:
+            run = run_solver_pass(build, lambda arm: _solve_refining(arm, solve), write_back)
+        except _Declined as declined:  # nothing was written: the delegate lowers with the graph as it came
+            warnings.warn(f"layout-solver: the Arm stage left a delegate as it was: {declined}", stacklevel=2)
+            record(PassReport("stock-fallback", notes=[f"the stage could not build its problem: {declined}"]))
+            return PassResult(graph_module, False)
         written, removed = run.written
         record(
             solver_report(
@@ -102,8 +179,12 @@ class SolverLayoutPass(ArmPass):
                 ops_removed=removed,
                 pinned_unknown=run.built.pinned_unknown,
                 modes_chosen=algebraic_modes(run.built, run.solution),
+                pricing=pricing.description,
+                unpriced=run.built.unpriced,
+                predicted_by_op=predicted_by_op(run.built, run.solution, pricing),
             )
         )
         if self.canonical is not None:
+            self.canonical.pricing = pricing
             changed.append(self.canonical.call(graph_module).modified)
         return PassResult(graph_module, any(changed))

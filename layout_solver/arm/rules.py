@@ -2,30 +2,35 @@
 
 A label is a dim order: the value is stored physically as
 `logical.permute(order)`. What each op allows is in `op_rules` (one rule per
-op target); this module gathers the candidate orders, asks every rule for its
-modes and prices the transitions:
+op target); what each mode and each transpose costs comes from the lowering's
+pricing (`pricing`: Vela for the lowering's own Ethos-U configuration, or a
+target-neutral count of moved bytes). This module gathers the candidate
+orders, asks every rule for its modes, prices them and the transitions:
 
 * graph inputs and outputs keep the delegate contract (identity);
   parameters, buffers and lifted constants keep their stored order, and
   transposing one is free (folded at compile time);
-* a transition is a transpose priced by cost_models.ethos_u55: in its
-  cheapest form (with the memory copy Vela makes of a reshape in front of it
-  when the value has other readers); plus the cost of a RESCALE it stops Vela from fusing
-  into a compute op (a standalone RESCALE costs several times the transpose).
+* every op's modes carry its own price in that mode (pinned ops too, so the
+  objective is the delegate's predicted cost, not only the part a layout
+  moves); a mode the target cannot run is dropped, an op the pricing cannot
+  write is priced 0 and listed in the problem's `unpriced`;
+* a transition is a transpose in its cheapest form (with the memory copy Vela
+  makes of a reshape in front of it when the value has other readers), plus
+  what it costs the two ops it separates when Vela would fuse them.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from cost_models import ethos_u55, vela
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.op_rules import PINNED, Domains, OpRule, Pinned, rule_for, short_target
 from layout_solver.arm.orders import compose, inverse, label_order, order_label
+from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing
 from layout_solver.problem import Problem
 
 log = logging.getLogger(__name__)
@@ -45,6 +50,27 @@ class ArmProblem:
     op_node: dict[str, torch.fx.Node]
     op_rule: dict[str, OpRule]
     pinned_unknown: list[str]
+    unpriced: list[str] = field(default_factory=list)
+    # Transitions (value, src, dst) priced as lower bounds so far (see build_problem's lazy_losses), with what
+    # pricing them exactly takes: (value node, its only reader, src, dst, the transpose's own cost).
+    pending: dict[tuple[str, str, str], tuple] = field(default_factory=dict)
+    pricing: ArmPricing | None = None
+
+    def price_exactly(self, keys) -> int:
+        """Add to the named pending transitions what they cost the ops around them (the problem is rebuilt);
+        returns how many changed."""
+        changed = {}
+        for key in keys:
+            if key in self.pending:
+                node, chain, src, dst, cost = self.pending.pop(key)
+                changed[key] = round(cost + self.pricing.fusion_loss(node, chain, src, dst), 1)
+        if changed:
+            data = self.problem.model_dump()
+            for entry in data["transition_costs"]:
+                key = (entry["value"], entry["src"], entry["dst"])
+                entry["cost"] = changed.get(key, entry["cost"])
+            self.problem = Problem.model_validate(data)
+        return len(changed)
 
 
 def build_problem(
@@ -52,12 +78,17 @@ def build_problem(
     name: str = "tosa",
     constants: set[str] | None = None,
     pinned_kinds: frozenset[str] = frozenset(),
+    pricing: ArmPricing | None = None,
+    lazy_losses: bool = False,
 ) -> ArmProblem:
     """The layout problem of an Arm graph. `constants`: placeholder names that are parameters, buffers or
     lifted constants (their transposes are folded at compile time, so free); other placeholders are
     delegate inputs. Ops no rule names are pinned to the identity order with a warning; so, silently, are
-    ops whose rule kind is in `pinned_kinds` (to measure what one rule buys, or to rule it out)."""
+    ops whose rule kind is in `pinned_kinds` (to measure what one rule buys, or to rule it out). `pricing`
+    defaults to the target-neutral moved bytes. With `lazy_losses`, a transition between two ops Vela would
+    fuse is priced without what it costs them (a lower bound) until `ArmProblem.price_exactly` is asked for it."""
     constants = constants or set()
+    pricing = pricing or MovedBytesPricing()
     nodes = [
         n for n in graph_module.graph.nodes if n.op in ("placeholder", "call_function") and tensor_of(n) is not None
     ]
@@ -77,6 +108,7 @@ def build_problem(
             break
 
     values, ops, costs = [], [], []
+    pending: dict[tuple[str, str, str], tuple] = {}
     value_node, op_node, op_rule = {}, {}, {}
     pinned_unknown = []
     wanted: dict[torch.fx.Node, set] = {n: set() for n in nodes}
@@ -85,13 +117,14 @@ def build_problem(
     for n, rule in rules.items():
         operands = rule.operands(n)
         modes = rule.modes(n, domains, operands) if all(o in domains for o in operands) else []
+        modes = _priced(n, modes, pricing)
         if not modes:
             if not rule.known:
                 pinned_unknown.append(f"{n.name} ({short_target(n)})")
             rule = rule if isinstance(rule, Pinned) else PINNED
             # Every tensor it reads, list arguments (cat) included, must be in identity order.
             operands = list(dict.fromkeys(a for a in rule.operands(n) if a in domains))
-            modes = rule.pinned_modes(n, operands)
+            modes = _priced(n, rule.pinned_modes(n, operands), pricing, keep_unpriced=True)
         for m in modes:
             for o, lab in zip(operands, m["operands"]):
                 wanted[o].add(label_order(lab))
@@ -146,19 +179,18 @@ def build_problem(
         # copy when the value has other readers (a conservative reading: after write-back one transpose may be
         # its only reader).
         form = "shared" if len(n.users) > 1 else "cheapest"
-        fusion_loss = _rescale_fusion_loss(n) if any(src != dst for src in produced for dst in wanted[n]) else 0.0
+        # A transpose between an op and its only reader keeps Vela from fusing them.
+        chain = next(iter(n.users)) if len(n.users) == 1 and n.op == "call_function" else None
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
-                    loss = fusion_loss + _slice_fusion_loss(n, src)
-                    costs.append(
-                        {
-                            "value": n.name,
-                            "src": order_label(src),
-                            "dst": order_label(dst),
-                            "cost": round(_transition_cycles(shape, src, dst, dtype, form) + loss, 1),
-                        }
-                    )
+                    cost = _transition_cost(pricing, shape, src, dst, dtype, form)
+                    key = (n.name, order_label(src), order_label(dst))
+                    if chain in rules and lazy_losses:
+                        pending[key] = (n, chain, src, dst, cost)
+                    elif chain in rules:
+                        cost += pricing.fusion_loss(n, chain, src, dst)
+                    costs.append({"value": key[0], "src": key[1], "dst": key[2], "cost": round(cost, 1)})
     if pinned_unknown:
         warnings.warn(
             "layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
@@ -169,81 +201,23 @@ def build_problem(
     problem = Problem.model_validate(
         {"name": name, "values": values, "ops": ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
     )
-    return ArmProblem(problem, value_node, op_node, op_rule, pinned_unknown)
+    return ArmProblem(problem, value_node, op_node, op_rule, pinned_unknown, pricing.unpriced, pending, pricing)
 
 
-def _transition_cycles(logical_shape, src, dst, dtype: str, form: str = "cheapest") -> float:
-    """Cycles to turn a value stored in order src into order dst: one transpose of the physical tensor."""
+def _priced(node: torch.fx.Node, modes: list[dict], pricing: ArmPricing, keep_unpriced: bool = False) -> list[dict]:
+    """The modes with the op's own price in each. A mode the target cannot run is dropped, unless it is the op's
+    only way to run (`keep_unpriced`: pinned), where it is priced 0."""
+    priced = []
+    for m in modes:
+        reads = [label_order(lab) for lab in m["operands"]]
+        cost = pricing.op_cost(node, reads, label_order(m["results"][0]))
+        if cost is None and not keep_unpriced:
+            continue
+        priced.append({**m, "cost": round(float(cost or 0.0), 1)})
+    return priced
+
+
+def _transition_cost(pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest") -> float:
+    """The price of turning a value stored in order src into order dst: one transpose of the physical tensor."""
     physical = [logical_shape[i] for i in src]
-    perm = compose(inverse(src), dst)
-    if dtype not in ethos_u55.DTYPE_BYTES:
-        return float(ethos_u55.DTYPE_BYTES.get("int32", 4) * len(physical))
-    return ethos_u55.transpose_cost(physical, perm, dtype, form=form).cycles
-
-
-def _is(node, targets) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and short_target(node) in targets
-
-
-def _fuses_back(rescale) -> bool:
-    producer = rescale.args[0]
-    return _is(producer, ethos_u55.RESCALE_FOLDS_INTO_OUTPUT_OF) and len(producer.users) == 1
-
-
-def _fuses_forward(rescale) -> bool:
-    return len(rescale.users) == 1 and _is(next(iter(rescale.users)), ethos_u55.RESCALE_FOLDS_INTO_INPUT_OF)
-
-
-def _const_list(arg) -> list[int]:
-    """A per-axis argument as a list: given inline, or as a CONST_SHAPE node's values."""
-    return [int(v) for v in (arg.args[0] if isinstance(arg, torch.fx.Node) else arg)]
-
-
-def _slice_fusion_loss(node, order) -> float:
-    """Cycles of the MemoryCopy Vela makes of a SLICE (stored in `order`) once a transpose or a reshape reads
-    it: fused into an elementwise, CONCAT or compute consumer a slice is free, before a layout op it is
-    copied out (cost_models.vela.measure_slice, up to 8 cycles a byte when it strides the innermost axis)."""
-    if not _is(node, {"SLICE.default"}):
-        return 0.0
-    source = tensor_of(node.args[0])
-    dtype = dtype_name(source)
-    if dtype not in ethos_u55.DTYPE_BYTES:
-        return 0.0
-    shape, start, size = [int(d) for d in source.shape], _const_list(node.args[1]), _const_list(node.args[2])
-    physical = lambda values: [values[i] for i in order]
-    try:
-        return float(vela.measure_slice(physical(shape), physical(start), physical(size), dtype))
-    except vela.VelaUnsupported:
-        return ethos_u55.copy_cycles(tensor_of(node).numel(), dtype)
-
-
-def _rescale_fusion_loss(node) -> float:
-    """Cycles Vela loses when a transpose goes on this value: RESCALEs around it stop fusing.
-
-    Vela folds a RESCALE into its producer's output or its consumer's input,
-    never into a transpose. int32 values only live between a compute op and
-    the RESCALEs folded into it, so a transpose there unfolds all of them
-    (the op's own input and output RESCALEs). On an int8/int16 value, a
-    transpose after a RESCALE breaks its forward fusion and one before it the
-    backward fusion; that costs only when it was the RESCALE's only way to fuse.
-    """
-
-    def standalone(rescale) -> float:
-        src, out = tensor_of(rescale.args[0]), tensor_of(rescale)
-        return ethos_u55.standalone_rescale_cycles(out.numel(), dtype_name(src), dtype_name(out))
-
-    rescale = {"RESCALE.default"}
-    if dtype_name(tensor_of(node)) == "int32":
-        unfolded = {u for u in node.users if _is(u, rescale)}
-        if _is(node, rescale):
-            unfolded.add(node)
-        if _is(node, ethos_u55.RESCALE_FOLDS_INTO_OUTPUT_OF):
-            unfolded |= {a for a in node.all_input_nodes if _is(a, rescale)}
-        return sum(standalone(r) for r in unfolded)
-    loss = 0.0
-    if _is(node, rescale) and _fuses_forward(node) and not _fuses_back(node):
-        loss += standalone(node)
-    for user in node.users:
-        if _is(user, rescale) and _fuses_back(user) and not _fuses_forward(user):
-            loss += standalone(user)
-    return loss
+    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form).cycles

@@ -10,10 +10,10 @@ One module per target: `vulkan.py`, `ethos_u.py`; `methods.py` for multi-method 
 
 from __future__ import annotations
 
-from layout_solver.compare.methods import MultiMethodModel, compare_methods
+from layout_solver.compare.methods import MultiMethodModel
 from layout_solver.compare.result import Comparison, MethodsComparison, MethodsSide, Side
-
-TARGETS = ("vulkan", "ethos-u55-128")
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets import TARGETS, get_target
 
 __all__ = [
     "TARGETS",
@@ -32,27 +32,22 @@ def compare(
     inputs: tuple | None,
     target: str,
     name: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     service: str | None = None,
     **options,
 ) -> Comparison | MethodsComparison:
-    """Stock versus solver for `module` on `inputs` (or a MultiMethodModel, inputs None) on `target`.
+    """Stock versus solver for `module` on `inputs` (or a MultiMethodModel, inputs None) on `target` (a name in
+    `layout_solver.targets`: "ethos-u55-128", "ethos-u85-256", "vulkan", ...).
 
     `service`: a layout-solver service URL to solve on (None: $LAYOUT_SOLVER_SERVICE or in-process);
     `options` go to the target's comparison (Vulkan: execute, runtime, cost_profile, rounds; Ethos-U:
-    input_order; multi-method: weights, cache_dir and the Vulkan ones). Raises ValueError for an unknown target.
+    input_order; multi-method: weights, cache_dir and the Vulkan ones). Raises ValueError for an unknown target
+    or an option the target does not take.
     """
+    found = get_target(target)
     if isinstance(module, MultiMethodModel):
-        return compare_methods(module, target, name, time_limit, **options)
-    if target == "vulkan":
-        from layout_solver.compare.vulkan import compare_vulkan
-
-        return compare_vulkan(module, inputs, name, time_limit, service=service, **options)
-    if target.startswith("ethos-u55"):
-        from layout_solver.compare.ethos_u import compare_ethos_u
-
-        return compare_ethos_u(module, inputs, name, time_limit, target, service=service, **options)
-    raise ValueError(f"unknown target {target!r}; expected one of {TARGETS}")
+        return found.compare_methods(module, name, time_limit, **options)
+    return found.compare(module, inputs, name, time_limit, service=service, **options)
 
 
 def format_table(result: Comparison | MethodsComparison) -> str:

@@ -16,6 +16,7 @@ from layout_solver.arm.hooks import solver_layouts
 from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.compare.result import Comparison, Side, error_record
 from layout_solver.quiet import quiet
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 INPUT_ORDERS = ("nchw", "nhwc")
 
@@ -40,17 +41,20 @@ def compare_ethos_u(
     module,
     inputs: tuple,
     name: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     target: str = "ethos-u55-128",
     service: str | None = None,
     input_order: str = "nchw",
+    verify: str = "vela",
 ) -> Comparison:
     """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles,
     equivalence of the two on the TOSA reference model, and each against the quantized eager model;
-    `input_order` is the graph-input contract (see declare_input_order). `name` labels the result (default: the module's class). A side that fails is
+    `input_order` is the graph-input contract (see declare_input_order); `verify` is the solver side's
+    (solver_layouts: "vela" keeps stock's delegate where Vela finds the stage's dearer, "model" shows the
+    stage's own layout). `name` labels the result (default: the module's class). A side that fails is
     recorded with its error; the other side's numbers stay."""
     with quiet():
-        result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order)
+        result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify)
     return Comparison(
         model=name or type(module).__name__,
         target=target,
@@ -59,7 +63,7 @@ def compare_ethos_u(
     )
 
 
-def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -> dict:
+def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify) -> dict:
     inputs = declare_input_order(inputs, input_order)
     result: dict = {}
     # Quantize once: both sides lower the same int8 program, so any difference is the layout stage's.
@@ -83,7 +87,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
                         )
                         reports = []
                     else:
-                        with solver_layouts(time_limit, service=service) as reports:
+                        with solver_layouts(time_limit, service=service, verify=verify) as reports:
                             lowerings[side] = lower_ethos_u(
                                 module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
                             )
@@ -103,17 +107,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
                 eager_within_tolerance=eager.within_tolerance,
             )
             if side == "solver":
-                metrics.update(
-                    solve_seconds=round(sum(r.solve_seconds for r in reports), 4),
-                    pass_seconds=round(sum(r.pass_seconds for r in reports), 4),
-                    objective=round(sum(r.objective for r in reports), 1),
-                    bound=round(sum(r.bound for r in reports), 1),
-                    gap=max((r.gap for r in reports), default=0.0),
-                    pinned_unknown=[p for r in reports for p in r.pinned_unknown],
-                    problem_ops=sum(r.problem_ops for r in reports),
-                    solver_notes=[n for r in reports for n in r.notes],
-                    modes_chosen=dict(sum((r.modes_chosen for r in reports), Counter())),
-                )
+                metrics.update(solver_metrics(reports))
             result[side] = metrics
         if len(lowerings) == 2:
             same = compare_lowerings(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files)
@@ -131,3 +125,35 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order) -
         else:
             result["equivalent"], result["max_abs_diff"] = False, None
     return result
+
+
+def solver_metrics(reports: list) -> dict:
+    """The solver side's figures from its pass reports: timings, objective (the predicted NPU cycles of the
+    delegates the stage laid out), bound and gap, what priced them, and how verification went: each delegate's
+    Vela totals both ways and how many kept stock's layout."""
+    solved = [r for r in reports if r.objective is not None]
+    checked = [r.vela_check for r in reports if r.vela_check]
+    metrics = {
+        "solve_seconds": round(sum(r.solve_seconds for r in solved), 4),
+        "pass_seconds": round(sum(r.pass_seconds for r in solved), 4),
+        "objective": round(sum(r.objective for r in solved), 1),
+        "bound": round(sum(r.bound for r in solved), 1),
+        "gap": max((r.gap for r in solved), default=0.0),
+        "pinned_unknown": [p for r in solved for p in r.pinned_unknown],
+        "problem_ops": sum(r.problem_ops for r in solved),
+        "solver_notes": [n for r in reports for n in r.notes],
+        "modes_chosen": dict(sum((r.modes_chosen for r in solved), Counter())),
+        "pricing": ", ".join(sorted({r.pricing for r in solved if r.pricing})),
+        "unpriced": [u for r in solved for u in r.unpriced],
+    }
+    if solved and all(r.pricing.startswith("vela") for r in solved):
+        metrics["predicted_total_cycles"] = metrics["objective"]
+        metrics["predicted_cycles_by_op"] = dict(sum((r.predicted_by_op for r in solved), Counter()).most_common())
+    if checked and len(checked) == len(reports):
+        metrics.update(
+            verified_stock_cycles=sum(c["stock_cycles"] for c in checked),
+            verified_solver_cycles=sum(c["solver_cycles"] for c in checked),
+            delegates_kept_stock=sum(c["kept"] == "stock" for c in checked),
+            verification_cached=all(c["cached"] for c in checked),
+        )
+    return metrics

@@ -32,6 +32,7 @@ from typing import Any
 
 from layout_solver.compare.result import MethodsComparison, MethodsSide, error_record
 from layout_solver.quiet import quiet
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 SIDES = ("stock", "per_method", "joint")
 
@@ -93,25 +94,25 @@ def compare_methods(
     built: MultiMethodModel,
     target: str,
     name: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     execute: bool = False,
     runtime: str | None = None,
     cost_profile: str | None = None,
     rounds: int = 15,
     weights: dict[str, float] | None = None,
     cache_dir: str | None = None,
+    family: str = "ethos-u",
 ) -> MethodsComparison:
-    """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` ("vulkan" or
-    "ethos-u55-128"); `weights` overrides the model's method weights; `cache_dir` is the joint solve's
-    subproblem cache (shared across models and runs). `name` labels the result (default: the module's class)."""
+    """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` (of `family`:
+    "vulkan", or "ethos-u" for any Ethos-U configuration; `layout_solver.targets` passes it); `weights` overrides
+    the model's method weights; `cache_dir` is the joint solve's subproblem cache (shared across models and
+    runs). `name` labels the result (default: the module's class)."""
     weights = dict(weights or built.weights)
     with quiet():
-        if target == "vulkan":
+        if family == "vulkan":
             result = _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, rounds, cache_dir)
-        elif target.startswith("ethos-u55"):
-            result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
         else:
-            raise ValueError(f"unknown target {target!r}")
+            result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
     return MethodsComparison(
         model=name or type(built.module).__name__,
         target=target,

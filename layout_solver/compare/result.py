@@ -77,6 +77,20 @@ class Side(_Record):
     gap: float | None = None
     problem_ops: int | None = None
     solver_notes: list[str] | None = None
+    # Ethos-U: what priced the stage ("vela ethos-u85-256"), the ops it could not write, the predicted NPU
+    # cycles of the solver's layout; verification: Vela's totals of the solver's and stock's layouts of every
+    # delegate, how many kept stock's, and whether the decisions came from the cache (no second lowering)
+    pricing: str | None = None
+    unpriced: list[str] | None = None
+    predicted_total_cycles: float | None = None
+    # Ethos-U: Vela's NPU cycles by source operator ("Conv2D", "Rescale", "Transpose", ...), and the stage's
+    # prediction split the same way
+    vela_cycles_by_op: dict[str, int] | None = None
+    predicted_cycles_by_op: dict[str, float] | None = None
+    verified_stock_cycles: int | None = None
+    verified_solver_cycles: int | None = None
+    delegates_kept_stock: int | None = None
+    verification_cached: bool | None = None
     # Ethos-U: ops the solver runs in an algebraic mode ("MATMUL.default (B^T A^T)^T": a transposed product)
     modes_chosen: dict[str, int] | None = None
 

@@ -8,13 +8,14 @@ from collections import Counter
 
 from layout_solver.compare.result import Comparison, Side, error_record
 from layout_solver.quiet import quiet
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 
 def compare_vulkan(
     module,
     inputs: tuple,
     name: str | None = None,
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     execute: bool = False,
     runtime: str | None = None,
     cost_profile: str | None = None,

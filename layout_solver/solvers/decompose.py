@@ -15,10 +15,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import itertools
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -57,6 +60,21 @@ class _Table:
     internal: list[list[int]]  # flat articulation index -> internal options
 
 
+_shared_memo: contextvars.ContextVar[dict | None] = contextvars.ContextVar("layout_solver_block_memo", default=None)
+
+
+@contextlib.contextmanager
+def shared_memo() -> Iterator[dict]:
+    """Inside the block every solve shares one memo of proven block tables: a problem solved again with a few
+    costs changed (a pass refining its prices) re-solves only the blocks those costs touch. A block's signature
+    is its structure and costs in terms of positions, so a table serves any problem that has the block."""
+    token = _shared_memo.set({})
+    try:
+        yield _shared_memo.get()
+    finally:
+        _shared_memo.reset(token)
+
+
 class Decomposer:
     """Splits a compiled problem into independent components (and biconnected blocks), solves each with the
     portfolio, memoising identical pieces.
@@ -83,7 +101,8 @@ class Decomposer:
         self.use_blocks = use_blocks
         self.deadline = deadline
         self.workers = workers
-        self.memo: dict[tuple, _Table] = {}
+        shared = _shared_memo.get()
+        self.memo: dict[tuple, _Table] = shared if shared is not None and memo else {}
         self.stats = SolveStats()
 
     # -- pieces ---------------------------------------------------------------
@@ -309,7 +328,8 @@ class Decomposer:
             bound[index] = result.bound
             chosen.append(result.options)
         table = _Table(value, bound, chosen)
-        if self.use_memo:
+        # An answer found under a time-out may not be optimal: only proven tables outlive this solve.
+        if self.use_memo and (self.memo is not _shared_memo.get() or np.allclose(value, bound)):
             self.memo[key] = table
         return table
 

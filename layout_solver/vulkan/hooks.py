@@ -13,6 +13,7 @@ from layout_solver.joint_lowering import JointReports, joint_preprocess
 from layout_solver.multimethod import SubproblemCache
 from layout_solver.report import PassReport, collecting_reports
 from layout_solver.service.client import solve_problem
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.vulkan.passes import CountingTagMemoryMetaPass, SolverTagMemoryMetaPass
 
 
@@ -31,7 +32,7 @@ def substituted_pass(cls) -> Iterator[None]:
 
 @contextlib.contextmanager
 def solver_layouts(
-    time_limit: float = 10.0,
+    time_limit: float = DEFAULT_TIME_LIMIT,
     cost_profile: str | Path | vk_cost.VulkanProfile | None = None,
     service: str | None = None,
     method_weights: dict[str, float] | None = None,

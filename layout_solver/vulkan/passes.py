@@ -28,6 +28,7 @@ from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
 from layout_solver.problem import ProblemError
 from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
+from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
@@ -137,7 +138,7 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
 class SolverTagMemoryMetaPass(TagMemoryMetaPass):
     """Chooses every tensor's representation by solving one global problem."""
 
-    time_limit: float = 10.0
+    time_limit: float = DEFAULT_TIME_LIMIT
     cost_profile: vk_cost.VulkanProfile | None = None  # None: the default profile
     service: str | None = None  # a layout-solver service URL; None: $LAYOUT_SOLVER_SERVICE or in-process
     _exported_program = None  # set by vulkan_preprocess's apply_passes before each call

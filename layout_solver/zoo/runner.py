@@ -18,13 +18,11 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import cache
-from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 
-TARGETS = ("ethos-u55-128", "vulkan")
-TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "ortools")
+from layout_solver.provenance import source_digest, tool_versions
+from layout_solver.targets import get_target
 
 
 @dataclass(frozen=True)
@@ -36,30 +34,6 @@ class Job:
     options: tuple[tuple[str, object], ...] = ()  # keyword options of compare() for this target
 
 
-@cache
-def tool_versions() -> dict[str, str]:
-    """The installed version of every tool that can change a number (cache key part)."""
-    versions = {}
-    for tool in TOOLS:
-        try:
-            versions[tool] = metadata.version(tool)
-        except metadata.PackageNotFoundError:
-            versions[tool] = "absent"
-    return versions
-
-
-@cache
-def _source_digest() -> str:
-    """Changes to the solver's own code invalidate cached results too (read once per run)."""
-    root = Path(__file__).resolve().parents[2]
-    digest = hashlib.sha1()
-    for package in ("layout_solver", "cost_models", "graph_io"):
-        for path in sorted((root / package).rglob("*")):
-            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
-                digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
-
-
 def job_key(job: Job) -> str:
     """The cache key of a job: model, target, options, tool versions and the project's source digest."""
     payload = json.dumps(
@@ -67,7 +41,7 @@ def job_key(job: Job) -> str:
             "model": job.model,
             "target": job.target,
             "tools": tool_versions(),
-            "source": _source_digest(),
+            "source": source_digest(),
             **({"options": list(job.options)} if job.options else {}),
         },
         sort_keys=True,
@@ -200,11 +174,16 @@ def run_zoo(
     return results
 
 
-ROW_FIELDS = {
-    "ethos-u55-128": [
+def _family(target: str) -> str:
+    return get_target(target).family
+
+
+ROW_FIELDS = {  # per target family
+    "ethos-u": [
         "tosa_transposes",
         "vela_transpose_cycles",
         "vela_total_cycles",
+        "predicted_total_cycles",
         "npu_ops",
         "cpu_ops",
         "lower_seconds",
@@ -251,7 +230,7 @@ def _method_rows(r: dict) -> list[dict]:
             "method_weight": r["weights"].get(method, ""),
         }
         for side, source in (("stock", "stock"), ("solver", "joint")):
-            for key in ROW_FIELDS.get(r["target"], []):
+            for key in ROW_FIELDS.get(_family(r["target"]), []):
                 row[f"{side}_{key}"] = r.get(source, {}).get("per_method", {}).get(method, {}).get(key, "")
         joint = r.get("joint", {})
         # Per method there is no gap, run ratio or problem size of its own: the joint solve has one for all.
@@ -282,7 +261,7 @@ def rows(results: list[dict]) -> list[dict]:
             "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or "",
         }
         for side in ("stock", "solver"):
-            for key in ROW_FIELDS.get(r["target"], []):
+            for key in ROW_FIELDS.get(_family(r["target"]), []):
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
         row.update(
@@ -293,7 +272,7 @@ def rows(results: list[dict]) -> list[dict]:
             run_ratio=r.get("run_ratio", ""),
             solved_by=solved_by(solver.get("solver_notes", [])),
         )
-        if r["target"] == "ethos-u55-128":
+        if _family(r["target"]) == "ethos-u":
             row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
         out.append(row)
     return out
@@ -314,23 +293,26 @@ def write_outputs(results: list[dict], out: Path) -> None:
 def report_markdown(table: list[dict]) -> str:
     """The zoo table as Markdown, one section per target."""
     lines = ["# Zoo report: stock executorch versus layout-solver", ""]
-    arm = [r for r in table if r["target"] == "ethos-u55-128"]
-    vk = [r for r in table if r["target"] == "vulkan"]
-    if arm:
+    vk = [r for r in table if _family(r["target"]) == "vulkan"]
+    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
         lines += [
-            "## Ethos-U55 (ethos-u55-128, Vela cycle estimates)",
+            f"## {target} (Vela cycle estimates of the whole delegate)",
             "",
             (
                 "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
-                "| solver | lower s stock / solver | solve s | equivalent |"
+                "| solver | change | predicted (solver) | lower s stock / solver | solve s | equivalent |"
             ),
-            "|" + "---|" * 10,
+            "|" + "---|" * 12,
         ]
-        for r in arm:
+        for r in (r for r in table if r["target"] == target):
+            stock, solver = r["stock_vela_total_cycles"], r["solver_vela_total_cycles"]
+            change = (
+                f"{solver / stock - 1:+.1%}" if isinstance(stock, int) and isinstance(solver, int) and stock else ""
+            )
             lines.append(
                 f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
                 f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
-                f"{r['stock_vela_total_cycles']} | {r['solver_vela_total_cycles']} | "
+                f"{stock} | {solver} | {change} | {r['solver_predicted_total_cycles']} | "
                 f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
                 f"{r['equivalent']} |"
             )
@@ -361,7 +343,7 @@ def report_markdown(table: list[dict]) -> str:
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
         lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
-    lines += ["Plots: `transpose_cycles.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
+    lines += ["Plots: `total_cycles*.png`, `transpose_cycles*.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
     return "\n".join(lines)
 
 
@@ -388,14 +370,13 @@ def plot(table: list[dict], out: Path) -> None:
         fig.savefig(path, dpi=120)
         plt.close(fig)
 
-    bars(
-        [r for r in table if r["target"] == "ethos-u55-128"],
-        "stock_vela_transpose_cycles",
-        "solver_vela_transpose_cycles",
-        "Ethos-U55: Vela transpose cycles",
-        "cycles",
-        out / "transpose_cycles.png",
-    )
+    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
+        arm = [r for r in table if r["target"] == target]
+        suffix = "" if target == "ethos-u55-128" else f"_{target}"
+        bars(arm, "stock_vela_transpose_cycles", "solver_vela_transpose_cycles", f"{target}: Vela transpose cycles",
+             "cycles", out / f"transpose_cycles{suffix}.png")  # fmt: skip
+        bars(arm, "stock_vela_total_cycles", "solver_vela_total_cycles", f"{target}: Vela total NPU cycles",
+             "cycles", out / f"total_cycles{suffix}.png")  # fmt: skip
     bars(
         [r for r in table if r["target"] == "vulkan"],
         "stock_transitions",
@@ -415,7 +396,8 @@ def plot(table: list[dict], out: Path) -> None:
             out / "vulkan_run_ms.png",
         )
     fig, ax = plt.subplots(figsize=(6, 4))
-    for target, marker in (("ethos-u55-128", "o"), ("vulkan", "s")):
+    for target in dict.fromkeys(r["target"] for r in table):
+        marker = "s" if _family(target) == "vulkan" else "o"
         pts = [
             (r["problem_ops"], r["solve_seconds"])
             for r in table

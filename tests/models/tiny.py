@@ -175,3 +175,10 @@ class GroupNormBlock(nn.Module):
 
 def group_norm():
     return GroupNormBlock(), (torch.randn(1, 3, 16, 16),)
+
+
+def group_norm_8():
+    """GroupNorm(8, 32) after a conv, BiT-style: the view [1, 32, H, W] -> [1, 8, 4, H*W] and the per-channel
+    affine read from Flash; stored channels-last, the affine's constant broadcasts along H (64 cycles an
+    element on Ethos-U55), where stock's order broadcasts it along the innermost axis."""
+    return GroupNormBlock(groups=8), (torch.randn(1, 3, 16, 16),)

@@ -1,0 +1,233 @@
+"""What the Arm stage pays for a layout, priced for the target the lowering is for.
+
+* `VelaPricing` (every Ethos-U compile spec): each op in each of its modes, and each transpose in each of its
+  forms, is compiled by Vela for the lowering's own configuration (accelerator, system config, memory mode,
+  flags; `cost_models.vela`), as a probe of the op with the neighbours Vela fuses it with
+  (`layout_solver.arm.probes`). The objective is the delegate's predicted NPU cycles, so an order that
+  removes a transpose but makes an elementwise op dearer (a broadcast read from Flash along the wrong axis)
+  is priced as the program pays it.
+* `MovedBytesPricing` (TOSA pipelines with no Vela behind them: TOSA FP / INT specs, VGF): target-neutral. A
+  transpose costs the bytes it moves plus a fixed price per TOSA TRANSPOSE equal to moving
+  `TRANSPOSE_FIXED_BYTES`, so fewer transposes win first and fewer bytes next (a reshape costs one byte, so
+  none is written for no gain); ops cost nothing in any order.
+
+Both answer the same questions: `op_cost(node, reads, order)` (None: the target cannot run it in that mode; an
+op the pricing cannot write is priced 0 and listed in `unpriced`),
+`transpose(shape, perm, dtype, form)`, `copy(elements, dtype)` and `fusion_loss(producer, consumer, src, dst)`
+(what a transpose between two fused ops costs them).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from cost_models import ethos_u55, vela
+from cost_models.ethos_u55 import TransposeCost
+from layout_solver.arm.op_rules import rule_for, short_target
+from layout_solver.arm.orders import Order
+from layout_solver.arm.probes import ProbeContext, chain_of, member, op_probe, translatable
+
+log = logging.getLogger(__name__)
+
+TRANSPOSE_FIXED_BYTES = 1 << 20  # target-neutral: one TOSA TRANSPOSE costs as much as moving 1 MiB
+RESHAPE_BYTES = 1  # and a RESHAPE the least that is not free, so nothing is rewritten for no gain
+ELEMENT_BYTES = {**ethos_u55.DTYPE_BYTES, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8}
+FREE_KINDS = ("permute",)  # bookkeeping: a permute's data movement is the transition it leaves
+UNPRICED = "unpriced"
+
+
+class ArmPricing:
+    """The prices a layout problem is built from (see the module docstring)."""
+
+    name = "abstract"
+    unit = "cycles"
+    two_step = False  # whether writing a transpose as two in a row can be cheaper on this target
+
+    @property
+    def description(self) -> str:
+        """What priced the problem, as reports show it."""
+        return self.name
+
+    def op_cost(self, node: torch.fx.Node, reads: list[Order], order: Order) -> float | None:
+        """The op's own price reading `reads` and writing `order`; None if the target cannot run it so."""
+        raise NotImplementedError
+
+    def as_given(self, shape, perm, dtype: str) -> TransposeCost:
+        """TRANSPOSE(shape, perm) exactly as written."""
+        raise NotImplementedError
+
+    def copy(self, elements: int, dtype: str) -> float:
+        """A memory copy of `elements` elements (a reshape the target cannot bypass)."""
+        raise NotImplementedError
+
+    def transpose(self, shape, perm, dtype: str, form: str = "cheapest") -> TransposeCost:
+        """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost)."""
+        return ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=self.as_given, copy=self.copy)
+
+    def fusion_loss(self, producer: torch.fx.Node, consumer: torch.fx.Node, src: Order, dst: Order) -> float:
+        """What a transpose between `producer` and its only reader `consumer` costs them beyond itself."""
+        return 0.0
+
+    def op_class(self, node: torch.fx.Node) -> str:
+        """The class an op's price is reported under: the operator Vela names its rows after where Vela priced
+        it ("Conv2D", "Rescale"), else the op's target."""
+        return short_target(node).split(".")[0]
+
+    @property
+    def unpriced(self) -> list[str]:
+        """Ops the pricing could not write (their modes are priced 0)."""
+        return []
+
+
+@dataclass
+class VelaPricing(ArmPricing):
+    """Prices from Vela for one compile spec's configuration; answers cached per lowering and on disk."""
+
+    config: vela.VelaConfig
+    context: ProbeContext = field(default_factory=ProbeContext)
+    store: vela.ProbeStore | None = None
+    _ops: dict = field(default_factory=dict)
+    _transposes: dict = field(default_factory=dict)
+    _unpriced: set = field(default_factory=set)
+    _classes: dict = field(default_factory=dict)  # node -> Vela's operator name of its rows
+    _crossing: dict = field(default_factory=dict)
+
+    name = "vela"
+    two_step = True
+
+    @property
+    def description(self) -> str:
+        """The pricing and its target, as "vela <accelerator>"."""
+        return f"vela {self.config.accelerator}"
+
+    def _cycles(self, node, reads, order, neighbours: bool = True, barrier=None) -> float | str | None:
+        """Vela's cycles for the node's own rows; UNPRICED if it cannot be written, None if Vela rejects it."""
+        if barrier is not None and not self._crosses(node, reads, order, barrier):
+            barrier = None  # the probe is the same either way: price it once
+        key = (node, tuple(map(tuple, reads)), tuple(order), neighbours, barrier)
+        if key not in self._ops:
+            probe = op_probe(node, [tuple(r) for r in reads], tuple(order), self.context, neighbours, barrier)
+            if probe is None:
+                self._ops[key] = UNPRICED
+            else:
+                graph, own = probe
+                try:
+                    network = vela.compile_probe(graph, self.config, store=self.store)
+                except (RuntimeError, ValueError, TypeError) as exc:  # a probe the serializer refuses: not priced
+                    log.warning("layout-solver: %s (%s) not priced: %s", node.name, node.target, exc)
+                    self._ops[key] = UNPRICED
+                else:
+                    self._ops[key] = None if vela.rejected(network) else float(network.cycles_of(own))
+                    if neighbours and barrier is None and node not in self._classes:
+                        self._classes[node] = network.source_operator(own)
+        return self._ops[key]
+
+    def _crosses(self, node, reads, order, barrier) -> bool:
+        """Whether the probe of `node` reaches across `barrier` (it would differ with the edge cut)."""
+        key = (node, tuple(map(tuple, reads)), tuple(order), barrier)
+        if key not in self._crossing:
+            members = set(chain_of(node, reads, order, memo=self.context.chains))
+            self._crossing[key] = barrier[1] in members and (barrier[0] in members or barrier[0].op == "call_function")
+        return self._crossing[key]
+
+    def op_class(self, node) -> str:
+        """Vela's name of the operator the node's rows come from (its target where Vela did not price it)."""
+        return self._classes.get(node, "") or super().op_class(node)
+
+    def op_cost(self, node, reads, order):
+        """Vela's cycles for the node's own rows in its probe (0 and listed in `unpriced` if it cannot be written)."""
+        if rule_for(node).kind in FREE_KINDS:
+            return 0.0
+        cycles = self._cycles(node, reads, order)
+        if cycles == UNPRICED:
+            self._unpriced.add(node.name)
+            return 0.0
+        return cycles
+
+    def as_given(self, shape, perm, dtype):
+        """Vela's price of TRANSPOSE(shape, perm) as written (cached per lowering)."""
+        key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype)
+        if key not in self._transposes:
+            self._transposes[key] = vela.transpose_as_given(*key, self.config)
+        return self._transposes[key]
+
+    def copy(self, elements, dtype):
+        """Vela's MemoryCopy of `elements` elements."""
+        return vela.copy_cycles(elements, dtype, self.config)
+
+    def fusion_loss(self, producer, consumer, src, dst):
+        """What a transpose on the value between a chain pair (the producer's only reader is the consumer) costs
+        the ops around it: each op whose probe fused across that edge runs as its probe does with the edge cut
+        (an ADD's input RESCALE stops fusing when the ADD's output goes to a transpose)."""
+        barrier, loss = (producer, consumer), 0.0
+        for side, order, produced in ((producer, src, True), (consumer, dst, False)):
+            found = member(side, order, produced) if translatable(side) else None
+            if found is None:
+                continue
+            for node, (r, o) in chain_of(side, *found, barrier, self.context.chains).items():
+                cut, fused = self._cycles(node, r, o, barrier=barrier), self._cycles(node, r, o)
+                if isinstance(cut, float) and isinstance(fused, float):
+                    loss += max(0.0, cut - fused)
+        return loss
+
+    @property
+    def unpriced(self):
+        """Names of the ops no probe could be written for (priced 0)."""
+        return sorted(self._unpriced)
+
+
+@dataclass
+class MovedBytesPricing(ArmPricing):
+    """Target-neutral prices for TOSA pipelines no compiler stands behind (see the module docstring)."""
+
+    name = "moved-bytes"
+    unit = "bytes"
+
+    def op_cost(self, node, reads, order):
+        """Nothing: no target to tell orders apart."""
+        return 0.0
+
+    def as_given(self, shape, perm, dtype):
+        """TRANSPOSE_FIXED_BYTES plus the bytes moved (a reshape: RESHAPE_BYTES)."""
+        shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
+        if ethos_u55.is_identity(perm):  # a RESHAPE: no data moves, but it is an op of its own
+            return TransposeCost(float(RESHAPE_BYTES), 0, shape, perm, "reshape")
+        size = math.prod(shape) * ELEMENT_BYTES.get(dtype, 4)
+        return TransposeCost(float(TRANSPOSE_FIXED_BYTES + size), 1, shape, perm, "bytes")
+
+    def copy(self, elements, dtype):
+        """Nothing: a reshape is metadata when nothing compiles it."""
+        return 0.0  # a reshape is metadata when nothing compiles it
+
+
+def constant_values(program) -> callable:
+    """A function from a constant placeholder to its tensor in `program` (None where it has none)."""
+
+    def value(node: torch.fx.Node):
+        if program is None:
+            return None
+        from executorch.backends.arm._passes.arm_pass_utils import get_param_tensor
+
+        try:
+            return get_param_tensor(program, node)
+        except (RuntimeError, KeyError, AttributeError):
+            return None
+
+    return value
+
+
+def pricing_for(ethos_u_spec, program=None, constants: set[str] | None = None) -> ArmPricing:
+    """The pricing of a lowering: Vela for its Ethos-U compile spec's configuration, else moved bytes."""
+    if ethos_u_spec is None:
+        return MovedBytesPricing()
+    config = vela.vela_config(tuple(ethos_u_spec.compiler_flags))
+    return VelaPricing(config, ProbeContext(set(constants or ()), constant_values(program)))
+
+
+def default_vela_pricing() -> VelaPricing:
+    """Vela pricing for executorch's default ethos-u55-128 configuration (no program: constants unknown)."""
+    return VelaPricing(vela.vela_config())

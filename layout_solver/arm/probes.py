@@ -1,0 +1,555 @@
+"""Arm (pre-TOSA) ops as the TOSA operators executorch will serialize them into, written as small probe graphs
+(cost_models.tosa_probe) a target's compiler can price in any dim order.
+
+`TRANSLATIONS` maps each op target to the TOSA it becomes (one function per family, registered once, as the
+op rules are): `add.Tensor` -> ADD, `sum.dim_IntList` -> REDUCE_SUM along its remapped axis, `CONV2D` ->
+CONV2D with the node's own weights, ... An op with no translation is not priced (`op_probe` returns None).
+
+`op_probe(node, reads, order)` writes the node reading its operands in the orders `reads` and storing its
+result in `order`, together with its chain neighbours (a producer whose only reader is the node, the node's
+only reader) when they can run in the same order: Vela fuses such pairs (a RESCALE into the CONV2D or ADD
+next to it, a CLAMP into its producer), so a probe of the node alone would price work the whole program
+does not do. The caller prices only the rows Vela attributes to the node itself. Constants are written
+with their data, stored in the order they are read (their transposes fold at compile time), because where
+a constant lives (Flash) and what its values compress to are part of the cost.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import logging
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
+from graph_io.fx import dtype_name, tensor_of
+from layout_solver.arm.op_rules import MatMul, SameOrder, rule_for, short_target
+from layout_solver.arm.orders import Order, compose, inverse, view_output_order
+
+log = logging.getLogger(__name__)
+_NUMPY_INT = {"int8": np.int8, "int16": np.int16}
+
+_DTYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "bool": "bool", "float32": "fp32",
+           "float16": "fp16", "bfloat16": "bf16", "uint8": "int8"}  # fmt: skip
+
+
+def probe_dtype(val) -> str | None:
+    """The TOSA dtype of a tensor, or None where TOSA has none (int64 at this stage is not serialized)."""
+    return _DTYPES.get(dtype_name(val))
+
+
+@dataclass
+class ProbeContext:
+    """What a probe needs beyond the nodes: which placeholders are constants, and their values."""
+
+    constants: set[str] = field(default_factory=set)
+    constant_value: Callable[[torch.fx.Node], torch.Tensor | None] = lambda node: None
+    chains: dict = field(default_factory=dict)  # chain_of's answers while one problem is built
+    _values: dict = field(default_factory=dict)
+
+    def value(self, node: torch.fx.Node):
+        """A constant's values as a numpy array (read from the program once), or None."""
+        if node not in self._values:
+            data = self.constant_value(node) if node.name in self.constants else None
+            self._values[node] = None if data is None else data.detach().contiguous().numpy()
+        return self._values[node]
+
+
+@dataclass
+class _Writer:
+    """Writes nodes into one probe: operands become graph inputs, constants or earlier probe tensors."""
+
+    context: ProbeContext
+    intermediates: bool = True  # operands an op computes arrive as intermediates (False: as graph inputs)
+    transposed: frozenset = frozenset()  # nodes whose result arrives from a transpose: as a graph input
+    builder: ProbeBuilder = field(default_factory=ProbeBuilder)
+    written: dict = field(default_factory=dict)  # (node, order) -> tensor index
+
+    def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int:
+        """The probe tensor of `node` stored in `order` (default: identity)."""
+        val = tensor_of(node)
+        order = tuple(range(val.dim())) if order is None else tuple(order)
+        if _is_permute(node):  # an alias: the same data as its input, in the composed order
+            return self.tensor(node.args[0], compose(_perm_of(node), order))
+        if (node, order) in self.written:
+            return self.written[(node, order)]
+        dtype = probe_dtype(val)
+        if dtype is None:
+            raise _Unpriced(f"{node.name} has dtype {val.dtype}")
+        shape = [int(val.shape[i]) for i in order]
+        data = self.context.value(node)
+        if data is not None:
+            array = np.ascontiguousarray(data.transpose(order)) if order else data
+            found = self.builder.const(array, dtype, shape)
+        else:
+            found = self.builder.input(shape, dtype)
+            if node.op == "call_function" and self.intermediates and node not in self.transposed:
+                found = _intermediate(self.builder, found, shape, dtype)
+        self.written[(node, order)] = found
+        return found
+
+
+def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
+    """`tensor` passed through a cheap op of its own, so Vela stores it as the intermediate it is in the
+    program (in its brick format, where the op reading it allows one) rather than as a graph input, which must
+    be plain NHWC: a convolution reading NHWC runs up to twice as long. The op's rows are not the probed op's.
+    A CLAMP (int8, int16) never takes a RESCALE after it in; int32 tensors are left as inputs, since every op that
+    writes int32 would."""
+    if dtype in ("int8", "int16"):
+        info = np.iinfo(_NUMPY_INT[dtype])
+        low, high = (
+            (int(info.min) + 1).to_bytes(2 if dtype == "int16" else 1, "little", signed=True),
+            int(info.max).to_bytes(2 if dtype == "int16" else 1, "little", signed=True),
+        )
+        return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", min_val=low, max_val=high,
+                    nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
+    return tensor  # int32 (between a compute op and its RESCALE): any op would take the RESCALE's scaling in
+
+
+class _Unpriced(Exception):
+    """The probe cannot be written (an op or dtype the translation does not know)."""
+
+
+Translation = Callable[[_Writer, torch.fx.Node, list[Order], Order], list[int]]
+TRANSLATIONS: dict[str, Translation] = {}
+
+
+def translates(*targets: str):
+    """Register a translation for op targets ("add.Tensor"); it returns the indices of the operators it adds."""
+
+    def register(fn: Translation) -> Translation:
+        taken = [t for t in targets if t in TRANSLATIONS]
+        if taken:
+            raise ValueError(f"two TOSA translations for {', '.join(taken)}")
+        TRANSLATIONS.update(dict.fromkeys(targets, fn))
+        return fn
+
+    return register
+
+
+def _out(node, order: Order) -> tuple[list[int], str]:
+    val = tensor_of(node)
+    dtype = probe_dtype(val)
+    if dtype is None:
+        raise _Unpriced(f"{node.name} has dtype {val.dtype}")
+    return [int(val.shape[i]) for i in order], dtype
+
+
+def _emit(w: _Writer, node, order: Order, name: str, inputs, attribute=None, **arguments) -> list[int]:
+    shape, dtype = _out(node, order)
+    index, out = w.builder.op(name, inputs, shape, dtype, attribute, **arguments)
+    w.written[(node, tuple(order))] = out
+    return [index]
+
+
+_BINARY = {"add.Tensor": "ADD", "sub.Tensor": "SUB", "maximum.default": "MAXIMUM", "minimum.default": "MINIMUM",
+           "eq.Tensor": "EQUAL", "ge.Tensor": "GREATER_EQUAL", "gt.Tensor": "GREATER",
+           "bitwise_and.Tensor": "BITWISE_AND", "bitwise_or.Tensor": "BITWISE_OR", "bitwise_xor.Tensor": "BITWISE_XOR",
+           "logical_and.default": "LOGICAL_AND", "logical_or.default": "LOGICAL_OR",
+           "logical_xor.default": "LOGICAL_XOR", "pow.Tensor_Tensor": "POW"}  # fmt: skip
+
+
+@translates(*_BINARY)
+def _binary(w, node, reads, order):
+    a, b = (w.tensor(arg, r) for arg, r in zip(node.args[:2], reads))
+    attribute = {"MAXIMUM": "MaximumAttribute", "MINIMUM": "MinimumAttribute"}.get(_BINARY[short_target(node)])
+    arguments = {"nan_mode": "NanPropagationMode.PROPAGATE"} if attribute else {}
+    return _emit(w, node, order, _BINARY[short_target(node)], [a, b], attribute, **arguments)
+
+
+@translates("mul.Tensor")
+def _mul(w, node, reads, order):
+    a, b = (w.tensor(arg, r) for arg, r in zip(node.args[:2], reads))
+    return _emit(w, node, order, "MUL", [a, b, w.builder.const([0], "int8")], "MulAttribute")
+
+
+_UNARY = {"abs.default": "ABS", "bitwise_not.default": "BITWISE_NOT", "logical_not.default": "LOGICAL_NOT",
+          "exp.default": "EXP", "log.default": "LOG", "rsqrt.default": "RSQRT", "reciprocal.default": "RECIPROCAL",
+          "sigmoid.default": "SIGMOID", "tanh.default": "TANH", "erf.default": "ERF", "sin.default": "SIN",
+          "cos.default": "COS", "floor.default": "FLOOR", "ceil.default": "CEIL"}  # fmt: skip
+
+
+@translates(*_UNARY)
+def _unary(w, node, reads, order):
+    return _emit(w, node, order, _UNARY[short_target(node)], [w.tensor(node.args[0], reads[0])])
+
+
+@translates("neg.default")
+def _negate(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    _, dtype = _out(node, order)
+    zps = [w.builder.const([0], dtype), w.builder.const([0], dtype)]
+    return _emit(w, node, order, "NEGATE", [x, *zps], "NegateAttribute")
+
+
+def _clamp_bytes(value, dtype: torch.dtype) -> bytes:
+    if dtype.is_floating_point:
+        return struct.pack("<f", float(value))
+    info = torch.iinfo(dtype)
+    return int(min(max(int(value), info.min), info.max)).to_bytes(dtype.itemsize, "little", signed=True)
+
+
+@translates("clamp.default", "CLAMP.default", "relu.default")
+def _clamp(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    dtype = tensor_of(node).dtype
+    info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+    low = node.args[1] if len(node.args) > 1 and node.args[1] is not None else (0 if "relu" in str(node.target)
+                                                                               else info.min)  # fmt: skip
+    high = node.args[2] if len(node.args) > 2 and node.args[2] is not None else info.max
+    return _emit(w, node, order, "CLAMP", [x], "ClampAttribute", min_val=_clamp_bytes(low, dtype),
+                 max_val=_clamp_bytes(high, dtype), nan_mode="NanPropagationMode.PROPAGATE")  # fmt: skip
+
+
+@translates("where.self")
+def _select(w, node, reads, order):
+    inputs = [w.tensor(arg, r) for arg, r in zip(node.args[:3], reads)]
+    return _emit(w, node, order, "SELECT", inputs)
+
+
+@translates("TABLE.default")
+def _table(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    table = node.args[1]
+    values = w.context.value(table) if isinstance(table, torch.fx.Node) else None
+    if values is None:
+        raise _Unpriced(f"{node.name}: table values unknown")
+    table_dtype = probe_dtype(tensor_of(table))
+    return _emit(w, node, order, "TABLE", [x, w.builder.const(values.reshape(-1), table_dtype)], "TableAttribute")
+
+
+@functools.lru_cache(maxsize=65536)
+def _multipliers(scales: tuple[float, ...], width: int) -> tuple[list[int], list[int]]:
+    """executorch's own integer multipliers and shifts of a RESCALE's scales."""
+    from executorch.backends.arm.operators.op_tosa_rescale import _compute_multiplier_and_shift
+
+    return _compute_multiplier_and_shift(list(scales), width)
+
+
+@translates("RESCALE.default")
+def _rescale(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    in_dtype, (_, out_dtype) = probe_dtype(tensor_of(node.args[0])), _out(node, order)
+    scales = tuple(float(s) for s in node.args[2])
+    multipliers, shifts = _multipliers(scales, 16 if in_dtype == "int48" else 32)
+    consts = [
+        w.builder.const(multipliers, "int16" if in_dtype == "int48" else "int32"),
+        w.builder.const(shifts, "int8"),
+        w.builder.const([int(node.args[3])], in_dtype),
+        w.builder.const([int(node.args[4])], out_dtype),
+    ]
+    return _emit(w, node, order, "RESCALE", [x, *consts], "RescaleAttribute", scale32=in_dtype != "int48",
+                 rounding_mode="RoundingMode.SINGLE_ROUND", per_channel=len(scales) > 1,
+                 input_unsigned=bool(node.kwargs.get("input_unsigned", False)),
+                 output_unsigned=bool(node.kwargs.get("output_unsigned", False)))  # fmt: skip
+
+
+_REDUCE = {"sum.dim_IntList": "REDUCE_SUM", "amax.default": "REDUCE_MAX", "amin.default": "REDUCE_MIN"}
+
+
+@translates(*_REDUCE)
+def _reduce(w, node, reads, order):
+    source = node.args[0]
+    rank = tensor_of(source).dim()
+    dims = node.args[1] if len(node.args) > 1 else list(range(rank))
+    dims = [d % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    x, ops = w.tensor(source, reads[0]), []
+    shape = [int(tensor_of(source).shape[i]) for i in order]
+    name = _REDUCE[short_target(node)]
+    attribute = {"REDUCE_SUM": "ReduceSumAttribute", "REDUCE_MAX": "ReduceMaxAttribute",
+                 "REDUCE_MIN": "ReduceMinAttribute"}[name]  # fmt: skip
+    extra = {} if name == "REDUCE_SUM" else {"nan_mode": "NanPropagationMode.PROPAGATE"}
+    _, dtype = _out(node, order)
+    for axis in sorted(order.index(d) for d in dims):  # one reduction per axis, as executorch decomposes them
+        shape[axis] = 1
+        index, x = w.builder.op(name, [x], shape, dtype, attribute, axis=axis, **extra)
+        ops.append(index)
+    w.written[(node, tuple(order))] = x
+    return ops
+
+
+def _values(arg) -> list[int]:
+    """A per-axis argument's values: given inline, or a CONST_SHAPE node's."""
+    return [int(v) for v in (arg.args[0] if isinstance(arg, torch.fx.Node) else arg)]
+
+
+@translates("SLICE.default")
+def _slice(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    start, size = (_values(a) for a in node.args[1:3])
+    bounds = [w.builder.const([v[i] for i in order], "shape") for v in (start, size)]
+    return _emit(w, node, order, "SLICE", [x, *bounds], "SliceAttribute")
+
+
+@translates("PAD.default")
+def _pad(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    padding = _values(node.args[1])
+    physical = [v for i in order for v in (padding[2 * i], padding[2 * i + 1])]
+    _, dtype = _out(node, order)
+    value = node.kwargs.get("value", 0)
+    consts = [w.builder.const(physical, "shape"), w.builder.const([value], dtype)]
+    return _emit(w, node, order, "PAD", [x, *consts], "PadAttribute")
+
+
+@translates("view_copy.default")
+def _reshape(w, node, reads, order):
+    """A view is a RESHAPE of the stored tensor (its pair of orders keeps it one): free where Vela bypasses it,
+    a MemoryCopy where it cannot (a CONCAT or a graph output reading it)."""
+    x = w.tensor(node.args[0], reads[0])
+    shape, _ = _out(node, order)
+    return _emit(w, node, order, "RESHAPE", [x, w.builder.const(shape, "shape")], "ReshapeAttribute")
+
+
+@translates("cat.default", "CONCAT.default")
+def _concat(w, node, reads, order):
+    tensors = [a for a in node.args[0] if isinstance(a, torch.fx.Node)]
+    inputs = [w.tensor(a, r) for a, r in zip(tensors, reads)]
+    rank = len(order)
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", node.kwargs.get("axis", 0))
+    return _emit(w, node, order, "CONCAT", inputs, "ConcatAttribute", axis=order.index(int(dim) % rank))
+
+
+@translates("MATMUL.default")
+def _matmul(w, node, reads, order):
+    from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import get_input_qparams
+
+    a, b = node.args[:2]
+    try:
+        qparams = get_input_qparams(node)
+        zps = [int(qparams[0].get_zp_per_tensor()), int(qparams[1].get_zp_per_tensor())]
+    except (KeyError, ValueError, AttributeError):
+        zps = [0, 0]
+    dtype = probe_dtype(tensor_of(a))
+    transposed = tuple(order) == (0, 2, 1)
+    first, second = (b, a) if transposed else (a, b)  # (A B)^T = B^T A^T
+    zps = zps[::-1] if transposed else zps
+    inputs = [w.tensor(first, order), w.tensor(second, order), *(w.builder.const([z], dtype) for z in zps)]
+    return _emit(w, node, order, "MATMUL", inputs, "MatMulAttribute")
+
+
+def _qparams_zp(node, index: int) -> int:
+    from executorch.backends.arm._passes.fold_qdq_with_annotated_qparams_pass import get_input_qparams
+
+    try:
+        q = get_input_qparams(node)[index]
+    except (KeyError, ValueError):
+        return 0
+    return int(np.asarray(q.zp).reshape(-1)[0])  # per-channel weights: one zero point per channel, all alike
+
+
+def _conv_inputs(w, node, reads):
+    x = w.tensor(node.args[0], reads[0])
+    weight, bias = node.args[1], node.args[2]
+    if w.context.value(weight) is None:
+        raise _Unpriced(f"{node.name}: weights are not a known constant")
+    inputs = [x, w.tensor(weight), w.tensor(bias) if isinstance(bias, torch.fx.Node) else None]
+    if inputs[2] is None:
+        raise _Unpriced(f"{node.name}: no bias tensor")
+    x_dtype, w_dtype = probe_dtype(tensor_of(node.args[0])), probe_dtype(tensor_of(weight))
+    zp_x = _qparams_zp(node, 0) if x_dtype in ("int8", "int16") else 0
+    zp_w = _qparams_zp(node, 1) if w_dtype == "int8" else 0
+    return [*inputs, w.builder.const([zp_x], x_dtype), w.builder.const([zp_w], w_dtype)]
+
+
+def _acc(node, order) -> str:
+    _, dtype = _out(node, order)
+    return {"fp16": "DType.FP32", "bf16": "DType.FP32"}.get(dtype, f"DType.{dtype.upper()}")
+
+
+@translates("CONV2D.default", "DEPTHWISE_CONV2D.default")
+def _conv2d(w, node, reads, order):
+    stride, pad, dilation = (list(node.args[i]) for i in (3, 4, 5))
+    depthwise = short_target(node).startswith("DEPTHWISE")
+    return _emit(w, node, order, "DEPTHWISE_CONV2D" if depthwise else "CONV2D", _conv_inputs(w, node, reads),
+                 "DepthwiseConv2dAttribute" if depthwise else "Conv2dAttribute", pad=pad, stride=stride,
+                 dilation=dilation, local_bound=False, acc_type=_acc(node, order))  # fmt: skip
+
+
+@translates("TRANSPOSE_CONV2D.default")
+def _transpose_conv2d(w, node, reads, order):
+    out_pad, stride = list(node.args[3]), list(node.args[4])
+    return _emit(w, node, order, "TRANSPOSE_CONV2D", _conv_inputs(w, node, reads), "TransposeConv2dAttribute",
+                 out_pad=out_pad, stride=stride, local_bound=False, acc_type=_acc(node, order))  # fmt: skip
+
+
+@translates("MAX_POOL2D.default")
+def _max_pool(w, node, reads, order):
+    kernel, stride, pad = (list(node.args[i]) for i in (1, 2, 3))
+    return _emit(w, node, order, "MAX_POOL2D", [w.tensor(node.args[0], reads[0])], "MaxPool2dAttribute",
+                 kernel=kernel, stride=stride, pad=pad, nan_mode="NanPropagationMode.PROPAGATE")  # fmt: skip
+
+
+@translates("AVG_POOL2D.default")
+def _avg_pool(w, node, reads, order):
+    x = w.tensor(node.args[0], reads[0])
+    zps = [w.tensor(node.args[1]), w.tensor(node.args[2])]
+    kernel, stride, pad = (list(node.args[i]) for i in (3, 4, 5))
+    acc = node.args[6] if len(node.args) > 6 else torch.int32
+    return _emit(w, node, order, "AVG_POOL2D", [x, *zps], "AvgPool2dAttribute", kernel=kernel, stride=stride,
+                 pad=pad, acc_type=f"DType.{probe_dtype(acc).upper()}")  # fmt: skip
+
+
+# What a probe holds around the op it prices (see _chain): glue ops Vela folds into their neighbours (or, for a
+# view, bypasses), and at most
+# CHAIN_STEPS other ops away; never more than MAX_PROBE_OPS ops.
+GLUE = frozenset({"RESCALE.default", "CLAMP.default", "clamp.default", "TABLE.default", "view_copy.default"})
+CHAIN_STEPS = 1
+MAX_PROBE_OPS = 24
+
+
+def translatable(node: torch.fx.Node) -> bool:
+    """Whether `node` is a call with a TOSA translation."""
+    return node.op == "call_function" and short_target(node) in TRANSLATIONS
+
+
+def _can_run_in(node: torch.fx.Node, order: Order) -> bool:
+    """Whether a neighbour could run in `order` alongside the node (same order, same rank, or the identity)."""
+    if not translatable(node) or tensor_of(node) is None or len(order) != tensor_of(node).dim():
+        return False
+    if order == tuple(range(len(order))):
+        return True
+    rule = rule_for(node)
+    return isinstance(rule, SameOrder) and all(tensor_of(a).dim() == len(order) for a in rule.operands(node))
+
+
+def _translate(w: _Writer, node, reads: list[Order], order: Order) -> list[int]:
+    rule = rule_for(node)
+    operands = rule.operands(node)
+    full = list(reads) + [tuple(range(tensor_of(o).dim())) for o in operands[len(reads) :]]
+    return TRANSLATIONS[short_target(node)](w, node, full, tuple(order))
+
+
+def _is_permute(node) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and rule_for(node).kind == "permute"
+
+
+def reads_in(node: torch.fx.Node, order: Order) -> list[Order] | None:
+    """The orders `node` reads its rule's operands in when it runs in `order` (a product in its transposed
+    order reads both operands transposed); None if it cannot run in `order`."""
+    rule = rule_for(node)
+    if isinstance(rule, (SameOrder, MatMul)):
+        return [tuple(order)] * len(rule.operands(node))
+    if tuple(order) != tuple(range(len(order))):
+        return None
+    return [tuple(range(tensor_of(o).dim())) if tensor_of(o) is not None else () for o in rule.operands(node)]
+
+
+def member(m: torch.fx.Node, order: Order, produced: bool) -> tuple[list[Order], Order] | None:
+    """(reads, result order) of a neighbour `m` whose result (`produced`) or input is in `order`, or None if it
+    cannot run that way. A view changes the order along with the shape (one that keeps it a pure reshape)."""
+    if rule_for(m).kind == "view":
+        if tensor_of(m) is None or tensor_of(m.args[0]) is None:
+            return None
+        s_in, s_out = list(tensor_of(m.args[0]).shape), list(tensor_of(m).shape)
+        other = view_output_order(s_out, s_in, order) if produced else view_output_order(s_in, s_out, order)
+        if other is None:
+            return None
+        return ([tuple(other)], tuple(order)) if produced else ([tuple(order)], tuple(other))
+    if not _can_run_in(m, order):
+        return None
+    return reads_in(m, order), tuple(order)
+
+
+Barrier = tuple  # (producer, consumer): an edge a chain does not cross (a transpose will sit there)
+
+
+def _chain(
+    node: torch.fx.Node, reads: list[Order], order: Order, barrier: Barrier | None = None
+) -> dict[torch.fx.Node, tuple]:
+    """The ops Vela may fuse or chain with `node` (running in `order`, reading in `reads`), each with (its reads,
+    its result order). They are reached along chain edges (a producer whose only reader is the consumer),
+    through the permutes between them (a permute is bookkeeping: the write-back removes it when the orders
+    agree), and must run in the orders the edge leaves them in. Glue ops (RESCALE, CLAMP, TABLE: what Vela
+    folds into a neighbour's input or output; views, which it bypasses or copies) cost no step; any other op is
+    one step, and at most CHAIN_STEPS are taken: an ADD fed by a CONV2D through two RESCALEs is chained to it
+    on Ethos-U85 and costs nothing there. The edge `barrier` is not crossed."""
+    members, steps = {node: (list(reads), tuple(order))}, {node: 0}
+    queue = collections.deque([node])
+    while queue and len(members) < MAX_PROBE_OPS:
+        n = queue.popleft()
+        n_reads, n_order = members[n]
+        around = []
+        for a, r in zip(rule_for(n).operands(n), n_reads):
+            while _is_permute(a) and len(a.users) == 1:
+                a, r = a.args[0], compose(_perm_of(a), r)
+            if isinstance(a, torch.fx.Node) and a.op == "call_function" and len(a.users) == 1 and (a, n) != barrier:
+                around.append((a, tuple(r), True))
+        users, r = list(n.users), n_order
+        while len(users) == 1 and _is_permute(users[0]):
+            r = compose(inverse(_perm_of(users[0])), r)
+            users = list(users[0].users)
+        if len(users) == 1 and (n, users[0]) != barrier:
+            around.append((users[0], tuple(r), False))
+        for m, m_order, produced in around:
+            step = steps[n] + (0 if short_target(m) in GLUE else 1)
+            if m in members or step > CHAIN_STEPS or not translatable(m):
+                continue
+            found = member(m, m_order, produced)
+            if found is not None:
+                members[m], steps[m] = found, step
+                queue.append(m)
+    del members[node]
+    return members
+
+
+def _perm_of(node: torch.fx.Node) -> Order:
+    rank = max(tensor_of(node).dim(), 1)
+    return tuple(int(p) % rank for p in node.args[1])
+
+
+def chain_of(
+    node: torch.fx.Node, reads: list[Order], order: Order, barrier: Barrier | None = None, memo: dict | None = None
+) -> dict:
+    """`node` and the ops a probe of it holds, each with (its reads, its result order); `memo` keeps answers
+    while one problem is built (the graph does not change meanwhile)."""
+    key = (node, tuple(map(tuple, reads)), tuple(order), barrier)
+    if memo is not None and key in memo:
+        return memo[key]
+    found = {node: (list(reads), tuple(order)), **_chain(node, reads, order, barrier)}
+    if memo is not None:
+        memo[key] = found
+    return found
+
+
+def op_probe(
+    node: torch.fx.Node,
+    reads: list[Order],
+    order: Order,
+    context: ProbeContext,
+    neighbours: bool = True,
+    barrier: Barrier | None = None,
+) -> tuple[ProbeGraph, list[int]] | None:
+    """The probe of `node` reading its rule's operands in `reads` and writing its result in `order`, with the
+    ops Vela may fuse or chain it with (`_chain`: an ADD's input RESCALEs fuse only when its other input is
+    rescaled too) when `neighbours`, none across the edge `barrier`; returns (graph, TOSA operator indices of the
+    node's own operators), or None when the node cannot be written (no translation, a dtype TOSA does not
+    serialize)."""
+    if not translatable(node):
+        return None
+    # Alone (no neighbours: a transpose before and after it in the program) its operands come from transposes,
+    # which write plain NHWC: graph inputs are that.
+    # Across `barrier` a transpose will sit: what it writes (plain NHWC, nothing chained) is a graph input.
+    w = _Writer(context, intermediates=neighbours, transposed=frozenset(barrier[:1]) if barrier else frozenset())
+    group = chain_of(node, reads, order, barrier, context.chains) if neighbours else {node: None}
+    group = {n: m for n, m in group.items() if n is not node}
+    position = {n: i for i, n in enumerate(node.graph.nodes)}
+    own = []
+    try:
+        for n in sorted([*group, node], key=position.__getitem__):
+            if n is node:
+                own = _translate(w, node, reads, order)
+            else:
+                _translate(w, n, *group[n])
+    except _Unpriced:
+        return None
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:  # an op the translation misreads
+        log.warning("layout-solver: no TOSA probe for %s (%s): %s: %s", node.name, node.target, type(exc).__name__, exc)
+        return None
+    graph = w.builder.build()
+    return graph, [graph.tosa_index(i) for i in own]

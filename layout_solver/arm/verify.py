@@ -1,0 +1,177 @@
+"""Never hand back a delegate dearer than stock's: lower it both ways, let the target's compiler price both, keep
+the cheaper, and remember the decision.
+
+`preprocess_verified` stands in for EthosUBackend.preprocess inside `solver_layouts(verify="vela")` (the
+default). For each delegate it first looks the decision up by the delegate's content (its graph, tensor
+shapes and constant data, the compile flags, the tool versions and this project's source): a known delegate
+is lowered once, the way that won. An unknown one is lowered with the stage and without it; Vela's compiler
+core prices both TOSA graphs for the delegate's own configuration; the cheaper is kept (the stock one on a
+tie) and the decision stored. Every report of the delegate carries both totals in `vela_check`; so the
+first lowering of a model costs about two, and every later one costs one.
+
+`verify="model"` skips the comparison: the stage's own whole-delegate pricing decides alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from cost_models.vela import cache_folder, compile_network, vela_config
+from layout_solver.provenance import source_digest, tool_versions
+
+
+def delegate_digest(edge_program, flags) -> str:
+    """A digest of everything that decides how a delegate lowers: its graph (nodes and tensor metadata), its
+    constants' values, the compile flags, the tool versions and the project's source."""
+    digest = hashlib.sha1()
+    for node in edge_program.graph.nodes:
+        digest.update(node.format_node().encode())
+        val = node.meta.get("val")
+        digest.update(f"{getattr(val, 'shape', '')}{getattr(val, 'dtype', '')}".encode())
+    for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
+        digest.update(name.encode())
+        if hasattr(tensor, "detach"):
+            digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    digest.update(json.dumps([list(flags), tool_versions(), source_digest()]).encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How one delegate was lowered: the side kept and both sides' Vela totals."""
+
+    kept: str  # "solver" or "stock"
+    stock_cycles: int
+    solver_cycles: int
+
+    def as_check(self, cached: bool) -> dict:
+        """The report's `vela_check`: both totals, the side kept, whether the decision was stored before."""
+        return {"stock_cycles": self.stock_cycles, "solver_cycles": self.solver_cycles, "kept": self.kept,
+                "cached": cached}  # fmt: skip
+
+
+class DecisionStore:
+    """Decisions on disk (one SQLite file beside the probe cache, shared by processes)."""
+
+    def __init__(self, directory: Path | None):
+        self.path = Path(directory) / "decisions.sqlite" if directory is not None else None
+        self.memory: dict[str, Decision] = {}
+        self._db = None
+
+    def _connect(self):
+        if self.path is None:
+            return None
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS decisions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        return self._db
+
+    def get(self, key: str) -> Decision | None:
+        """The stored decision of `key`, or None."""
+        if key not in self.memory and (db := self._connect()) is not None:
+            row = db.execute("SELECT value FROM decisions WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                self.memory[key] = Decision(**json.loads(row[0]))
+        return self.memory.get(key)
+
+    def put(self, key: str, decision: Decision) -> None:
+        """Store `decision` under `key` (memory and disk)."""
+        self.memory[key] = decision
+        if (db := self._connect()) is not None:
+            db.execute("INSERT OR REPLACE INTO decisions VALUES (?, ?)", (key, json.dumps(decision.__dict__)))
+
+
+_STORES: dict[Path, DecisionStore] = {}
+
+
+def default_decisions() -> DecisionStore:
+    """The process-wide decision store in `cost_models.vela.cache_folder()`, beside the probes."""
+    folder = cache_folder()
+    if folder not in _STORES:
+        _STORES[folder] = DecisionStore(folder)
+    return _STORES[folder]
+
+
+def _dumped(folder: str | None) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in Path(folder).glob("*.tosa")} if folder else {}
+
+
+def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: list, stage_off,
+                        settings: str = "", store: DecisionStore | None = None):  # fmt: skip
+    """EthosUBackend.preprocess(edge_program, compile_specs) for the cheaper of the stage's layout and stock's,
+    as described in the module docstring. `preprocess` is the original; `stage_off()` the hooks' scoped switch
+    that lowers the stock way; `settings` names the stage's options, part of the decision's key.
+
+    A new delegate runs the TOSA pipeline both ways but hands Vela's command line only the TOSA it keeps, so
+    whatever watches the lowering (a recorder of the flatbuffers Vela compiles, the artifacts folder) sees
+    one delegate, as without verification."""
+    from executorch.backends.arm.tosa.backend import TOSABackend
+
+    store = store if store is not None else default_decisions()
+    key = delegate_digest(edge_program, [*spec.compiler_flags, settings])
+    first = len(reports)
+    known = store.get(key)
+    if known is not None:
+        with stage_off() if known.kept == "stock" else contextlib.nullcontext():
+            result = preprocess(edge_program, compile_specs)
+        _annotate(reports[first:], known, cached=True)
+        return result
+    tosa_spec = TOSABackend.filter_tosa_compile_specs(spec)
+    folder = spec._get_intermediate_path()
+    before = _dumped(folder)
+    with stage_off():
+        stock = TOSABackend._preprocess(copy.deepcopy(edge_program), tosa_spec).processed_bytes
+    stock_files = {p: b for p, b in _dumped(folder).items() if before.get(p) != b}
+    solver = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes
+    config = vela_config(tuple(spec.compiler_flags))
+    cycles = {side: compile_network(tosa, config).cycles for side, tosa in (("stock", stock), ("solver", solver))}
+    decision = Decision("solver" if cycles["solver"] < cycles["stock"] else "stock", cycles["stock"], cycles["solver"])
+    store.put(key, decision)
+    if decision.kept == "stock":
+        for path, data in stock_files.items():  # the artifacts folder shows the program that was kept
+            path.write_bytes(data)
+    _annotate(reports[first:], decision, cached=False)
+    return _ethos_u_result(solver if decision.kept == "solver" else stock, spec)
+
+
+def _ethos_u_result(tosa: bytes, spec):
+    """What EthosUBackend.preprocess returns for a TOSA flatbuffer (executorch 1.5.1's own tail of it): Vela's
+    command stream, with any blocks the spec places outside it in a named data store."""
+    from executorch.backends.arm.ethosu import EthosUBackend
+    from executorch.exir._serialize._named_data_store import NamedDataStore
+    from executorch.exir.backend.backend_details import PreprocessResult
+
+    compiled = EthosUBackend._compile_tosa_flatbuffer(tosa, spec)
+    if not compiled.external_blocks:
+        return PreprocessResult(processed_bytes=compiled.processed_bytes)
+    data_store = NamedDataStore()
+    for block in compiled.external_blocks:
+        data_store.add_named_data(block.key, block.payload, alignment=block.alignment, external_tag=block.placement)
+    return PreprocessResult(
+        processed_bytes=compiled.processed_bytes, data_store_output=data_store.get_named_data_store_output()
+    )
+
+
+def _annotate(reports: list, decision: Decision, cached: bool) -> None:
+    if not reports:  # lowered the stock way only: no solver pass ran, so say what happened in a report of its own
+        from layout_solver.report import PassReport, record
+
+        report = PassReport("stock-kept")
+        record(report)
+        reports = [report]
+    for report in reports:
+        report.vela_check = decision.as_check(cached)
+        report.kept_stock = decision.kept == "stock"
+        if report.kept_stock:
+            report.notes.append(
+                f"stock's layout kept: Vela prices it {decision.stock_cycles:,} cycles, the solver's "
+                f"{decision.solver_cycles:,}"
+            )

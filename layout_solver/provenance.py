@@ -1,0 +1,35 @@
+"""What produced a number: the installed version of every tool that can change one, and a digest of the
+project's own source. Part of every cache key that stores a result (zoo jobs, verified lowering decisions)."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+
+TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "ortools")
+
+
+@cache
+def tool_versions() -> dict[str, str]:
+    """The installed version of every tool that can change a number."""
+    versions = {}
+    for tool in TOOLS:
+        try:
+            versions[tool] = metadata.version(tool)
+        except metadata.PackageNotFoundError:
+            versions[tool] = "absent"
+    return versions
+
+
+@cache
+def source_digest() -> str:
+    """A digest of the project's code and data files (read once per process): a change invalidates results."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha1()
+    for package in ("layout_solver", "cost_models", "graph_io"):
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
