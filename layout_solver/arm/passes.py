@@ -7,6 +7,9 @@ canonical-transpose rewrite it runs last gives each remaining transpose its chea
 
 from __future__ import annotations
 
+import hashlib
+import json
+import time
 import warnings
 from collections import Counter
 from typing import ClassVar
@@ -17,13 +20,15 @@ from executorch.exir.pass_base import PassResult
 
 from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan
 from layout_solver.arm.orders import label_order
-from layout_solver.arm.pricing import ArmPricing, pricing_for
+from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
+from layout_solver.provenance import source_digest, tool_versions
 from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.solvers.decompose import shared_memo
+from layout_solver.stores import JsonStore, default_store
 
 
 def constant_placeholders(program) -> set[str]:
@@ -92,6 +97,29 @@ def _solve_refining(arm: ArmProblem, solve) -> Solution:
     return solution
 
 
+def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmPricing, pinned: frozenset) -> str:
+    """A digest of everything the stage's answer depends on: the graph (nodes, arguments, tensor metadata), the
+    values of its constants, the pricing's configuration, the pinned rule kinds, the tool versions and the
+    project's source."""
+    digest = hashlib.sha1()
+    for node in graph_module.graph.nodes:
+        val = node.meta.get("val")  # repr, not format_node: 5x faster on long argument lists (a node's repr is its name)
+        digest.update(repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
+                            getattr(val, "dtype", None))).encode())  # fmt: skip
+        if node.op in ("placeholder", "get_attr") and (tensor := constant_value(node)) is not None:
+            digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+    digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest()]).encode())
+    return digest.hexdigest()
+
+
+def _replayable(arm: ArmProblem, solution: Solution) -> bool:
+    """Whether a stored answer fits this problem: a label for every value, a mode of its own for every op."""
+    modes = {op.id: {m.name for m in op.modes} for op in arm.problem.ops}
+    return set(solution.labels) == {v.id for v in arm.problem.values} and all(
+        solution.modes.get(op) in names for op, names in modes.items()
+    )
+
+
 class _Declined(Exception):
     """The stage could not build its problem (an op the pricing or a rule misreads): nothing is written."""
 
@@ -110,6 +138,7 @@ class SolverLayoutPass(ArmPass):
         canonical=None,
         target_spec=lambda: None,
         enabled=lambda: True,
+        answers: JsonStore | None | bool = True,
     ):
         super().__init__()
         self.time_limit = time_limit
@@ -128,6 +157,27 @@ class SolverLayoutPass(ArmPass):
         self.target_spec = target_spec
         self.pricing: ArmPricing | None = None  # the last call's, for reports and tests
         self.enabled = enabled  # False: the delegate is being lowered the stock way (verify's other side)
+        # Answers by graph and pricing (True: the store in the probe cache's folder; False: none): lowering
+        # a graph the stage has answered before replays the answer instead of pricing and solving again.
+        self.answers = answers
+
+    def _replay(self, stored: dict, graph_module, constants, write_back):
+        """Write a stored answer back: the problem is built unpriced (the rules alone say what each mode
+        writes), the answer checked against it; None if it does not fit (then the stage solves afresh)."""
+        solution = Solution.model_validate(stored["solution"])
+        solution.notes = [*solution.notes, "answer replayed from the stage's store (same graph, same pricing)"]
+
+        def build():
+            return build_problem(graph_module, constants=constants, pinned_kinds=self.pinned_kinds,
+                                 pricing=MovedBytesPricing())  # fmt: skip
+
+        started = time.perf_counter()
+        arm = build()
+        if not _replayable(arm, solution):
+            return None
+        run = run_solver_pass(lambda: arm, lambda _: solution, write_back)
+        run.phase_seconds["build"] += time.perf_counter() - started
+        return run
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         if not self.enabled():
@@ -165,12 +215,31 @@ class SolverLayoutPass(ArmPass):
             return written
 
         solve = lowering_solver(self.time_limit, self.service, program, lambda: constants & set(built[0].value_node))
+        store = default_store("answers") if self.answers is True else (self.answers or None)
+        key = stored = None
+        if store is not None and not in_joint_lowering():  # a joint answer depends on the other methods too
+            started = time.perf_counter()
+            key = answer_key(graph_module, constant_values(program), pricing, self.pinned_kinds)
+            stored = store.get(key)
+            digest_seconds = time.perf_counter() - started
         try:
-            run = run_solver_pass(build, lambda arm: _solve_refining(arm, solve), write_back)
+            run = None if stored is None else self._replay(stored, graph_module, constants, write_back)
+            if run is not None:
+                run.phase_seconds["build"] += digest_seconds
+            else:
+                run = run_solver_pass(build, lambda arm: _solve_refining(arm, solve), write_back)
+                stored = None
         except _Declined as declined:  # nothing was written: the delegate lowers with the graph as it came
             warnings.warn(f"layout-solver: the Arm stage left a delegate as it was: {declined}", stacklevel=2)
             record(PassReport("stock-fallback", notes=[f"the stage could not build its problem: {declined}"]))
             return PassResult(graph_module, False)
+        if stored is None:
+            by_op, unpriced = predicted_by_op(run.built, run.solution, pricing), run.built.unpriced
+            if key is not None and run.solution.status == "optimal":  # a time-out's answer is not kept
+                store.put(key, {"solution": run.solution.model_dump(mode="json"), "unpriced": list(unpriced),
+                                "predicted_by_op": dict(by_op)})  # fmt: skip
+        else:
+            by_op, unpriced = Counter(stored["predicted_by_op"]), stored["unpriced"]
         written, removed = run.written
         record(
             solver_report(
@@ -180,8 +249,8 @@ class SolverLayoutPass(ArmPass):
                 pinned_unknown=run.built.pinned_unknown,
                 modes_chosen=algebraic_modes(run.built, run.solution),
                 pricing=pricing.description,
-                unpriced=run.built.unpriced,
-                predicted_by_op=predicted_by_op(run.built, run.solution, pricing),
+                unpriced=unpriced,
+                predicted_by_op=by_op,
             )
         )
         if self.canonical is not None:

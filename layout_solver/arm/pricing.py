@@ -52,6 +52,11 @@ class ArmPricing:
         """What priced the problem, as reports show it."""
         return self.name
 
+    @property
+    def key(self) -> str:
+        """Everything about the pricing that can change a price (part of a stored answer's key)."""
+        return f"{type(self).__qualname__} {self.description}"
+
     def op_cost(self, node: torch.fx.Node, reads: list[Order], order: Order) -> float | None:
         """The op's own price reading `reads` and writing `order`; None if the target cannot run it so."""
         raise NotImplementedError
@@ -103,6 +108,11 @@ class VelaPricing(ArmPricing):
     def description(self) -> str:
         """The pricing and its target, as "vela <accelerator>"."""
         return f"vela {self.config.accelerator}"
+
+    @property
+    def key(self) -> str:
+        """The Vela configuration's own key (accelerator, system config, memory mode, flags, Vela version)."""
+        return f"{type(self).__qualname__} {self.config.key}"
 
     def _cycles(self, node, reads, order, neighbours: bool = True, barrier=None) -> float | str | None:
         """Vela's cycles for the node's own rows; UNPRICED if it cannot be written, None if Vela rejects it."""
@@ -205,17 +215,24 @@ class MovedBytesPricing(ArmPricing):
 
 
 def constant_values(program) -> callable:
-    """A function from a constant placeholder to its tensor in `program` (None where it has none)."""
+    """A function from a constant placeholder to its tensor in `program` (None where it has none). The
+    signature's name tables are read once: executorch's get_param_tensor rebuilds them on every call."""
+    if program is None:
+        return lambda node: None
+    signature = program.graph_signature
+    tensors = {
+        **{name: program.state_dict.get(key) for name, key in signature.inputs_to_parameters.items()},
+        **{name: program.state_dict.get(key, program.constants.get(key))
+           for name, key in signature.inputs_to_buffers.items()},
+        **{name: program.constants.get(key) for name, key in signature.inputs_to_lifted_tensor_constants.items()},
+    }  # fmt: skip
 
     def value(node: torch.fx.Node):
-        if program is None:
-            return None
-        from executorch.backends.arm._passes.arm_pass_utils import get_param_tensor
-
-        try:
-            return get_param_tensor(program, node)
-        except (RuntimeError, KeyError, AttributeError):
-            return None
+        if node.op == "placeholder":
+            return tensors.get(node.name)
+        if node.op == "get_attr":
+            return getattr(node.graph.owning_module, str(node.target), None)
+        return None
 
     return value
 

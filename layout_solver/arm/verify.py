@@ -18,12 +18,12 @@ import contextlib
 import copy
 import hashlib
 import json
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.vela import cache_folder, compile_network, vela_config
 from layout_solver.provenance import source_digest, tool_versions
+from layout_solver.stores import JsonStore
 
 
 def delegate_digest(edge_program, flags) -> str:
@@ -56,37 +56,20 @@ class Decision:
                 "cached": cached}  # fmt: skip
 
 
-class DecisionStore:
-    """Decisions on disk (one SQLite file beside the probe cache, shared by processes)."""
+class DecisionStore(JsonStore):
+    """Decisions on disk (`decisions.sqlite` in `directory`; in memory only if None)."""
 
     def __init__(self, directory: Path | None):
-        self.path = Path(directory) / "decisions.sqlite" if directory is not None else None
-        self.memory: dict[str, Decision] = {}
-        self._db = None
-
-    def _connect(self):
-        if self.path is None:
-            return None
-        if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS decisions (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        return self._db
+        super().__init__(directory, "decisions")
 
     def get(self, key: str) -> Decision | None:
         """The stored decision of `key`, or None."""
-        if key not in self.memory and (db := self._connect()) is not None:
-            row = db.execute("SELECT value FROM decisions WHERE key = ?", (key,)).fetchone()
-            if row is not None:
-                self.memory[key] = Decision(**json.loads(row[0]))
-        return self.memory.get(key)
+        found = super().get(key)
+        return None if found is None else Decision(**found)
 
     def put(self, key: str, decision: Decision) -> None:
         """Store `decision` under `key` (memory and disk)."""
-        self.memory[key] = decision
-        if (db := self._connect()) is not None:
-            db.execute("INSERT OR REPLACE INTO decisions VALUES (?, ?)", (key, json.dumps(decision.__dict__)))
+        super().put(key, decision.__dict__)
 
 
 _STORES: dict[Path, DecisionStore] = {}

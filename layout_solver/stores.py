@@ -1,0 +1,56 @@
+"""Results kept on disk by content digest: one SQLite table of JSON values per kind of result, beside the probe
+cache (`cost_models.vela.cache_folder()`), shared by processes. The verified lowering's decisions and the Arm
+stage's answers are kept here; what makes a key (graph, constants, flags, tool versions, the project's source)
+is each user's business."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from cost_models.vela import cache_folder
+
+
+class JsonStore:
+    """JSON values by key, in memory and in `<directory>/<name>.sqlite` (in memory only if `directory` is None)."""
+
+    def __init__(self, directory: Path | None, name: str):
+        self.path = Path(directory) / f"{name}.sqlite" if directory is not None else None
+        self.memory: dict[str, object] = {}
+        self._db = None
+
+    def _connect(self):
+        if self.path is None:
+            return None
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS store (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        return self._db
+
+    def get(self, key: str):
+        """The value stored under `key`, or None."""
+        if key not in self.memory and (db := self._connect()) is not None:
+            row = db.execute("SELECT value FROM store WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                self.memory[key] = json.loads(row[0])
+        return self.memory.get(key)
+
+    def put(self, key: str, value) -> None:
+        """Store `value` (anything json.dumps takes) under `key`, in memory and on disk."""
+        self.memory[key] = value
+        if (db := self._connect()) is not None:
+            db.execute("INSERT OR REPLACE INTO store VALUES (?, ?)", (key, json.dumps(value)))
+
+
+_OPEN: dict[tuple[Path, str], JsonStore] = {}
+
+
+def default_store(name: str) -> JsonStore:
+    """The process-wide store `name` in the cache folder of the moment (it follows LAYOUT_SOLVER_VELA_CACHE)."""
+    where = (cache_folder(), name)
+    if where not in _OPEN:
+        _OPEN[where] = JsonStore(*where)
+    return _OPEN[where]
