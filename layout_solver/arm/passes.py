@@ -103,7 +103,9 @@ def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmP
     project's source."""
     digest = hashlib.sha1()
     for node in graph_module.graph.nodes:
-        val = node.meta.get("val")  # repr, not format_node: 5x faster on long argument lists (a node's repr is its name)
+        val = node.meta.get(
+            "val"
+        )  # repr, not format_node: 5x faster on long argument lists (a node's repr is its name)
         digest.update(repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
                             getattr(val, "dtype", None))).encode())  # fmt: skip
         if node.op in ("placeholder", "get_attr") and (tensor := constant_value(node)) is not None:
