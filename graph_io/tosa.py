@@ -75,3 +75,27 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
                     )
                 )
     return found
+
+
+# Ops whose integer operand indexes another operand's dim: (op, indices operand, values operand, indexed dim).
+_INDEXING = {"GATHER": (1, 0, 1), "SCATTER": (1, 0, 1)}
+_PASS_THROUGH = ("RESHAPE", "CAST", "TRANSPOSE", "IDENTITY", "TILE", "SLICE")  # values kept, first operand
+
+
+def index_bounds(tosa: bytes) -> dict[str, int]:
+    """Graph tensors used as GATHER / SCATTER indices (traced back through reshapes, casts and transposes),
+    each with the size of the dim it indexes: inputs outside [0, size) are not a program's valid inputs (the
+    reference model aborts on them)."""
+    ops = tosa_ops(tosa)
+    producer = {out: op for op in ops for out in op.outputs}
+    bounds: dict[str, int] = {}
+    for op in ops:
+        if op.op not in _INDEXING:
+            continue
+        indices, values, dim = _INDEXING[op.op]
+        name = op.inputs[indices]
+        while name in producer and producer[name].op in _PASS_THROUGH:
+            name = producer[name].inputs[0]
+        size = op.input_shapes[values][dim]
+        bounds[name] = min(bounds.get(name, size), size)
+    return bounds

@@ -197,3 +197,26 @@ def test_delegate_input_transpose_is_merged_only_when_its_reshape_folds(model, m
     assert c["vela_total_cycles"] <= s["vela_total_cycles"]
     same = compare_lowerings(stock.tosa_files, canon.tosa_files)
     assert same.equivalent and same.max_abs_diff == 0
+
+
+def test_random_inputs_index_within_the_dim_a_gather_reads(tmp_path):
+    """An int32 input a GATHER indexes with (here through a TILE, as executorch writes index_select) gets
+    random values in [0, K): the reference model aborts the process on any other."""
+    import numpy as np
+
+    from cost_models.tosa_probe import ProbeBuilder
+    from graph_io.tosa import index_bounds, tosa_inputs
+    from layout_solver.arm.equivalence import random_inputs, run_tosa
+
+    b = ProbeBuilder()
+    values, indices = b.input((2, 4, 3), "int8"), b.input((1, 2), "int32")
+    _, tiled = b.op("TILE", [indices, b.const([2, 1], "shape")], (2, 2), "int32")
+    b.op("GATHER", [values, tiled], (2, 2, 3), "int8")
+    program = tmp_path / "gather.tosa"
+    program.write_bytes(b.build().serialize())
+    assert index_bounds(program.read_bytes()) == {"t1": 4}
+    specs = tosa_inputs(program)
+    for seed in range(5):
+        arrays = random_inputs(specs, np.random.default_rng(seed), index_bounds(program.read_bytes()))
+        assert arrays[1].min() >= 0 and arrays[1].max() < 4 and arrays[0].dtype == np.int8
+        assert run_tosa(program, arrays)

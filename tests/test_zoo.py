@@ -30,6 +30,19 @@ def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
     assert [r["status"] for r in again] == [r["status"] for r in results]
 
 
+def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
+    """A native abort (the reference model's REQUIRE on an out-of-range index did this) takes its worker
+    process down and the pool with it: the job is recorded as crashed, the job beside it still runs."""
+    from layout_solver.zoo.runner import Job, execute_local
+
+    crashing = tmp_path / "crashing.py"
+    crashing.write_text("import os\n\ndef abort():\n    os.abort()\n")
+    jobs = [Job(f"{crashing}:abort", "vulkan", ()), Job("no_such_model", "vulkan", ())]
+    records = {job.model: record for job, record in execute_local(jobs, workers=2)}
+    assert "worker process died" in records[f"{crashing}:abort"]["error"]
+    assert records["no_such_model"]["status"] != "ok" and "worker process died" not in str(records["no_such_model"])
+
+
 def test_ray_executor_on_a_local_cluster(tmp_path):
     pytest.importorskip("ray")
     results = run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=2, executor="ray", log=lambda _: None)

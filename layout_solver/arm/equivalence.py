@@ -21,14 +21,17 @@ from executorch.backends.arm.test.runner_utils import (
 )
 from executorch.backends.arm.tosa.backend import arm_get_first_delegation_tag
 
-from graph_io.tosa import tosa_inputs
+from graph_io.tosa import index_bounds, tosa_inputs
 
 
-def random_inputs(specs, rng: np.random.Generator) -> list[np.ndarray]:
-    """Random arrays for tosa_inputs() specs: integers over their whole range, floats standard normal."""
+def random_inputs(specs, rng: np.random.Generator, bounds: dict[str, int] | None = None) -> list[np.ndarray]:
+    """Random arrays for tosa_inputs() specs: integers over their whole range (an index input in [0, its
+    bound), see graph_io.tosa.index_bounds), floats standard normal."""
     arrays = []
-    for _, shape, dtype in specs:
-        if dtype is np.float32:
+    for name, shape, dtype in specs:
+        if name in (bounds or {}):
+            arrays.append(rng.integers(0, bounds[name], size=shape).astype(dtype))
+        elif dtype is np.float32:
             arrays.append(rng.standard_normal(shape).astype(np.float32))
         elif dtype is np.bool_:
             arrays.append(rng.integers(0, 2, size=shape).astype(np.bool_))
@@ -86,8 +89,9 @@ def compare_lowerings(left: list[Path], right: list[Path], trials: int = 3, seed
         specs_a, specs_b = tosa_inputs(a), tosa_inputs(b)
         if [(s[1], s[2]) for s in specs_a] != [(s[1], s[2]) for s in specs_b]:
             return Equivalence(False, float("inf"), len(left), [f"{a.name}: inputs differ {specs_a} vs {specs_b}"])
+        bounds = index_bounds(Path(a).read_bytes())
         for _ in range(trials):
-            inputs = random_inputs(specs_a, rng)
+            inputs = random_inputs(specs_a, rng, bounds)
             outs = {}
             for side, path in (("left", a), ("right", b)):
                 if reference[side] != "ok":

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -97,13 +98,37 @@ def _worker_init() -> None:
     logging.disable(logging.WARNING)
 
 
-def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
+def _pool(workers: int) -> ProcessPoolExecutor:
     # spawn: torch and executorch are not fork-safe once initialised
-    """Run jobs in a local process pool (spawned workers); yields (job, record) as they finish."""
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init) as pool:
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+
+
+def _alone(job: Job) -> dict:
+    """One job in a worker of its own; a crashed record if it kills that worker."""
+    with _pool(1) as pool:
+        try:
+            return pool.submit(run_job, job).result()
+        except BrokenProcessPool:
+            return {"model": job.model, "target": job.target, "status": "error", "wall_seconds": 0.0,
+                    "error": "the worker process died running this job (a native abort or segfault)"}  # fmt: skip
+
+
+def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
+    """Run jobs in a local process pool; yields (job, record) as they finish. A job that kills its worker (a
+    native abort in a compiler or the reference model) breaks the pool for every job not finished: those run
+    again one by one, so only the one that kills its worker alone is recorded as crashed."""
+    broken = []
+    with _pool(workers) as pool:
         futures = {pool.submit(run_job, job): job for job in jobs}
         for future in as_completed(futures):
-            yield futures[future], future.result()
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                broken.append(futures[future])
+                continue
+            yield futures[future], result
+    for job in broken:
+        yield job, _alone(job)
 
 
 def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> Iterable[tuple[Job, dict]]:
