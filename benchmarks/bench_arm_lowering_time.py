@@ -12,7 +12,7 @@ every delegate included).
 The stage's own time is the solver pass (its canonical-transpose rewrite and the recompile the pass manager
 does after it included), timed inside the same lowerings.
 The solver side is `solver_layouts()` as shipped (verify="vela"), timed with warm caches: before the rounds,
-one untimed solver lowering stores the Vela probes and the delegate's verification decision, as any earlier
+one untimed solver lowering stores the Vela probes, the stage's answer and the delegate's verification decision, as any earlier
 lowering of the same model on the machine would. The cold cost is measured once per model before that: a
 solver lowering with empty caches (its probes compiled, the delegate lowered both ways) next to a stock one.
 Prints, and writes to --out, the medians and the acceptance checks of the Arm issue: lowering with the
