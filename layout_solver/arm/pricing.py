@@ -70,8 +70,25 @@ class ArmPricing:
         raise NotImplementedError
 
     def transpose(self, shape, perm, dtype: str, form: str = "cheapest") -> TransposeCost:
-        """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost)."""
-        return ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=self.as_given, copy=self.copy)
+        """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost); in
+        the cheapest form, where the target runs some transposes cheaper as two in a row, the pair the canonical
+        write-back would write (CanonicalTransposePass) if it is cheaper."""
+        single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=self.as_given, copy=self.copy)
+        if form != "cheapest" or not self.two_step or single.npu_ops == 0:
+            return single
+        try:  # the pair is chosen on the analytic model, priced by the target, as the write-back does
+            steps = ethos_u55.two_step_transposes(shape, perm, dtype)
+            if steps is None or steps[0] >= ethos_u55.transpose_cost(shape, perm, dtype).cycles:
+                return single
+        except ValueError:  # a dtype or transpose the analytic model does not cover
+            return single
+        (_, first), (mid, second) = steps[1]
+        pair = [ethos_u55.transpose_cost(s, p, dtype, as_given=self.as_given, copy=self.copy)
+                for s, p in ((shape, first), (mid, second))]  # fmt: skip
+        cycles = sum(c.cycles for c in pair)
+        if cycles >= single.cycles:
+            return single
+        return TransposeCost(cycles, sum(c.npu_ops for c in pair), single.shape, single.perm, "two steps")
 
     def fusion_loss(self, producer: torch.fx.Node, consumer: torch.fx.Node, src: Order, dst: Order) -> float:
         """What a transpose between `producer` and its only reader `consumer` costs them beyond itself."""
