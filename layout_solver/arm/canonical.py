@@ -30,7 +30,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 from torch.fx import Node
 
-from cost_models.ethos_u55 import is_identity, materialisations, transpose_cost, two_step_transposes
+from cost_models.ethos_u55 import is_identity, materialisations
 from graph_io.fx import create_like, dtype_name, fake_like, shape_of
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
@@ -133,19 +133,15 @@ class CanonicalTransposePass(ArmPass):
         if dtype not in ("int8", "int16", "int32"):
             _count(self.stats, "kept")
             return None
-        steps = two_step_transposes(shape, perm, dtype) if split and not shared and self.pricing.two_step else None
-        if steps is not None and steps[0] >= transpose_cost(shape, perm, dtype).cycles:
-            steps = None  # the U55 model sees no gain: no need to ask the target
+        steps = self.pricing.two_steps(shape, perm, dtype) if split and not shared else None
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None
         cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared)
-        if steps is not None:
-            # The cost model picks the pair; Vela prices it, each step in the form it will be written in.
-            (_, first), (mid, second) = steps[1]
-            if self._cheapest_form(shape, first, dtype)[0] + self._cheapest_form(mid, second, dtype)[0] < cycles:
-                _count(self.stats, "two_steps")
-                return self._step(graph, template, self._step(graph, template, x, list(first)), list(second))
+        if steps is not None and steps[0] < cycles:  # the pair the pricing prices transitions with
+            (_, first), (_, second) = steps[1]
+            _count(self.stats, "two_steps")
+            return self._step(graph, template, self._step(graph, template, x, list(first)), list(second))
         if (fshape, fperm) == (tuple(shape), tuple(perm)):
             _count(self.stats, "kept")
             return None

@@ -71,24 +71,28 @@ class ArmPricing:
 
     def transpose(self, shape, perm, dtype: str, form: str = "cheapest") -> TransposeCost:
         """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost); in
-        the cheapest form, where the target runs some transposes cheaper as two in a row, the pair the canonical
-        write-back would write (CanonicalTransposePass) if it is cheaper."""
+        the cheapest form also as the pair of transposes the write-back would write (`two_steps`) if cheaper."""
         single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=self.as_given, copy=self.copy)
-        if form != "cheapest" or not self.two_step or single.npu_ops == 0:
+        steps = self.two_steps(shape, perm, dtype) if form == "cheapest" and single.npu_ops else None
+        if steps is None or steps[0] >= single.cycles:
             return single
-        try:  # the pair is chosen on the analytic model, priced by the target, as the write-back does
+        return TransposeCost(steps[0], 2, single.shape, single.perm, "two steps")
+
+    def two_steps(self, shape, perm, dtype: str) -> tuple[float, list[tuple[tuple, tuple]]] | None:
+        """Where the target can run a transpose cheaper as two in a row (`two_step`): the pair the analytic model
+        picks (ethos_u55.two_step_transposes), each step priced in its cheapest form by this pricing, as
+        (cycles, [(shape, perm) of each step]); None where the model sees no gain or does not cover the dtype."""
+        if not self.two_step:
+            return None
+        try:
             steps = ethos_u55.two_step_transposes(shape, perm, dtype)
             if steps is None or steps[0] >= ethos_u55.transpose_cost(shape, perm, dtype).cycles:
-                return single
+                return None
         except ValueError:  # a dtype or transpose the analytic model does not cover
-            return single
-        (_, first), (mid, second) = steps[1]
-        pair = [ethos_u55.transpose_cost(s, p, dtype, as_given=self.as_given, copy=self.copy)
-                for s, p in ((shape, first), (mid, second))]  # fmt: skip
-        cycles = sum(c.cycles for c in pair)
-        if cycles >= single.cycles:
-            return single
-        return TransposeCost(cycles, sum(c.npu_ops for c in pair), single.shape, single.perm, "two steps")
+            return None
+        single = lambda s, p: ethos_u55.transpose_cost(s, p, dtype, as_given=self.as_given, copy=self.copy).cycles
+        cycles = sum(single(s, p) for s, p in steps[1])
+        return cycles, steps[1]
 
     def fusion_loss(self, producer: torch.fx.Node, consumer: torch.fx.Node, src: Order, dst: Order) -> float:
         """What a transpose between `producer` and its only reader `consumer` costs them beyond itself."""
