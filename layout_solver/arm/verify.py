@@ -30,10 +30,10 @@ def delegate_digest(edge_program, flags) -> str:
     """A digest of everything that decides how a delegate lowers: its graph (nodes and tensor metadata), its
     constants' values, the compile flags, the tool versions and the project's source."""
     digest = hashlib.sha1()
-    for node in edge_program.graph.nodes:
-        digest.update(node.format_node().encode())
+    for node in edge_program.graph.nodes:  # repr, not format_node: 5x faster on long argument lists
         val = node.meta.get("val")
-        digest.update(f"{getattr(val, 'shape', '')}{getattr(val, 'dtype', '')}".encode())
+        digest.update(repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
+                            getattr(val, "dtype", None))).encode())  # fmt: skip
     for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
         digest.update(name.encode())
         if hasattr(tensor, "detach"):
