@@ -112,15 +112,23 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     before = _dumped(folder)
     with stage_off():
         stock = TOSABackend._preprocess(copy.deepcopy(edge_program), tosa_spec).processed_bytes
-    stock_files = {p: b for p, b in _dumped(folder).items() if before.get(p) != b}
+    after_stock = _dumped(folder)
     solver = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes
+    after_solver = _dumped(folder)
     config = vela_config(tuple(spec.compiler_flags))
     cycles = {side: compile_network(tosa, config).cycles for side, tosa in (("stock", stock), ("solver", solver))}
     decision = Decision("solver" if cycles["solver"] < cycles["stock"] else "stock", cycles["stock"], cycles["solver"])
     store.put(key, decision)
+    # The artifacts folder shows the kept program only: what the other side wrote (under the same file names or
+    # not) goes back to what was there without it.
+    by_stock = {p: b for p, b in after_stock.items() if before.get(p) != b}
+    by_solver = {p: b for p, b in after_solver.items() if after_stock.get(p) != b}
     if decision.kept == "stock":
-        for path, data in stock_files.items():  # the artifacts folder shows the program that was kept
-            path.write_bytes(data)
+        restore = {p: by_stock.get(p, before.get(p)) for p in by_solver}
+    else:
+        restore = {p: before.get(p) for p in by_stock if p not in by_solver}
+    for path, data in restore.items():
+        path.unlink(missing_ok=True) if data is None else path.write_bytes(data)
     _annotate(reports[first:], decision, cached=False)
     return _ethos_u_result(solver if decision.kept == "solver" else stock, spec)
 
