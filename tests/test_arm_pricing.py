@@ -190,3 +190,22 @@ def test_a_graph_answered_before_replays_its_answer(tmp_path):
     assert again[1][0].phase_seconds["solve"] < first[1][0].phase_seconds["solve"]
     assert again[1][0].objective == first[1][0].objective
     assert [f.read_bytes() for f in again[0].tosa_files] == [f.read_bytes() for f in first[0].tosa_files]
+
+
+def test_the_artifacts_hold_only_the_kept_delegate(tmp_path):
+    """executorch's `transposes` case: stock's layout is kept (a tie), and the solver side's TOSA file, written
+    under another name, does not stay beside it: the folder holds stock's program, bit for bit."""
+    from layout_solver.arm.conformance import transpose_count_cases
+
+    case = transpose_count_cases()["transposes"]
+    module, inputs = case.module.eval(), tuple(case.inputs)
+    quantized = quantize_for(module, inputs, "ethos-u55-128")
+    files = {}
+    for side in ("stock", "solver"):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            reports = stack.enter_context(solver_layouts()) if side == "solver" else []
+            lowered = lower_ethos_u(module, inputs, keep_tosa=tmp_path / side, quantized=copy.deepcopy(quantized))
+        files[side] = [f.read_bytes() for f in lowered.tosa_files]
+    assert reports[0].vela_check["kept"] == "stock"
+    assert files["solver"] == files["stock"]
