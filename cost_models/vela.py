@@ -18,8 +18,6 @@ import hashlib
 import io
 import json
 import math
-import os
-import sqlite3
 import tempfile
 import threading
 from collections.abc import Callable
@@ -30,6 +28,8 @@ from pathlib import Path
 
 from cost_models import ethos_u55
 from cost_models.ethos_u55 import TransposeCost
+from cost_models.store import CACHE_ENV, JsonStore, cache_folder  # noqa: F401 - CACHE_ENV re-exported
+from cost_models.store import default_store as open_store
 from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
 
 # executorch 1.5.1's flags for EthosUCompileSpec("ethos-u55-128") (checked against it in the tests).
@@ -40,12 +40,6 @@ DEFAULT_FLAGS = (
     "--system-config=Ethos_U55_High_End_Embedded",
     "--memory-mode=Shared_Sram",
 )
-CACHE_ENV = "LAYOUT_SOLVER_VELA_CACHE"
-
-
-def cache_folder() -> Path:
-    """Where answers are kept: $LAYOUT_SOLVER_VELA_CACHE, default ~/.cache/layout-solver/vela (read on each call)."""
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "layout-solver" / "vela")
 
 
 class VelaUnsupported(RuntimeError):
@@ -215,58 +209,36 @@ def compile_network(tosa: bytes, config: VelaConfig | None = None) -> VelaNetwor
 STORE_FORMAT = 2  # of a stored answer; a change of it leaves earlier answers unread
 
 
-class ProbeStore:
-    """Answers of compiled probes on disk (one SQLite file, shared by processes), with an in-memory front."""
+class ProbeStore(JsonStore):
+    """Answers of compiled probes (`probes.sqlite` in `directory`; in memory only if None)."""
 
     def __init__(self, directory: Path | None):
-        self.path = Path(directory) / "probes.sqlite" if directory is not None else None
-        self.memory: dict[str, VelaNetwork] = {}
-        self._db: sqlite3.Connection | None = None
+        super().__init__(directory, "probes")
         self.hits = self.misses = 0
-
-    def _connect(self) -> sqlite3.Connection | None:
-        if self.path is None:
-            return None
-        if self._db is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS probes (key TEXT PRIMARY KEY, rows TEXT NOT NULL)")
-        return self._db
 
     def get(self, key: str) -> VelaNetwork | None:
         """The stored answer of `key` (memory first, then disk), or None."""
         found = self.memory.get(key)
-        if found is None and (db := self._connect()) is not None:
-            row = db.execute("SELECT rows FROM probes WHERE key = ?", (key,)).fetchone()
-            if row is not None:
-                found = self.memory[key] = VelaNetwork.from_json(json.loads(row[0]))
-        if found is not None:
-            self.hits += 1
+        if found is None and (stored := super().get(key)) is not None:
+            found = self.memory[key] = VelaNetwork.from_json(stored)
+        self.hits += found is not None
         return found
 
     def __len__(self) -> int:
         """Answers stored (on disk, or in memory without a folder)."""
         db = self._connect()
-        return len(self.memory) if db is None else db.execute("SELECT COUNT(*) FROM probes").fetchone()[0]
+        return len(self.memory) if db is None else db.execute("SELECT COUNT(*) FROM store").fetchone()[0]
 
     def put(self, key: str, network: VelaNetwork) -> None:
         """Store `network` under `key` (memory and disk)."""
         self.misses += 1
+        super().put(key, network.to_json())
         self.memory[key] = network
-        if (db := self._connect()) is not None:
-            db.execute("INSERT OR REPLACE INTO probes VALUES (?, ?)", (key, json.dumps(network.to_json())))
-
-
-_STORES: dict[Path, ProbeStore] = {}
 
 
 def default_store() -> ProbeStore:
     """The process-wide probe store of `cache_folder()`."""
-    folder = cache_folder()
-    if folder not in _STORES:
-        _STORES[folder] = ProbeStore(folder)
-    return _STORES[folder]
+    return open_store("probes", ProbeStore)
 
 
 def compile_probe(

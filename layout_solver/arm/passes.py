@@ -18,17 +18,17 @@ import torch
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.pass_base import PassResult
 
+from cost_models.store import JsonStore, default_store
 from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
-from layout_solver.provenance import source_digest, tool_versions
+from layout_solver.provenance import node_signature, source_digest, tool_versions
 from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.solvers.decompose import shared_memo
-from layout_solver.stores import JsonStore, default_store
 
 
 def constant_placeholders(program) -> set[str]:
@@ -103,11 +103,7 @@ def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmP
     project's source."""
     digest = hashlib.sha1()
     for node in graph_module.graph.nodes:
-        val = node.meta.get(
-            "val"
-        )  # repr, not format_node: 5x faster on long argument lists (a node's repr is its name)
-        digest.update(repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
-                            getattr(val, "dtype", None))).encode())  # fmt: skip
+        digest.update(node_signature(node))
         if node.op in ("placeholder", "get_attr") and (tensor := constant_value(node)) is not None:
             digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
     digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest()]).encode())

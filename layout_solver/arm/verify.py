@@ -21,19 +21,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost_models.vela import cache_folder, compile_network, vela_config
-from layout_solver.provenance import source_digest, tool_versions
-from layout_solver.stores import JsonStore
+from cost_models.store import JsonStore, default_store
+from cost_models.vela import compile_network, vela_config
+from layout_solver.provenance import node_signature, source_digest, tool_versions
 
 
 def delegate_digest(edge_program, flags) -> str:
     """A digest of everything that decides how a delegate lowers: its graph (nodes and tensor metadata), its
     constants' values, the compile flags, the tool versions and the project's source."""
     digest = hashlib.sha1()
-    for node in edge_program.graph.nodes:  # repr, not format_node: 5x faster on long argument lists
-        val = node.meta.get("val")
-        digest.update(repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
-                            getattr(val, "dtype", None))).encode())  # fmt: skip
+    for node in edge_program.graph.nodes:
+        digest.update(node_signature(node))
     for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
         digest.update(name.encode())
         if hasattr(tensor, "detach"):
@@ -72,15 +70,9 @@ class DecisionStore(JsonStore):
         super().put(key, decision.__dict__)
 
 
-_STORES: dict[Path, DecisionStore] = {}
-
-
 def default_decisions() -> DecisionStore:
-    """The process-wide decision store in `cost_models.vela.cache_folder()`, beside the probes."""
-    folder = cache_folder()
-    if folder not in _STORES:
-        _STORES[folder] = DecisionStore(folder)
-    return _STORES[folder]
+    """The process-wide decision store in `cost_models.store.cache_folder()`, beside the probes."""
+    return default_store("decisions", DecisionStore)
 
 
 def _dumped(folder: str | None) -> dict[Path, bytes]:

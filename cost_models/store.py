@@ -1,15 +1,21 @@
-"""Results kept on disk by content digest: one SQLite table of JSON values per kind of result, beside the probe
-cache (`cost_models.vela.cache_folder()`), shared by processes. The verified lowering's decisions and the Arm
-stage's answers are kept here; what makes a key (graph, constants, flags, tool versions, the project's source)
-is each user's business."""
+"""Results kept on disk by content digest: one SQLite file of JSON values per kind of result, in the cache
+folder (`cache_folder()`), shared by processes. Vela's probe answers, the verified lowering's
+decisions and the Arm stage's answers are kept here; what makes a key (probe content, graph, constants, flags,
+tool versions, the project's source) is each user's business."""
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
-from cost_models.vela import cache_folder
+CACHE_ENV = "LAYOUT_SOLVER_VELA_CACHE"
+
+
+def cache_folder() -> Path:
+    """Where answers are kept: $LAYOUT_SOLVER_VELA_CACHE, default ~/.cache/layout-solver/vela (read on each call)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "layout-solver" / "vela")
 
 
 class JsonStore:
@@ -45,12 +51,13 @@ class JsonStore:
             db.execute("INSERT OR REPLACE INTO store VALUES (?, ?)", (key, json.dumps(value)))
 
 
-_OPEN: dict[tuple[Path, str], JsonStore] = {}
+_OPEN: dict[tuple, JsonStore] = {}
 
 
-def default_store(name: str) -> JsonStore:
-    """The process-wide store `name` in the cache folder of the moment (it follows LAYOUT_SOLVER_VELA_CACHE)."""
-    where = (cache_folder(), name)
+def default_store(name: str, kind: type[JsonStore] | None = None) -> JsonStore:
+    """The process-wide store `name` (of class `kind`, whose constructor takes the folder) in the cache folder
+    of the moment (it follows LAYOUT_SOLVER_VELA_CACHE)."""
+    where = (cache_folder(), name, kind)
     if where not in _OPEN:
-        _OPEN[where] = JsonStore(*where)
+        _OPEN[where] = JsonStore(where[0], name) if kind is None else kind(where[0])
     return _OPEN[where]
