@@ -3,6 +3,8 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The suite runs in two worker processes (pytest-xdist): most of it is single-threaded lowering.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test bench clean
 
@@ -23,7 +25,7 @@ test: $(STAMP)
 	@scripts/ensure_vulkan_driver.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_solver.py

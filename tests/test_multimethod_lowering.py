@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("executorch.backends.vulkan")
 
-from layout_solver.compare.methods import compare_methods
+from layout_solver.targets import get_target
 from layout_solver.zoo.models import CachedDecoder, MultiMethodModel
 
 
@@ -28,9 +28,11 @@ def tiny_decoder() -> MultiMethodModel:
 
 
 def test_vulkan_joint_lowering_runs_every_method_on_the_device(runtime):
-    r = compare_methods(
-        tiny_decoder(), "vulkan", execute=True, runtime=runtime, cost_profile="lavapipe", rounds=1
-    ).to_json()
+    r = (
+        get_target("vulkan")
+        .compare_methods(tiny_decoder(), execute=True, runtime=runtime, cost_profile="lavapipe", rounds=1)
+        .to_json()
+    )
     for side in ("stock", "per_method", "joint"):
         assert "error" not in r[side], r[side]
         for method, row in r[side]["per_method"].items():
@@ -46,7 +48,8 @@ def test_vulkan_joint_lowering_runs_every_method_on_the_device(runtime):
 
 
 def test_ethos_u_joint_lowering_is_bit_exact_with_stock():
-    r = compare_methods(tiny_decoder(), "ethos-u55-128").to_json()
+    # verify="model": the stage's own layouts are compared (verify="vela" could keep stock's delegates).
+    r = get_target("ethos-u55-128").compare_methods(tiny_decoder(), verify="model").to_json()
     assert r["per_method_equivalent"] is True and r["joint_equivalent"] is True
     joint = r["joint"]
     assert joint["linked_values"] > 0  # the weights both methods read are one object...

@@ -28,6 +28,10 @@ TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+# One server per module (the fixture), its cache shared by the tests in order: one xdist worker runs them all.
+pytestmark = pytest.mark.xdist_group("service")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

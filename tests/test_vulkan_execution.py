@@ -69,7 +69,7 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
 SEEDS = list(range(28))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: a module fixture is rebuilt when xdist runs other files in between
 def generated(runtime):
     """Lower every generated graph both ways and run all of them in one batch (one child per crash)."""
     cases = {seed: vulkan_graphs.random_graph(seed) for seed in SEEDS}
@@ -112,6 +112,8 @@ def _verdict(stock, solver, expected) -> str | None:
     return None
 
 
+# The generated graphs are lowered and run once, in one batch (the fixture): keep their tests on one xdist worker.
+@pytest.mark.xdist_group("generated_graphs")
 @pytest.mark.parametrize("seed", SEEDS)
 def test_generated_graph_runs_and_matches_eager_like_stock(runtime, generated, seed):
     cases, expected, ran = generated
@@ -122,6 +124,7 @@ def test_generated_graph_runs_and_matches_eager_like_stock(runtime, generated, s
         pytest.fail(f"{why}\nsmallest failing graph: input {shape}, steps {[str(s) for s in smallest]} (seed {seed})")
 
 
+@pytest.mark.xdist_group("generated_graphs")
 def test_generated_graphs_cover_buffers_textures_and_transitions(generated):
     """The generator reaches what it is meant to: both storages, several packings, wide tensors."""
     cases, _, ran = generated
@@ -247,8 +250,8 @@ def test_runtime_child_is_importable_without_a_device():
 
 
 def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
-    """A small calibration on the device: unary op modes at one 4-D size (and the deep / token shapes), written
-    as a profile the solver takes."""
+    """A small calibration on the device: the view op's modes at one 4-D size (and its batched 3-D shapes),
+    written as a profile the solver takes."""
     from cost_models.vulkan import load_profile
     from layout_solver.cli import main
 
@@ -263,7 +266,7 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
                 "--vulkan-runtime",
                 str(runtime),
                 "--ops",
-                "unary",
+                "view",
                 "--sizes",
                 "1",
                 "--rounds",
@@ -275,11 +278,11 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     )
     profile = load_profile(str(out))
     assert profile.measured and profile.device != "unspecified" and "calibrate vulkan" in profile.command
-    labels = profile.op_modes["unary"]
+    labels = profile.op_modes["view"]
     assert {"TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"} <= set(labels)
     from layout_solver.vulkan.calibrate import PROBES
 
-    sizes = 1 + len(PROBES["unary"].extra)  # --sizes 1 of the 4-D shapes, plus every extra shape
+    sizes = 1 + len(PROBES["view"].extra)  # --sizes 1 of the 4-D shapes, plus every extra shape
     assert all(c.points == sizes and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
     # Extending: one more shape, its points join the samples and the touched entries are refitted.
     extended = tmp_path / "extended.json"
@@ -293,7 +296,7 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
                 "--vulkan-runtime",
                 str(runtime),
                 "--ops",
-                "unary",
+                "view",
                 "--shapes",
                 "1x1x128",
                 "--extend",
@@ -306,7 +309,7 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
         == 0
     )
     grown = load_profile(str(extended))
-    assert all(c.points == sizes + 1 for c in grown.op_modes["unary"].values())
+    assert all(c.points == sizes + 1 for c in grown.op_modes["view"].values())
     assert grown.command.startswith(profile.command) and "--extend" in grown.command
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err
@@ -335,4 +338,6 @@ def test_profile_times_every_dispatch_and_the_model_prices_the_same_ops(runtime)
     modelled = set(reports[0].modelled_us_by_op)
     assert modelled <= {d.operator for d in dispatches}
     timed = execute({"p": program}, inputs, runtime=runtime, rounds=5)["p"].run_ms * 1000
-    assert 0.3 * timed < sum(d.us for d in dispatches) < 1.5 * timed
+    # Same order of magnitude (a unit or a missed dispatch would be 1000x or a fraction off): a program of
+    # about a millisecond, timed in two child processes on shared CI cores, reads up to ~2x apart.
+    assert 0.25 * timed < sum(d.us for d in dispatches) < 4 * timed

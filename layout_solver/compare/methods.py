@@ -101,18 +101,23 @@ def compare_methods(
     rounds: int = 15,
     weights: dict[str, float] | None = None,
     cache_dir: str | None = None,
-    family: str = "ethos-u",
+    verify: str = "vela",
+    *,
+    family: str,
 ) -> MethodsComparison:
-    """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` (of `family`:
-    "vulkan", or "ethos-u" for any Ethos-U configuration; `layout_solver.targets` passes it); `weights` overrides
+    """Stock vs per-method vs joint for `built` (module, inputs per method, weights) on `target` of `family`
+    ("vulkan", or "ethos-u" for any Ethos-U configuration): call it through the registry,
+    `layout_solver.targets.get_target(name).compare_methods`, which passes both; `weights` overrides
     the model's method weights; `cache_dir` is the joint solve's subproblem cache (shared across models and
-    runs). `name` labels the result (default: the module's class)."""
+    runs); `verify` is the Ethos-U solver sides' check against stock (`layout_solver.arm.solver_layouts`:
+    "model" compares the stage's own layouts, not the cheaper of them and stock's). `name` labels the result
+    (default: the module's class)."""
     weights = dict(weights or built.weights)
     with quiet():
         if family == "vulkan":
             result = _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, rounds, cache_dir)
         else:
-            result = _compare_ethos_u(built, weights, time_limit, target, cache_dir)
+            result = _compare_ethos_u(built, weights, time_limit, target, cache_dir, verify)
     return MethodsComparison(
         model=name or type(built.module).__name__,
         target=target,
@@ -239,7 +244,7 @@ def _recording_tosa(sink: list[tuple[str, bytes]]):
         EthosUBackend._compile_tosa_flatbuffer = original
 
 
-def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
+def _compare_ethos_u(built, weights, time_limit, target, cache_dir, verify) -> dict:
     from executorch.backends.arm.ethosu import EthosUBackend, EthosUCompileSpec, EthosUPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
@@ -253,8 +258,8 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir) -> dict:
     quantized = {m: quantize_for(copy.deepcopy(built.module), inputs, target) for m, inputs in built.inputs.items()}
     contexts = {
         "stock": contextlib.nullcontext,
-        "per_method": lambda: solver_layouts(time_limit),
-        "joint": lambda: solver_layouts(time_limit, method_weights=weights, cache_dir=cache_dir),
+        "per_method": lambda: solver_layouts(time_limit, verify=verify),
+        "joint": lambda: solver_layouts(time_limit, method_weights=weights, cache_dir=cache_dir, verify=verify),
     }
     sides, tosa = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
