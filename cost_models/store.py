@@ -44,6 +44,11 @@ class JsonStore:
                 self.memory[key] = json.loads(row[0])
         return self.memory.get(key)
 
+    def __len__(self) -> int:
+        """Values stored (on disk, or in memory without a folder)."""
+        db = self._connect()
+        return len(self.memory) if db is None else db.execute("SELECT COUNT(*) FROM store").fetchone()[0]
+
     def put(self, key: str, value) -> None:
         """Store `value` (anything json.dumps takes) under `key`, in memory and on disk."""
         self.memory[key] = value

@@ -214,26 +214,22 @@ class ProbeStore(JsonStore):
 
     def __init__(self, directory: Path | None):
         super().__init__(directory, "probes")
+        self.networks: dict[str, VelaNetwork] = {}  # decoded once; the JSON store below keeps the text
         self.hits = self.misses = 0
 
     def get(self, key: str) -> VelaNetwork | None:
         """The stored answer of `key` (memory first, then disk), or None."""
-        found = self.memory.get(key)
+        found = self.networks.get(key)
         if found is None and (stored := super().get(key)) is not None:
-            found = self.memory[key] = VelaNetwork.from_json(stored)
+            found = self.networks[key] = VelaNetwork.from_json(stored)
         self.hits += found is not None
         return found
-
-    def __len__(self) -> int:
-        """Answers stored (on disk, or in memory without a folder)."""
-        db = self._connect()
-        return len(self.memory) if db is None else db.execute("SELECT COUNT(*) FROM store").fetchone()[0]
 
     def put(self, key: str, network: VelaNetwork) -> None:
         """Store `network` under `key` (memory and disk)."""
         self.misses += 1
         super().put(key, network.to_json())
-        self.memory[key] = network
+        self.networks[key] = network
 
 
 def default_store() -> ProbeStore:
