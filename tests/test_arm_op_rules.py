@@ -82,6 +82,7 @@ CASES = {
     "reduction": (lambda g, xs: _call(g, aten.sum.dim_IntList, xs[0], [3], True), [(2, 3, 4, 5)], "reduction"),
     "concat": (lambda g, xs: _call(g, aten.cat.default, [xs[0], xs[1]], 3), [(2, 3, 4, 5)] * 2, "concat"),
     "view": (lambda g, xs: _call(g, aten.view_copy.default, xs[0], [2, 20, 3]), [(2, 3, 4, 5)], "view"),
+    "repeat": (lambda g, xs: _call(g, aten.repeat.default, xs[0], [1, 2, 1, 3]), [(2, 3, 4, 5)], "reorder"),
 }
 
 
@@ -168,6 +169,7 @@ def _cat(xs, dim=0):
         ("pad", _pad, ([0, 0, 1, 2, 0, 1, 3, 0],), (ArgRemap(1, "per_axis_pairs"),)),
         ("slice", _slice, ([0, 1, 0, 2], [1, 2, 4, 3]), (ArgRemap(1, "per_axis"), ArgRemap(2, "per_axis"))),
         ("sum", _sum_keep, ([1, 3],), (ArgRemap(1, "axes"),)),
+        ("repeat", torch.Tensor.repeat, ([1, 2, 1, 3],), op_rules.RULES["repeat.default"].remaps),
         ("view", torch.reshape, ([2, 3, 20],), (ArgRemap(1, "physical_shape"),)),
     ],
 )

@@ -164,7 +164,6 @@ _add(
         "RESIZE.default",
         "slice_copy.Tensor",
         "constant_pad_nd.default",
-        "repeat.default",
         "GATHER.default",
         "SCATTER.default",
         "CONST_SHAPE.default",
@@ -365,6 +364,22 @@ class Slice(SameOrder):
 
     kind = "reorder"
     remaps = (ArgRemap(1, "per_axis"), ArgRemap(2, "per_axis"))
+
+
+@register("repeat.default")
+class Repeat(SameOrder):
+    """A repeat (TOSA TILE: BroadcastArgsPass and expand write them) with one multiple per axis runs in any
+    order, its multiples following it."""
+
+    kind = "reorder"
+    remaps = (ArgRemap(1, "per_axis"),)
+
+    def applies(self, node):
+        multiples = node.args[1] if len(node.args) > 1 else None
+        return isinstance(multiples, (list, tuple)) and len(multiples) == tensor_of(node.args[0]).dim()
+
+    def operands(self, node):
+        return [node.args[0]]
 
 
 @register("PAD.default")

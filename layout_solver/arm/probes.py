@@ -89,25 +89,29 @@ class _Writer:
         else:
             found = self.builder.input(shape, dtype)
             if node.op == "call_function" and self.intermediates and node not in self.transposed:
-                found = _intermediate(self.builder, found, shape, dtype)
+                found = _intermediate(self.builder, found, shape, dtype, shared=len(node.users) > 1)
         self.written[(node, order)] = found
         return found
 
 
-def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
+def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool) -> int:
     """`tensor` passed through a cheap op of its own, so Vela stores it as the intermediate it is in the
     program (in its brick format, where the op reading it allows one) rather than as a graph input, which must
     be plain NHWC: a convolution reading NHWC runs up to twice as long. The op's rows are not the probed op's.
     A CLAMP (int8, int16) never takes a RESCALE after it in; int32 tensors are left as inputs, since every op that
-    writes int32 would."""
+    writes int32 would. Where the operand has other readers in the program (`shared`), a second CLAMP reads the
+    stand-in too: Ethos-U85 chains an elementwise op into a producer whose result only it reads (the op's work
+    would land in the stand-in's row), and Vela bypasses a RESHAPE of such a result but copies a shared one."""
     if dtype in ("int8", "int16"):
         info = np.iinfo(_NUMPY_INT[dtype])
-        low, high = (
-            (int(info.min) + 1).to_bytes(2 if dtype == "int16" else 1, "little", signed=True),
-            int(info.max).to_bytes(2 if dtype == "int16" else 1, "little", signed=True),
-        )
-        return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", min_val=low, max_val=high,
-                    nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
+        width = 2 if dtype == "int16" else 1
+        bounds = {"min_val": (int(info.min) + 1).to_bytes(width, "little", signed=True),
+                  "max_val": int(info.max).to_bytes(width, "little", signed=True),
+                  "nan_mode": "NanPropagationMode.PROPAGATE"}  # fmt: skip
+        found = b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", **bounds)[1]
+        if shared:
+            b.op("CLAMP", [found], shape, dtype, "ClampAttribute", **bounds)
+        return found
     return tensor  # int32 (between a compute op and its RESCALE): any op would take the RESCALE's scaling in
 
 
@@ -306,6 +310,34 @@ def _reshape(w, node, reads, order):
     return _emit(w, node, order, "RESHAPE", [x, w.builder.const(shape, "shape")], "ReshapeAttribute")
 
 
+@translates("repeat.default")
+def _tile(w, node, reads, order):
+    """TILE (executorch serializes a repeat as one; BroadcastArgsPass and expand write repeats), its multiples
+    in the stored order."""
+    x = w.tensor(node.args[0], reads[0])
+    multiples = _values(node.args[1])
+    if len(multiples) != len(order):  # UnsqueezeBeforeRepeatPass has not run: not the TILE it will be
+        raise _Unpriced(f"{node.name}: {len(multiples)} multiples for a rank-{len(order)} input")
+    return _emit(w, node, order, "TILE", [x, w.builder.const([multiples[i] for i in order], "shape")])
+
+
+@translates("RESIZE.default")
+def _resize(w, node, reads, order):
+    """RESIZE of an NHWC tensor (the pipeline has already wrapped it in permutes: pinned to the identity)."""
+    x = w.tensor(node.args[0], reads[0])
+    consts = [w.builder.const(_values(a), "shape") for a in node.args[1:4]]  # scale, offset, border
+    bilinear = node.kwargs.get("resize_mode") == "bilinear"
+    return _emit(w, node, order, "RESIZE", [x, *consts], "ResizeAttribute",
+                 mode="ResizeMode.BILINEAR" if bilinear else "ResizeMode.NEAREST")  # fmt: skip
+
+
+@translates("GATHER.default")
+def _gather(w, node, reads, order):
+    """GATHER(values [N, K, C], indices [N, W]) (pinned: the pipeline has already canonicalised it)."""
+    values, indices = (w.tensor(a, r) for a, r in zip(node.args[:2], reads))
+    return _emit(w, node, order, "GATHER", [values, indices])
+
+
 @translates("cat.default", "CONCAT.default")
 def _concat(w, node, reads, order):
     tensors = [a for a in node.args[0] if isinstance(a, torch.fx.Node)]
@@ -371,6 +403,13 @@ def _conv2d(w, node, reads, order):
                  dilation=dilation, local_bound=False, acc_type=_acc(node, order))  # fmt: skip
 
 
+@translates("CONV3D.default")
+def _conv3d(w, node, reads, order):
+    stride, pad, dilation = (list(node.args[i]) for i in (3, 4, 5))
+    return _emit(w, node, order, "CONV3D", _conv_inputs(w, node, reads), "Conv3dAttribute", pad=pad, stride=stride,
+                 dilation=dilation, local_bound=False, acc_type=_acc(node, order))  # fmt: skip
+
+
 @translates("TRANSPOSE_CONV2D.default")
 def _transpose_conv2d(w, node, reads, order):
     out_pad, stride = list(node.args[3]), list(node.args[4])
@@ -421,7 +460,8 @@ def _can_run_in(node: torch.fx.Node, order: Order) -> bool:
 def _translate(w: _Writer, node, reads: list[Order], order: Order) -> list[int]:
     rule = rule_for(node)
     operands = rule.operands(node)
-    full = list(reads) + [tuple(range(tensor_of(o).dim())) for o in operands[len(reads) :]]
+    identity = lambda o: tuple(range(tensor_of(o).dim())) if tensor_of(o) is not None else ()  # a shape operand
+    full = list(reads) + [identity(o) for o in operands[len(reads) :]]
     return TRANSLATIONS[short_target(node)](w, node, full, tuple(order))
 
 
