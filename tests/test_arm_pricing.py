@@ -223,3 +223,19 @@ def test_tile_and_resize_are_priced_as_vela_runs_them(tmp_path):
     assert predicted["Tile"] == measured["Tile"] > 0 and predicted["Resize"] == measured["Resize"] > 0
     assert solver.metrics()["vela_total_cycles"] <= stock.metrics()["vela_total_cycles"] * 1.001
     assert compare_lowerings(stock.tosa_files, solver.tosa_files).equivalent
+
+
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_a_view_into_a_transpose_is_priced_as_vela_bypasses_it(target):
+    """executorch's pixel_shuffle case: a view of the delegate input feeds the transposes. Vela bypasses that
+    RESHAPE in the program; its probe left the view's result as the probe's output, which Vela must copy out,
+    and the prediction read 7x Vela's total on Ethos-U55. Priced with the view's readers in the probe, the
+    prediction is Vela's total."""
+    from layout_solver.arm.conformance import transpose_count_cases
+
+    case = transpose_count_cases()["pixel_shuffle"]
+    module, inputs = case.module.eval(), tuple(case.inputs)
+    with contextlib.redirect_stdout(io.StringIO()), solver_layouts(verify="model") as reports:
+        lowered = lower_ethos_u(module, inputs, target)
+    predicted, measured = sum(r.objective for r in reports), lowered.metrics()["vela_total_cycles"]
+    assert abs(predicted / measured - 1) < 0.01, (predicted, measured)

@@ -102,17 +102,22 @@ def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool)
     writes int32 would. Where the operand has other readers in the program (`shared`), a second CLAMP reads the
     stand-in too: Ethos-U85 chains an elementwise op into a producer whose result only it reads (the op's work
     would land in the stand-in's row), and Vela bypasses a RESHAPE of such a result but copies a shared one."""
-    if dtype in ("int8", "int16"):
-        info = np.iinfo(_NUMPY_INT[dtype])
-        width = 2 if dtype == "int16" else 1
-        bounds = {"min_val": (int(info.min) + 1).to_bytes(width, "little", signed=True),
-                  "max_val": int(info.max).to_bytes(width, "little", signed=True),
-                  "nan_mode": "NanPropagationMode.PROPAGATE"}  # fmt: skip
-        found = b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", **bounds)[1]
+    if dtype in _NUMPY_INT:
+        found = _clamp_through(b, tensor, shape, dtype)
         if shared:
-            b.op("CLAMP", [found], shape, dtype, "ClampAttribute", **bounds)
+            _clamp_through(b, found, shape, dtype)
         return found
     return tensor  # int32 (between a compute op and its RESCALE): any op would take the RESCALE's scaling in
+
+
+def _clamp_through(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
+    """A CLAMP over the whole int8/int16 range reading `tensor`: a stand-in op that changes nothing."""
+    info = np.iinfo(_NUMPY_INT[dtype])
+    width = np.dtype(_NUMPY_INT[dtype]).itemsize
+    return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute",
+                min_val=(int(info.min) + 1).to_bytes(width, "little", signed=True),
+                max_val=int(info.max).to_bytes(width, "little", signed=True),
+                nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
 
 
 class _Unpriced(Exception):
@@ -591,5 +596,22 @@ def op_probe(
     except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:  # an op the translation misreads
         log.warning("layout-solver: no TOSA probe for %s (%s): %s: %s", node.name, node.target, type(exc).__name__, exc)
         return None
+    for n, result in [*((n, m[1]) for n, m in group.items()), (node, tuple(order))]:
+        _read_on(w, n, result)
     graph = w.builder.build()
     return graph, [graph.tosa_index(i) for i in own]
+
+
+def _read_on(w: _Writer, node: torch.fx.Node, order: Order) -> None:
+    """A view's result that no op of the probe reads, but an op of the program does, is read by a stand-in
+    CLAMP: left as the probe's graph output, Vela would have to copy it out, where in the program it bypasses
+    the RESHAPE (a view of a delegate input into a transpose costs nothing)."""
+    tensor = w.written.get((node, tuple(order)))
+    if rule_for(node).kind != "view" or tensor is None or any(tensor in o.inputs for o in w.builder.ops):
+        return
+    if all(u.op == "output" for u in node.users):
+        return
+    shape, dtype = _out(node, order)
+    if dtype in _NUMPY_INT:
+        for _ in node.users:  # as many readers as it has in the program
+            _clamp_through(w.builder, tensor, shape, dtype)
