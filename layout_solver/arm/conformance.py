@@ -48,6 +48,8 @@ LAYOUT_RELEVANT = (
     "max_pool",  # test_max_pool.py (max_pool2d)
     "constant_pad_nd",
     "pixel_shuffling",
+    "repeat",  # a TILE runs in any order, its multiples remapped
+    "expand",  # written as repeats
 )
 
 
