@@ -32,7 +32,7 @@ from layout_solver.arm.op_rules import MatMul, SameOrder, rule_for, short_target
 from layout_solver.arm.orders import Order, compose, inverse, view_output_order
 
 log = logging.getLogger(__name__)
-_NUMPY_INT = {"int8": np.int8, "int16": np.int16}
+_CLAMPABLE = ("int8", "int16")  # the dtypes a stand-in CLAMP is written for
 
 _DTYPES = {"int8": "int8", "int16": "int16", "int32": "int32", "bool": "bool", "float32": "fp32",
            "float16": "fp16", "bfloat16": "bf16", "uint8": "int8"}  # fmt: skip
@@ -102,7 +102,7 @@ def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool)
     writes int32 would. Where the operand has other readers in the program (`shared`), a second CLAMP reads the
     stand-in too: Ethos-U85 chains an elementwise op into a producer whose result only it reads (the op's work
     would land in the stand-in's row), and Vela bypasses a RESHAPE of such a result but copies a shared one."""
-    if dtype in _NUMPY_INT:
+    if dtype in _CLAMPABLE:
         found = _clamp_through(b, tensor, shape, dtype)
         if shared:
             _clamp_through(b, found, shape, dtype)
@@ -112,12 +112,10 @@ def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool)
 
 def _clamp_through(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
     """A CLAMP over the whole int8/int16 range reading `tensor`: a stand-in op that changes nothing."""
-    info = np.iinfo(_NUMPY_INT[dtype])
-    width = np.dtype(_NUMPY_INT[dtype]).itemsize
-    return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute",
-                min_val=(int(info.min) + 1).to_bytes(width, "little", signed=True),
-                max_val=int(info.max).to_bytes(width, "little", signed=True),
-                nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
+    torch_dtype = getattr(torch, dtype)
+    info = torch.iinfo(torch_dtype)
+    return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", min_val=_clamp_bytes(info.min + 1, torch_dtype),
+                max_val=_clamp_bytes(info.max, torch_dtype), nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
 
 
 class _Unpriced(Exception):
@@ -612,6 +610,6 @@ def _read_on(w: _Writer, node: torch.fx.Node, order: Order) -> None:
     if all(u.op == "output" for u in node.users):
         return
     shape, dtype = _out(node, order)
-    if dtype in _NUMPY_INT:
+    if dtype in _CLAMPABLE:
         for _ in node.users:  # as many readers as it has in the program
             _clamp_through(w.builder, tensor, shape, dtype)

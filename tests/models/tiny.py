@@ -185,18 +185,16 @@ def group_norm_8():
 
 
 class Resample(nn.Module):
-    """conv -> nearest upsample (RESIZE), a row mean broadcast back by expand (TILE, as BroadcastArgsPass and
-    expand write repeats) and columns picked by an index (GATHER, as BEiT's relative position bias)."""
+    """conv -> nearest upsample (RESIZE), and a row mean broadcast back by expand (TILE, as BroadcastArgsPass and
+    expand write repeats)."""
 
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.register_buffer("index", torch.randint(0, 16, (16,)))
 
     def forward(self, x):
         y = nn.functional.interpolate(self.conv(x), scale_factor=2, mode="nearest")
-        rows = y.mean(dim=3, keepdim=True).expand(1, 8, 16, 16)
-        return y + rows, y.flatten(2)[:, :, self.index]
+        return y + y.mean(dim=3, keepdim=True).expand(1, 8, 16, 16)
 
 
 def resample():
