@@ -304,12 +304,12 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     """`layout-solver zoo`: every model x target, stock versus solver, written as CSV, Markdown and plots."""
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO
+    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO, expand_names
     from layout_solver.zoo.runner import run_zoo
 
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     unknown = [t for t in targets if t not in TARGETS]
-    models = [m.strip() for m in args.models.split(",")] if args.models else list(ZOO)
+    models = expand_names([m.strip() for m in args.models.split(",")]) if args.models else list(ZOO)
     missing = [m for m in models if m not in ZOO and m not in MULTI_METHOD_ZOO and ":" not in m]
     if unknown or missing:
         raise ProblemError(
@@ -538,7 +538,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("zoo", help="stock versus solver on many models and targets, in parallel, resumable")
     p.add_argument("--target", default=",".join(DEFAULT_ZOO_TARGETS),
                    help="comma-separated targets (default %(default)s)")  # fmt: skip
-    p.add_argument("--models", help="comma-separated zoo names or path.py:factory (default: the whole zoo)")
+    p.add_argument(
+        "--models",
+        help="comma-separated zoo names, path.py:factory or generated:SEED / generated:A-B (seeded random Arm "
+        "test graphs; default: the whole zoo)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default %(default)s)")
     p.add_argument("--executor", choices=["local", "ray"], default="local")
     p.add_argument("--address", help="with --executor ray: join this cluster instead of starting one")

@@ -299,6 +299,8 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
     torch.manual_seed(seed)
     if name in ZOO:
         factory = ZOO[name]
+    elif name.startswith(GENERATED):
+        factory = _generated_factory(name)
     elif ":" in name:
         factory = _load_factory(name)
     else:
@@ -317,6 +319,31 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise ModelError(f"model {name!r}: the inputs must be tensors, got {[type(t).__name__ for t in inputs]}")
     return model.eval(), inputs
+
+
+GENERATED = "generated:"
+
+
+def expand_names(names: list[str]) -> list[str]:
+    """Model names with every `generated:A-B` range written out as `generated:A` .. `generated:B`."""
+    out = []
+    for name in names:
+        first, dash, last = name.removeprefix(GENERATED).partition("-")
+        if name.startswith(GENERATED) and dash and first.isdigit() and last.isdigit():
+            out += [f"{GENERATED}{seed}" for seed in range(int(first), int(last) + 1)]
+        else:
+            out.append(name)
+    return out
+
+
+def _generated_factory(name: str) -> Factory:
+    """`generated:SEED`: the seeded random Arm test graph of layout_solver.arm.generated."""
+    from layout_solver.arm import generated
+
+    seed = name.removeprefix(GENERATED)
+    if not seed.isdigit():
+        raise ModelError(f"model {name!r}: a generated graph is named generated:SEED (a non-negative integer)")
+    return lambda: generated.build(generated.random_graph(int(seed)))
 
 
 def _load_factory(spec: str) -> Factory:
