@@ -64,7 +64,9 @@ def summary(records: list[dict], target: str) -> list[str]:
             f"- {r['model']}: {', '.join(differential.violations(r))}: {r['solver_error'] or ''}" for r in violations
         ]
         lines.append("")
-    failed_stock = Counter((r["stock_error"] or "").split(":")[0] for r in mine if "stock_failed" in r["verdicts"])
+    failed_stock = Counter(
+        (r["stock_cause"] or r["stock_error"] or "")[:120] for r in mine if "stock_failed" in r["verdicts"]
+    )
     if failed_stock:
         lines += ["Stock failures by kind (graphs the Arm backend itself cannot lower):", ""]
         lines += [f"- {kind or '(no message)'}: {n}" for kind, n in failed_stock.most_common()]

@@ -40,6 +40,9 @@ def record(comparison: dict) -> dict:
         # a job the harness itself could not run (the model would not build): recorded as stock's failure too
         "stock_error": stock.get("error") or comparison.get("error"),
         "solver_error": solver.get("error") or comparison.get("error"),
+        # what the error wraps (executorch's pass manager names only the passes before the one that failed)
+        "stock_cause": stock.get("cause") or comparison.get("cause"),
+        "solver_cause": solver.get("cause") or comparison.get("cause"),
         "stock_cycles": stock.get("vela_total_cycles"),
         "solver_cycles": solver.get("vela_total_cycles"),
         "stock_transposes": stock.get("tosa_transposes"),

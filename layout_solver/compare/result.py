@@ -16,11 +16,18 @@ Number = float | int
 
 
 def error_record(exc: BaseException, limit: int | None = 4) -> dict:
-    """The fields of a side that failed with `exc`: its first line (at most 500 characters) and the traceback."""
-    return {
-        "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-        "traceback": traceback.format_exc(limit=limit),
-    }
+    """The fields of a side that failed with `exc`: its first line (at most 500 characters), the innermost
+    exception it was raised from (executorch's pass manager wraps every pass's error in one naming only the
+    passes that ran before) and the traceback."""
+    root, seen = exc, {id(exc)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
+        root = inner
+        seen.add(id(inner))
+    record = {"error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500]}
+    if root is not exc:
+        record["cause"] = f"{type(root).__name__}: {root}".splitlines()[0][:500] if str(root) else type(root).__name__
+    record["traceback"] = "".join(traceback.format_exception(exc, limit=limit))
+    return record
 
 
 class _Record(BaseModel):
@@ -36,6 +43,7 @@ class Side(_Record):
 
     # a side that failed: its error (first line) and traceback; nothing else is set
     error: str | None = None
+    cause: str | None = None  # the innermost exception the error was raised from, where it wraps one
     traceback: str | None = None
     lower_seconds: float | None = None
     # Ethos-U: TOSA transposes, Vela's per-layer figures for the NPU, what stayed on the CPU
@@ -134,6 +142,7 @@ class MethodsSide(_Record):
     program bytes and, for the joint side, what the joint solve reported."""
 
     error: str | None = None
+    cause: str | None = None
     traceback: str | None = None
     per_method: dict[str, dict[str, Number | bool | str | None]] | None = None
     weighted_total_cycles: float | None = None
