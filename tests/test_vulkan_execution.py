@@ -111,8 +111,8 @@ def _verdict(stock, solver, expected) -> str | None:
     return None
 
 
-# One test for all the generated graphs: they are lowered and run in one batch (xdist's loadgroup, which would
-# keep per-seed tests on one worker, does not group under pytest 9, so a shared fixture was built on both).
+# One test for all the generated graphs, lowered and run in one batch: per-seed tests sharing a fixture relied on
+# xdist's loadgroup to build it once, and pytest 9.2 broke loadgroup (the batch was built on both workers).
 def test_generated_graphs_run_and_match_eager_like_stock(runtime):
     cases, expected, ran = _generated_runs(runtime)
     # The generator reaches what it is meant to: both storages, several packings, wide tensors.
