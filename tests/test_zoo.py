@@ -43,6 +43,37 @@ def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
     assert records["no_such_model"]["status"] != "ok" and "worker process died" not in str(records["no_such_model"])
 
 
+def test_a_stopped_zoo_stops_its_workers(tmp_path):
+    """SIGTERM to a zoo run ends it and its worker processes: none is left lowering as an orphan."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    marker = tmp_path / "worker.pid"
+    slow = tmp_path / "slow.py"
+    slow.write_text(
+        f"import os, time\n\ndef model():\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+    )
+    script = (
+        "from pathlib import Path\nfrom layout_solver.zoo.runner import run_zoo\n"
+        f"run_zoo([{f'{slow}:model'!r}], ['vulkan'], Path({str(tmp_path / 'out')!r}), jobs=1, log=print)\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while not marker.exists() or not marker.read_text():
+        assert runner.poll() is None and time.monotonic() < deadline, "the job never started"
+        time.sleep(0.5)
+    worker = psutil.Process(int(marker.read_text()))
+    os.kill(runner.pid, signal.SIGTERM)
+    assert runner.wait(timeout=60) != 0
+    worker.wait(timeout=30)  # raises psutil.TimeoutExpired if the worker outlives the run
+    assert not worker.is_running()
+
+
 def test_ray_executor_on_a_local_cluster(tmp_path):
     pytest.importorskip("ray")
     results = run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=2, executor="ray", log=lambda _: None)

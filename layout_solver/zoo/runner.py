@@ -10,10 +10,13 @@ the others go on. OUT gets results.csv, report.md and PNG plots.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -118,17 +121,48 @@ def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
     native abort in a compiler or the reference model) breaks the pool for every job not finished: those run
     again one by one, so only the one that kills its worker alone is recorded as crashed."""
     broken = []
-    with _pool(workers) as pool:
-        futures = {pool.submit(run_job, job): job for job in jobs}
-        for future in as_completed(futures):
-            try:
-                result = future.result()
-            except BrokenProcessPool:
-                broken.append(futures[future])
-                continue
-            yield futures[future], result
+    pool = _pool(workers)
+    try:
+        with _terminated_as_exit():
+            futures = {pool.submit(run_job, job): job for job in jobs}
+            for future in as_completed(futures):
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken.append(futures[future])
+                    continue
+                yield futures[future], result
+    except BaseException:
+        # Stopped (Ctrl-C, SIGTERM, or the caller closed the generator): the workers go too, mid-job, rather than
+        # finishing their lowerings as orphans. The jobs done are already in the cache.
+        _stop(pool)
+        raise
+    pool.shutdown()
     for job in broken:
         yield job, _alone(job)
+
+
+@contextlib.contextmanager
+def _terminated_as_exit():
+    """SIGTERM raises SystemExit in the main thread while inside (so the pool's workers are stopped with us)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the worker processes."""
+    processes = list((pool._processes or {}).values())  # the executor has no public handle on its workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(timeout=10)
 
 
 def execute_ray(jobs: list[Job], workers: int, address: str | None = None) -> Iterable[tuple[Job, dict]]:
