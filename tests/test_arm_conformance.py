@@ -1,7 +1,8 @@
 """ExecuTorch's own Arm op tests (TOSA INT pipelines on the reference model) pass with the solver stage active.
 
-CI runs a deterministic sample of the layout-relevant files (every 12th test of each); the whole set, stock and
-solver side by side, is `benchmarks/bench_arm_conformance.py` (results in benchmarks/results/arm_conformance.md).
+CI runs a deterministic sample: every 16th test of each layout-relevant file, and the first test of every 10th of the
+other op-test files (by name); the whole set, stock and solver side by side, is `benchmarks/bench_arm_conformance.py`
+(results in benchmarks/results/arm_conformance.md).
 """
 
 import pytest
@@ -10,7 +11,8 @@ pytest.importorskip("executorch.backends.arm")
 
 from layout_solver.arm import conformance
 
-EVERY = 12
+EVERY = 16
+EVERY_OTHER_FILE = 10
 
 
 def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(tmp_path):
@@ -18,6 +20,10 @@ def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(tmp_path):
     assert len(files) >= 15, [f.name for f in files]
     ids = conformance.sample(conformance.collect(files, "tosa_INT"), EVERY)
     assert len({t.split("::")[0] for t in ids}) >= 15 and len(ids) >= 40
+    others = conformance.other_peer_test_files()
+    assert len(others) >= 100, len(others)
+    ids += conformance.first_of_each_file(conformance.collect(others[::EVERY_OTHER_FILE], "tosa_INT"))
+    assert len({t.split("::")[0] for t in ids}) >= 30
     solver = conformance.run(ids, "solver", files[0].parent, tmp_path / "solver.xml")
     assert set(solver) == set(ids), "tests missing from the solver run"
     # Only what fails with the solver is run stock too: a failure that stock shares is not ours.

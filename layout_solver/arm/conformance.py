@@ -67,6 +67,12 @@ def peer_test_files(ops: tuple[str, ...] = LAYOUT_RELEVANT) -> list[Path]:
     return [folder / f"test_{op}.py" for op in ops if (folder / f"test_{op}.py").is_file()]
 
 
+def other_peer_test_files() -> list[Path]:
+    """Every other op-test file of the peer suite (not in LAYOUT_RELEVANT), sorted by name."""
+    relevant = set(peer_test_files())
+    return [f for f in sorted((peer_test_dir() / "ops").glob("test_*.py")) if f not in relevant]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Adds `--layout-stage stock|solver` to pytest."""
     parser.addoption(
@@ -183,6 +189,11 @@ def parse_junit(path: Path) -> dict[str, dict]:
             "delegates": int(props.get("layout_solver_delegates", 0) or 0),
         }
     return results
+
+
+def first_of_each_file(ids: list[str]) -> list[str]:
+    """The first test of each file, in collection order."""
+    return sample(ids, len(ids) or 1)
 
 
 def sample(ids: list[str], every: int) -> list[str]:
