@@ -164,3 +164,27 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         node.replace_all_uses_with(physical[node.name])
         graph.erase_node(node)
     return len(transitions), len(removed)
+
+
+def fold_constant_permutes(graph_module: torch.fx.GraphModule, program, constants: set[str]) -> int:
+    """Compute every permute of a parameter, buffer or lifted constant now, into a new constant placeholder
+    (executorch's FuseConstantArgsPass, node by node); returns how many. The Arm pipeline folds constant ops
+    before the layout stage runs, so a permute the write-back puts on a constant would otherwise run on the NPU
+    as a TRANSPOSE, while the problem prices reading a constant in any order as free."""
+    from executorch.backends.arm._passes.fuse_constant_ops_pass import FuseConstantArgsPass
+
+    if program is None or not constants:
+        return 0
+    fuse = FuseConstantArgsPass(program)
+    folded, sources = 0, set()
+    for node in list(graph_module.graph.nodes):
+        source = node.args[0] if node.op == "call_function" and node.target == PERMUTE else None
+        constant = isinstance(source, torch.fx.Node) and source.op == "placeholder" and source.name in constants
+        # the pass's own per-node step (its call() would retrace the whole graph)
+        if constant and fuse._fuse_nodes(node):
+            folded += 1
+            sources.add(source)
+    if folded:
+        graph_module.graph.eliminate_dead_code()
+        fuse.maybe_delete(sources)
+    return folded

@@ -19,7 +19,7 @@ from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.pass_base import PassResult
 
 from cost_models.store import JsonStore, default_store
-from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan
+from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan, fold_constant_permutes
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
@@ -208,6 +208,7 @@ class SolverLayoutPass(ArmPass):
         def write_back(arm: ArmProblem, solution: Solution) -> tuple[int, int]:
             plan = rewrite_plan(arm, solution)
             written = apply_plan(graph_module, plan)
+            fold_constant_permutes(graph_module, program, constants)  # read in another order: stored so, for free
             graph_module.graph.lint()  # the pass manager recompiles a modified graph module
             changed.append(any(written) or any(o != tuple(range(len(o))) for o in plan.orders.values()))
             return written
