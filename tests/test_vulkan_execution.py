@@ -66,7 +66,7 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
         )
 
 
-SEEDS = list(range(28))
+SEEDS = list(range(22))  # 6, 13 and 20 are the buffer-only wide graphs (seed % 7 == 6)
 
 
 def _generated_runs(runtime):
