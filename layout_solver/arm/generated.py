@@ -289,7 +289,7 @@ def random_graph(seed: int, min_nodes: int = 3, max_nodes: int = 10) -> GraphSpe
 # Source: the spec as a self-contained module
 
 
-def _module(name: str, node: Node) -> str | None:
+def _module(node: Node) -> str | None:
     """The nn.Module constructor a node's op holds (its weights), or None."""
     p = node.params
     if node.op == "conv2d":
@@ -334,11 +334,9 @@ def _expression(node: Node, names: list[str], attr: str) -> str:
     if node.op == "binary":
         y = names[node.inputs[1]] if p[1] is None else f"self.{attr}"
         return f"{x} {BINARY_SIGNS[p[0]]} {y}"
-    if node.op in ("merge_axes", "split_axis", "unsqueeze", "squeeze"):
-        if node.op == "unsqueeze":
-            return f"{x}.unsqueeze({p[0]})"
-        if node.op == "squeeze":
-            return f"{x}.squeeze({p[0]})"
+    if node.op in ("unsqueeze", "squeeze"):
+        return f"{x}.{node.op}({p[0]})"
+    if node.op in ("merge_axes", "split_axis"):
         return f"{x}.reshape{node.shape}"
     if node.op == "permute":
         return f"{x}.permute{p}"
@@ -370,7 +368,7 @@ def source(spec: GraphSpec) -> str:
     init, body = [], []
     for k, node in enumerate(spec.nodes):
         attr = f"m{first + k}"
-        ctor = _module(attr, node)
+        ctor = _module(node)
         if ctor is not None:
             init.append(f"        self.{attr} = {ctor}")
         elif node.op == "binary" and node.params[1] is not None:
