@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from collections.abc import Iterator
 from functools import lru_cache
@@ -52,7 +53,12 @@ _PACKED_DIM = {
     "PACKED_INT8_CONV2D": 2,
 }
 BUILT_IN = {"mobile-gpu": "vulkan_v1.json", "lavapipe": "vulkan_lavapipe.json"}
+# The one profile that prices a report or a query when none is named. The solver's default objective is
+# not this profile but every profile (`default_profiles`, `layout_solver.robust`).
 DEFAULT_PROFILE = "mobile-gpu"
+# The name that asks for every profile at once (the solver's default), and where users add their own.
+ALL_PROFILES = "default"
+PROFILES_DIR_ENV = "LAYOUT_SOLVER_VULKAN_PROFILES"
 
 
 class _Strict(BaseModel):
@@ -133,10 +139,31 @@ class VulkanProfile(_Strict):
 
 
 def load_profile(profile: str | Path | VulkanProfile | None = None) -> VulkanProfile:
-    """A profile by built-in name ("mobile-gpu", "lavapipe"), by path, or as given; None is the default."""
+    """A profile by built-in name ("mobile-gpu", "lavapipe"), by path, or as given; None (or "default",
+    where one profile is wanted: a report's prices, a query) is DEFAULT_PROFILE."""
     if isinstance(profile, VulkanProfile):
         return profile
-    return _load(str(profile if profile is not None else DEFAULT_PROFILE))
+    if profile is None or profile == ALL_PROFILES:
+        profile = DEFAULT_PROFILE
+    return _load(str(profile))
+
+
+def default_profiles() -> dict[str, VulkanProfile]:
+    """Every profile the default objective weighs, by label: the built-ins by name, then each `*.json` in
+    the directories listed in $LAYOUT_SOLVER_VULKAN_PROFILES (os.pathsep-separated; e.g. `layout-solver
+    calibrate vulkan` outputs) by file stem (its path where two stems clash). A file there that is not a
+    profile is an error naming it, not skipped."""
+    profiles = {name: load_profile(name) for name in BUILT_IN}
+    for folder in filter(None, os.environ.get(PROFILES_DIR_ENV, "").split(os.pathsep)):
+        if not Path(folder).expanduser().is_dir():
+            raise ValueError(f"${PROFILES_DIR_ENV}: {folder!r} is not a directory")
+        for path in sorted(Path(folder).expanduser().resolve().glob("*.json")):
+            try:
+                profile = load_profile(path)
+            except Exception as exc:  # re-raised with the file's name
+                raise ValueError(f"${PROFILES_DIR_ENV}: {path} is not a Vulkan cost profile: {exc}") from exc
+            profiles[path.stem if path.stem not in profiles else str(path)] = profile
+    return profiles
 
 
 @lru_cache(maxsize=16)

@@ -389,7 +389,7 @@ def _add_service_argument(p: argparse.ArgumentParser) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`layout-solver calibrate vulkan`: measure the present Vulkan device's profile and write it."""
-    from layout_solver.vulkan.calibrate import PROBES, calibrate
+    from layout_solver.vulkan.calibrate import PROBES
     from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
     ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
@@ -401,32 +401,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.parent.is_dir():
         raise ProblemError(f"cannot write {out}: {out.parent} is not a directory")
+    if args.extend and args.rescale:
+        raise ProblemError("--extend and --rescale: one at a time (rescale the extended profile afterwards)")
+    base = None
+    for flag, given in (("--extend", args.extend), ("--rescale", args.rescale)):
+        if given:
+            from cost_models.vulkan import load_profile
+
+            try:
+                base = load_profile(given)
+            except (ValueError, OSError) as exc:
+                raise ProblemError(str(exc)) from exc
+            if not base.measured:
+                raise ProblemError(f"{flag} {given}: not a measured profile (it holds assumptions)")
     try:
         probe(args.vulkan_runtime)
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     log = lambda line: print(line, file=sys.stderr, flush=True)
-    base = None
-    if args.extend:
-        from cost_models.vulkan import load_profile
+    command = shlex.join(["layout-solver", *args.argv])
+    if args.rescale:
+        from layout_solver.vulkan.calibrate import rescale
 
-        try:
-            base = load_profile(args.extend)
-        except (ValueError, OSError) as exc:
-            raise ProblemError(str(exc)) from exc
-        if not base.measured:
-            raise ProblemError(f"--extend {args.extend}: not a measured profile (it holds assumptions)")
-    profile = calibrate(
-        args.vulkan_runtime,
-        ops=ops,
-        sizes=args.sizes,
-        rounds=args.rounds,
-        transitions=not args.no_transitions,
-        log=log,
-        command=shlex.join(["layout-solver", *args.argv]),
-        shapes=args.shapes,
-        extend=base,
-    )
+        profile = rescale(base, args.vulkan_runtime, rounds=args.rounds, log=log, command=command)
+    else:
+        profile = _calibrated(args, ops, base, log, command)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text(profile.model_dump_json(indent=1) + "\n")
     tmp.replace(out)
@@ -435,6 +434,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         f"{len(profile.transitions)} transitions -> {out}"
     )
     return 0
+
+
+def _calibrated(args: argparse.Namespace, ops, base, log, command: str):
+    from layout_solver.vulkan.calibrate import calibrate
+
+    return calibrate(
+        args.vulkan_runtime,
+        ops=ops,
+        sizes=args.sizes,
+        rounds=args.rounds,
+        transitions=not args.no_transitions,
+        log=log,
+        command=command,
+        shapes=args.shapes,
+        extend=base,
+    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -567,6 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
         "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)",
     )
     c.add_argument("--extend", help="a measured profile: add the new points to its samples and refit what they touch")
+    c.add_argument(
+        "--rescale",
+        help="a measured profile: re-time its reference probes (one per op class, one clone) on the present "
+        "device and write it rescaled to today's speed",
+    )
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")

@@ -36,8 +36,9 @@ class PassReport:
     pass wrote (Vulkan: value, src, dst, bytes, cost); `transitions_written`
     counts them where no record is kept (Arm: permutes inserted), and
     `ops_removed` the ops the answer made free (Arm: permutes). Objective,
-    bound and gap are the solver's (None for stock). `modelled_us` prices the
-    tagged graph with the Vulkan profile (`modelled_us_by_op` by operator name); `tensors_by_repr` counts its tensors
+    bound and gap are the solver's (None for stock and for the Vulkan default objective). `modelled_us` prices the
+    tagged graph with the Vulkan profile (`modelled_us_by_op` by operator name; `modelled_us_by_profile` with
+    each profile of the default objective); `tensors_by_repr` counts its tensors
     per representation. `modes_chosen` counts the ops that run in an algebraic mode (Arm: a MATMUL
     computed as its transposed product, "MATMUL.default (B^T A^T)^T"). `partition` is "method#index" in a
     multi-method lowering.
@@ -58,6 +59,7 @@ class PassReport:
     tensors_by_repr: Counter = field(default_factory=Counter)
     modelled_us: float = 0.0
     modelled_us_by_op: Counter = field(default_factory=Counter)
+    modelled_us_by_profile: dict[str, float] = field(default_factory=dict)  # Vulkan default: every profile's price
     modes_chosen: Counter = field(default_factory=Counter)
     partition: str = field(default_factory=current_partition)
     # Arm: what priced the problem ("vela ethos-u85-256", "moved-bytes"), the ops it could not write (priced 0),

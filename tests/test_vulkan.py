@@ -1,5 +1,7 @@
 """Vulkan: the solver pass inside a real ExecuTorch lowering (no GPU needed to lower)."""
 
+import functools
+import json
 import warnings
 from pathlib import Path
 
@@ -12,7 +14,10 @@ from executorch.backends.vulkan import vulkan_preprocess
 from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
+from cost_models import vulkan as vk_cost
 from graph_io.vulkan import label_repr
+from layout_solver import robust
+from layout_solver.problem import ProblemError
 from layout_solver.report import collecting_reports
 from layout_solver.vulkan import (
     LayoutValidationError,
@@ -50,7 +55,11 @@ def test_context_restores_stock_pass_on_every_exit():
 
 @pytest.fixture(scope="module")
 def mixed_lowerings():
-    return {"stock": _lower("mixed", stock_layouts), "solver": _lower("mixed", solver_layouts)}
+    # One profile: the solver's own optimum (the default objective keeps stock's layout of this model).
+    return {
+        "stock": _lower("mixed", stock_layouts),
+        "solver": _lower("mixed", lambda: solver_layouts(cost_profile="mobile-gpu")),
+    }
 
 
 def test_solver_lowering_serializes_and_beats_stock(mixed_lowerings):
@@ -63,6 +72,50 @@ def test_solver_lowering_serializes_and_beats_stock(mixed_lowerings):
     # The over-wide tensor cannot live in a texture: the registry's texture limits reached the problem.
     by_repr = sum((r.tensors_by_repr for r in reports), start=__import__("collections").Counter())
     assert any(k.startswith("BUFFER") for k in by_repr)
+
+
+@functools.cache
+def _stock_lowering(model: str):
+    return _lower(model, stock_layouts)  # stock's tagging does not depend on the profiles it is priced with
+
+
+def _by_profile(reports) -> dict[str, float]:
+    return {k: sum(r.modelled_us_by_profile[k] for r in reports) for k in reports[0].modelled_us_by_profile}
+
+
+@pytest.mark.parametrize("model", ["window_heads", "decode_attention", "mixed"])
+def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(model):
+    """Without a profile the solver weighs every profile: each prices its program at most stock's (1 us of
+    noise), the two tiny models whose layouts change are cheaper on the measured one, and where the layout
+    is kept, the program is stock's byte for byte."""
+    stock_reports, stock_pte = _stock_lowering(model)
+    reports, pte = _lower(model, solver_layouts)
+    stock, solver = _by_profile(stock_reports), _by_profile(reports)
+    assert set(solver) == {"mobile-gpu", "lavapipe"} <= set(stock)  # (a cached stock may be priced by more)
+    assert all(solver[p] <= stock[p] + robust.NOISE_US for p in stock), (stock, solver)
+    assert all(r.pricing == "every profile: mobile-gpu, lavapipe" and r.gap is None for r in reports)
+    if model == "mixed":
+        assert all(r.kept_stock for r in reports) and pte == stock_pte
+    else:
+        assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"] - 100
+
+
+def test_a_profile_in_the_users_directory_joins_the_default(tmp_path, monkeypatch):
+    """window_heads' solver moves every tensor into buffers (the measured profile prices them 40% cheaper);
+    a profile of the user's own in which buffers are slow vetoes that, and stock's program comes back."""
+    assume = json.loads((Path(vk_cost.__file__).parent / "data" / "vulkan_v1.json").read_text())
+    assume["parameters"]["buffer_op_penalty_per_mib"]["value"] = 1e6
+    (tmp_path / "slow_buffers.json").write_text(json.dumps(assume))
+    monkeypatch.setenv(vk_cost.PROFILES_DIR_ENV, str(tmp_path))
+    _, stock_pte = _stock_lowering("window_heads")
+    reports, pte = _lower("window_heads", solver_layouts)
+    assert set(_by_profile(reports)) == {"mobile-gpu", "lavapipe", "slow_buffers"}
+    assert all(r.kept_stock for r in reports) and pte == stock_pte
+    assert "slow_buffers" in reports[0].notes[-1]  # the report says which profile priced the change dearer
+    # A file there that is not a profile is a clear error naming it, before anything is lowered.
+    (tmp_path / "broken.json").write_text("{}")
+    with pytest.raises(ValueError, match="broken.json is not a Vulkan cost profile"):
+        vk_cost.default_profiles()
 
 
 def test_problem_comes_from_the_registry():
@@ -265,6 +318,43 @@ def test_calibration_plan_one_program_per_probe():
     _, probes = plan(["matmul", "unary"], labels, sizes=1, links=4, transitions=False, shapes=[(1, 1, 128), (4, 8, 8)])
     assert {p.shape for p in probes if p.key.startswith("matmul|")} == {(4, 8, 8)}
     assert {p.shape for p in probes if p.key.startswith("unary|")} == {(1, 1, 128), (4, 8, 8)}
+
+
+def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
+    """`calibrate vulkan --rescale`: one reference probe per class (and one clone) stands for the class. Fed
+    the profile's own samples at half their time (and linear's at a quarter), every price halves (linear's
+    quarters), the samples follow (a later --extend fits on one scale), and the note says by how much."""
+    from layout_solver.vulkan.calibrate import reference_plan, rescale_factors, rescaled
+
+    base = vk_cost.load_profile("lavapipe")
+    jobs, probes = reference_plan(base)
+    assert len(jobs) == len(probes) == len(base.op_modes) + 1  # one per class, one clone
+    assert {p.key.split("|")[0] for p in probes if p.kind == "op"} == set(base.op_modes)
+    today = {}
+    for probe in probes:
+        kind, key = probe.kind, probe.key.replace("<->", "->")
+        old = base.samples[f"{kind}:{key}"][0]
+        today[(kind, key)] = [(*old[:2], old[2] * (0.25 if key.startswith("linear|") else 0.5), *old[3:])]
+    factors = rescale_factors(base, today)
+    assert factors["linear"] == pytest.approx(0.25) and factors["softmax"] == pytest.approx(0.5)
+    assert factors["*"] == pytest.approx(0.5) and factors["transitions"] == pytest.approx(0.5)
+    fresh = rescaled(base, factors)
+    shape, label = (1, 196, 192), "BUFFER:TENSOR_HEIGHT_PACKED"
+    for op, factor in (("linear", 0.25), ("layer_norm", 0.5), ("unary", 0.5)):
+        before = vk_cost.op_mode_cost(op, shape, "float32", label, base, 192 if op == "linear" else 0)
+        assert vk_cost.op_mode_cost(op, shape, "float32", label, fresh, 192 if op == "linear" else 0) == (
+            pytest.approx(before * factor, rel=1e-3)
+        )
+    src, dst = "TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_CHANNELS_PACKED"
+    assert vk_cost.transition_cost(shape, "float32", src, dst, fresh) == pytest.approx(
+        0.5 * vk_cost.transition_cost(shape, "float32", src, dst, base), rel=1e-3
+    )
+    assert fresh.samples["op:linear|TEXTURE_3D:TENSOR_WIDTH_PACKED"][0][2] == pytest.approx(
+        0.25 * base.samples["op:linear|TEXTURE_3D:TENSOR_WIDTH_PACKED"][0][2], abs=0.01
+    )
+    assert "linear 0.250" in fresh.notes[-1]
+    with pytest.raises(ProblemError, match="no reference probe matched"):
+        rescale_factors(base, {("op", "unary|TEXTURE_3D:TENSOR_WIDTH_PACKED"): [(1.0, 1.0, 5.0)]})
 
 
 def _calibration_chain(op, shape):

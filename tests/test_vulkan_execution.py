@@ -249,8 +249,8 @@ def test_runtime_child_is_importable_without_a_device():
 
 
 def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
-    """A small calibration on the device: the view op's modes at one 4-D size (and its batched 3-D shapes),
-    written as a profile the solver takes."""
+    """A small calibration on the device: the view op's modes at one 4-D and one batched 3-D shape, written
+    as a profile the solver takes."""
     from cost_models.vulkan import load_profile
     from layout_solver.cli import main
 
@@ -266,8 +266,8 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
                 str(runtime),
                 "--ops",
                 "view",
-                "--sizes",
-                "1",
+                "--shapes",
+                "1x8x32x32,8x16x32",
                 "--rounds",
                 "3",
                 "--no-transitions",
@@ -279,9 +279,7 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert profile.measured and profile.device != "unspecified" and "calibrate vulkan" in profile.command
     labels = profile.op_modes["view"]
     assert {"TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"} <= set(labels)
-    from layout_solver.vulkan.calibrate import PROBES
-
-    sizes = 1 + len(PROBES["view"].extra)  # --sizes 1 of the 4-D shapes, plus every extra shape
+    sizes = 2  # the two shapes asked for
     assert all(c.points == sizes and c.overhead_us + c.us_per_mib + c.us_per_slice > 0 for c in labels.values())
     # Extending: one more shape, its points join the samples and the touched entries are refitted.
     extended = tmp_path / "extended.json"
@@ -310,6 +308,23 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     grown = load_profile(str(extended))
     assert all(c.points == sizes + 1 for c in grown.op_modes["view"].values())
     assert grown.command.startswith(profile.command) and "--extend" in grown.command
+    # Rescaling: the one reference probe (view, width-packed texture, the smallest 4-D shape) re-timed a
+    # minute later on the same device: a factor near 1, written into the prices and the notes.
+    again = tmp_path / "rescaled.json"
+    argv = ["calibrate", "vulkan", "--out", str(again), "--vulkan-runtime", str(runtime), "--rounds", "3"]
+    assert main([*argv, "--rescale", str(out)]) == 0
+    fresh = load_profile(str(again))
+    factor = float(fresh.notes[-1].rsplit("view ", 1)[1])
+    assert 0.3 < factor < 3 and "rescaled" in fresh.notes[-1] and "--rescale" in fresh.command
+    label = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+    assert fresh.op_modes["view"][label].us_per_mib == pytest.approx(
+        factor * profile.op_modes["view"][label].us_per_mib, rel=0.01, abs=1e-3
+    )
+    capsys.readouterr()
+    assert main([*argv, "--rescale", "mobile-gpu"]) == 2
+    assert "not a measured profile" in capsys.readouterr().err
+    assert main([*argv, "--rescale", str(out), "--extend", str(out)]) == 2
+    assert "one at a time" in capsys.readouterr().err
     assert main(["calibrate", "vulkan", "--ops", "no_such_op"]) == 2
     assert "unknown op classes" in capsys.readouterr().err
 

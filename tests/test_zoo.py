@@ -90,7 +90,7 @@ def test_zoo_passes_target_options_and_keys_the_cache_by_them(tmp_path):
     assert measured[0]["status"] == "ok" and measured[0]["cost_profile"] == "lavapipe"
     logged = []
     default = run_zoo([model], ["vulkan"], tmp_path, jobs=1, log=logged.append)
-    assert not logged and default[0]["cost_profile"] == "mobile-gpu"
+    assert not logged and default[0]["cost_profile"] == "default"
 
 
 def test_zoo_reports_a_multi_method_model_per_method(tmp_path):

@@ -64,6 +64,7 @@ class Side(_Record):
     tensors_by_repr: dict[str, int] | None = None
     delegates: int | None = None
     modelled_us: float | None = None
+    modelled_us_by_profile: dict[str, float] | None = None  # the default objective: every profile's price
     transition_list: list[dict] | None = None
     fallbacks: list[str] | None = None
     phase_seconds: dict[str, float] | None = None
@@ -114,7 +115,7 @@ class Comparison(_Record):
     model: str
     target: str
     input_order: str | None = None  # Ethos-U: the graph-input contract
-    cost_profile: str | None = None  # Vulkan: the profile both sides are priced with
+    cost_profile: str | None = None  # Vulkan: the profile both sides are priced with ("default": every profile)
     stock: Side | None = None
     solver: Side | None = None
     # Ethos-U: the TOSA reference model's verdict on the two programs

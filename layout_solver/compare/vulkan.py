@@ -65,6 +65,11 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
             "pass_seconds": round(sum(r.pass_seconds for r in reports), 4),
             "delegates": len(reports),
             "modelled_us": round(sum(r.modelled_us for r in reports), 3),
+            "modelled_us_by_profile": {
+                label: round(sum(r.modelled_us_by_profile.get(label, 0.0) for r in reports), 3)
+                for label in dict.fromkeys(k for r in reports for k in r.modelled_us_by_profile)
+            }
+            or None,
             "transition_list": [t for r in reports for t in r.transitions],
         }
         if side == "solver":
@@ -73,6 +78,7 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
                 bound=round(sum(r.bound or 0.0 for r in reports), 3),
                 gap=max((r.gap or 0.0 for r in reports), default=0.0),
                 fallbacks=[n for r in reports if r.kind == "stock-fallback" for n in r.notes],
+                delegates_kept_stock=sum(r.kept_stock for r in reports),
                 solver_notes=[n for r in reports if r.kind == "solver" for n in r.notes],
                 problem_ops=sum(r.problem_ops for r in reports),
                 solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
@@ -86,7 +92,7 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
     return Comparison(
         model=name,
         target="vulkan",
-        cost_profile=cost_profile or "mobile-gpu",
+        cost_profile=cost_profile or "default",
         **{side: Side(**record) for side, record in sides.items()},
         **extra,
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import statistics
 import subprocess
 import time
 import warnings
@@ -350,6 +351,49 @@ def calibrate(
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, links, transitions, shapes)
+    points, lowered, failed = _measure(jobs, probes, runtime, rounds, workers, log)
+    if extend is not None:
+        return _extended(extend, points, lowered, len(jobs), failed, command)
+    op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
+    trans: dict[str, vk_cost.Linear] = {}
+    for (kind, key), pts in sorted(points.items()):
+        fit = _fit(pts)
+        if kind == "op":
+            op, label = key.split("|")
+            op_modes.setdefault(op, {})[label] = fit
+        else:
+            trans[key] = fit
+    base = vk_cost.load_profile("mobile-gpu")
+    return vk_cost.VulkanProfile(
+        version=3,
+        name="measured",
+        device=device_name(),
+        measured=True,
+        command=command,
+        description="Measured on this device by layout-solver calibrate vulkan: every shader dispatch of chains of "
+        "pinned ops (op modes) and of chains alternating between two representations (transitions, one clone "
+        "per link) timed by the runtime's query pool; each fitted as overhead + rate per MiB + rate per "
+        "texture slice (cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
+        "parametric fallback.",
+        parameters=base.parameters,
+        transitions=trans,
+        op_modes=op_modes,
+        samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
+        notes=[
+            (
+                f"{lowered} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
+                f"{len(failed)} failed on the device"
+            )
+        ]
+        + [f"{n}: {e[:300]}" for n, e in failed.items()],
+    )
+
+
+def _measure(
+    jobs: list[Job], probes: list[Probe], runtime, rounds: int, workers: int, log: Callable[[str], None]
+) -> tuple[dict[tuple[str, str], list[tuple[float, ...]]], int, dict[str, str]]:
+    """Lower every job, profile the programs on the device, read each probe: (points by (kind, key), programs
+    lowered, programs that failed on the device with their errors)."""
     programs: dict[str, bytes] = {}
     inputs: dict[str, tuple] = {}
     start = time.perf_counter()
@@ -379,41 +423,134 @@ def calibrate(
             for key, pts in same.items():
                 middle = sorted(pts, key=lambda p: p[2])[len(pts) // 2]
                 points.setdefault(key, []).append(middle)
-    if extend is not None:
-        return _extended(extend, points, len(programs), len(jobs), failed, command)
-    op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
-    trans: dict[str, vk_cost.Linear] = {}
-    for (kind, key), pts in sorted(points.items()):
-        fit = _fit(pts)
-        if kind == "op":
-            op, label = key.split("|")
-            op_modes.setdefault(op, {})[label] = fit
-        else:
-            trans[key] = fit
-    base = vk_cost.load_profile("mobile-gpu")
-    return vk_cost.VulkanProfile(
-        version=3,
-        name="measured",
-        device=device_name(),
-        measured=True,
-        command=command,
-        description="Measured on this device by layout-solver calibrate vulkan: every shader dispatch of chains of "
-        "pinned ops (op modes) and of chains alternating between two representations (transitions, one clone "
-        "per link) timed by the runtime's query pool; each fitted as overhead + rate per MiB + rate per "
-        "texture slice (cost_models.vulkan.texture_slices) over several sizes. Unmeasured pairs use the "
-        "parametric fallback.",
-        parameters=base.parameters,
-        transitions=trans,
-        op_modes=op_modes,
-        samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
-        notes=[
-            (
-                f"{len(programs)} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
-                f"{len(failed)} failed on the device"
+    return points, len(programs), failed
+
+
+# Rescaling: a few probes re-timed on the day stand for the whole profile (a CPU driver's speed moves
+# with the machine's load and clocks: lavapipe ran the same programs at 0.44-0.68 of a profile's times
+# two days after it was measured). One probe per op class, in the runtime's default representation at the
+# class's smallest probe shape, and the clone between width- and channels-packed textures.
+REFERENCE_LABEL = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+REFERENCE_TRANSITION = ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED")
+
+
+def reference_plan(base: vk_cost.VulkanProfile, links: int = 4) -> tuple[list[Job], list[Probe]]:
+    """The reference probes of a measured profile: the programs to lower and the probes that read them."""
+    jobs: list[Job] = []
+    probes: list[Probe] = []
+    for op in sorted(set(base.op_modes) & set(PROBES)):
+        labels = base.op_modes[op]
+        label = REFERENCE_LABEL if REFERENCE_LABEL in labels else min(labels)
+        shape = PROBES[op].shapes[0]
+        job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
+        jobs.append(job)
+        probes.append(Probe("op", f"{op}|{label}", shape, job.name))
+    a, b = REFERENCE_TRANSITION
+    if f"{a}->{b}" in base.transitions or f"{b}->{a}" in base.transitions:
+        shape = SQUARE_4D[0]
+        job = Job(f"unary|{a}/{b}|{shape}|{links}", "unary", shape, links, (a, b))
+        jobs.append(job)
+        probes.append(Probe("transition", f"{a}<->{b}", shape, job.name))
+    return jobs, probes
+
+
+def rescale_factors(
+    base: vk_cost.VulkanProfile, points: dict[tuple[str, str], list[tuple[float, ...]]]
+) -> dict[str, float]:
+    """Today's time over the profile's for each op class ("transitions" for clones) whose reference probe
+    matched one of the profile's samples (the same point but for its time: bytes written, texture slices,
+    MFLOP, operand bytes, rows), and "*": the median
+    over all matched probes, for what no probe measured."""
+    ratios: dict[str, list[float]] = {}
+    for (kind, key), pts in points.items():
+        old = base.samples.get(f"{kind}:{key}", [])
+        group = key.split("|")[0] if kind == "op" else "transitions"
+        for p in pts:
+            same = [o[2] for o in old if (*o[:2], *o[3:]) == (*p[:2], *p[3:]) and o[2] > 0]
+            if same:
+                ratios.setdefault(group, []).append(p[2] / statistics.median(same))
+    if not ratios:
+        raise ProblemError(
+            "no reference probe matched a sample of the profile (was it measured with the built-in probe shapes?)"
+        )
+    factors = {group: statistics.median(r) for group, r in ratios.items()}
+    factors["*"] = statistics.median(x for r in ratios.values() for x in r)
+    return factors
+
+
+def _scaled(fit: vk_cost.Linear, factor: float) -> vk_cost.Linear:
+    return fit.model_copy(
+        update={
+            name: round(getattr(fit, name) * factor, 4)
+            for name in (
+                "overhead_us",
+                "us_per_mib",
+                "us_per_slice",
+                "us_per_mflop",
+                "us_per_operand_mib",
+                "us_per_krow",
             )
-        ]
-        + [f"{n}: {e[:300]}" for n, e in failed.items()],
+        }
     )
+
+
+def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: str = "") -> vk_cost.VulkanProfile:
+    """`base` with every price of an op class multiplied by its factor (transitions by "transitions", the
+    rest and the parametric fallback's microsecond parameters by "*"), its samples too, so that a later
+    `--extend` fits old and new points on one scale."""
+
+    def factor(key: str) -> float:
+        kind, _, rest = key.partition(":")
+        return factors.get(rest.split("|")[0] if kind == "op" else "transitions", factors["*"])
+
+    samples = {key: [(*p[:2], round(p[2] * factor(key), 2), *p[3:]) for p in pts] for key, pts in base.samples.items()}
+    parameters = {
+        name: param.model_copy(update={"value": param.value * factors["*"]})
+        if name.endswith(("_us", "_per_mib"))
+        else param
+        for name, param in base.parameters.items()
+    }
+    shown = ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items()))
+    return base.model_copy(
+        update={
+            "op_modes": {
+                op: {lab: _scaled(fit, factors.get(op, factors["*"])) for lab, fit in table.items()}
+                for op, table in base.op_modes.items()
+            },
+            "transitions": {
+                key: _scaled(fit, factors.get("transitions", factors["*"])) for key, fit in base.transitions.items()
+            },
+            "samples": samples,
+            "parameters": parameters,
+            "command": f"{base.command}; then {command}" if command else base.command,
+            "notes": [
+                *base.notes,
+                f"rescaled {time.strftime('%Y-%m-%d')} on {device_name()} by reference probes (today / profile): {shown}",
+            ],
+        }
+    )
+
+
+def rescale(
+    base: vk_cost.VulkanProfile,
+    runtime=None,
+    links: int = 4,
+    rounds: int = 9,
+    workers: int = 2,
+    log: Callable[[str], None] = print,
+    command: str = "",
+) -> vk_cost.VulkanProfile:
+    """Re-time `base`'s reference probes on the present device and return `base` rescaled to today's speed
+    (choices then see today's ratios between classes; predictions today's microseconds)."""
+    logging.getLogger().setLevel(logging.WARNING)
+    locate_runtime(runtime)
+    jobs, probes = reference_plan(base, links)
+    points, _, failed = _measure(jobs, probes, runtime, rounds, workers, log)
+    if failed:
+        log(f"[calibrate] {len(failed)} reference programs failed on the device: {', '.join(failed)}")
+    factors = rescale_factors(base, points)
+    log("[calibrate] today / profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())))
+    return rescaled(base, factors, command)
 
 
 def _extended(

@@ -41,8 +41,11 @@ def solver_layouts(
     """Inside this block, Vulkan lowering uses the solver instead of TagMemoryMetaPass.
 
     `cost_profile` prices transitions and op modes: a built-in name ("mobile-gpu",
-    the default; "lavapipe"), a profile file written by `layout-solver calibrate
-    vulkan`, or a VulkanProfile. `service`: URL of a `layout-solver serve`
+    "lavapipe"), a profile file written by `layout-solver calibrate vulkan`, or a
+    VulkanProfile. None (or "default"): every profile (the built-ins and the files in
+    $LAYOUT_SOLVER_VULKAN_PROFILES), and a delegate's layout changes from stock's only
+    where no profile prices the change dearer (`layout_solver.robust`); reports are
+    priced with "mobile-gpu". `service`: URL of a `layout-solver serve`
     instance to solve on (default $LAYOUT_SOLVER_SERVICE; unset: in-process); on
     any failure the problem is solved in-process and the report's notes say so.
 
@@ -59,11 +62,16 @@ def solver_layouts(
     """
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
 
-    profile = vk_cost.load_profile(cost_profile)
+    if cost_profile is None or cost_profile == vk_cost.ALL_PROFILES:
+        profiles = vk_cost.default_profiles()  # the robust default objective (layout_solver.robust)
+        profile = profiles[vk_cost.DEFAULT_PROFILE]
+    else:
+        profile = vk_cost.load_profile(cost_profile)
+        profiles = None
     pass_cls = type(
         "SolverTagMemoryMetaPass",
         (SolverTagMemoryMetaPass,),
-        {"time_limit": time_limit, "cost_profile": profile, "service": service},
+        {"time_limit": time_limit, "cost_profile": profile, "cost_profiles": profiles, "service": service},
     )
     reports = JointReports()
     with contextlib.ExitStack() as stack:
@@ -84,9 +92,13 @@ def solver_layouts(
 
 @contextlib.contextmanager
 def stock_layouts(cost_profile: str | Path | vk_cost.VulkanProfile | None = None) -> Iterator[list[PassReport]]:
-    """The stock pass, with reports priced by `cost_profile` (for side-by-side measurements)."""
+    """The stock pass, with reports priced by `cost_profile` (for side-by-side measurements); None or
+    "default" also prices them by every profile of the solver's default objective."""
+    profiles = vk_cost.default_profiles() if cost_profile in (None, vk_cost.ALL_PROFILES) else None
     pass_cls = type(
-        "CountingTagMemoryMetaPass", (CountingTagMemoryMetaPass,), {"cost_profile": vk_cost.load_profile(cost_profile)}
+        "CountingTagMemoryMetaPass",
+        (CountingTagMemoryMetaPass,),
+        {"cost_profile": vk_cost.load_profile(cost_profile), "cost_profiles": profiles},
     )
     with collecting_reports() as reports, substituted_pass(pass_cls):
         yield reports

@@ -10,6 +10,8 @@ of the stock pass lives in `layout_solver.vulkan.hooks`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import operator
 import time
@@ -26,7 +28,9 @@ from executorch.exir.pass_base import PassResult
 from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
-from layout_solver.problem import ProblemError
+from layout_solver import robust
+from layout_solver.joint_lowering import in_joint_lowering
+from layout_solver.problem import ProblemError, Solution
 from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
@@ -107,15 +111,35 @@ def _operator_name(node: torch.fx.Node) -> str:
     return f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
 
 
-def _modelled(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> dict:
+def _modelled(
+    graph_module: torch.fx.GraphModule,
+    profile: vk_cost.VulkanProfile | None,
+    profiles: dict[str, vk_cost.VulkanProfile] | None = None,
+) -> dict:
     by_op = modelled_cost_by_op(graph_module, profile)
-    return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op}
+    by_profile = {label: modelled_cost(graph_module, p) for label, p in (profiles or {}).items()}
+    return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
+
+
+def _detached_copy(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of the graph that can be tagged without touching the original: fx copies each node's meta
+    shallowly, and the Vulkan tagging writes representations onto the TensorSpec objects in meta["spec"],
+    which the copy would share (a tagging of the copy showed through in the original)."""
+    detached = copy.deepcopy(graph_module)
+    for node in detached.graph.nodes:
+        spec = node.meta.get("spec")
+        if isinstance(spec, (list, tuple)):
+            node.meta["spec"] = type(spec)(copy.copy(s) for s in spec)
+        elif spec is not None:
+            node.meta["spec"] = copy.copy(spec)
+    return detached
 
 
 class CountingTagMemoryMetaPass(TagMemoryMetaPass):
     """The stock pass, unchanged, plus a report of the clones it inserted."""
 
     cost_profile: vk_cost.VulkanProfile | None = None
+    cost_profiles: dict[str, vk_cost.VulkanProfile] | None = None  # also priced by each of these
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         before = {n for n in graph_module.graph.nodes if _is_clone(n)}
@@ -129,17 +153,26 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
                 pass_seconds=elapsed,
                 transitions=[_transition_record(c, self.cost_profile) for c in clones],
                 tensors_by_repr=_tensors_by_repr(graph_module),
-                **_modelled(graph_module, self.cost_profile),
+                **_modelled(graph_module, self.cost_profile, self.cost_profiles),
             )
         )
         return result
 
 
 class SolverTagMemoryMetaPass(TagMemoryMetaPass):
-    """Chooses every tensor's representation by solving one global problem."""
+    """Chooses every tensor's representation by solving one global problem.
+
+    With one profile (`cost_profile`), its optimum. With several (`cost_profiles`, the default: every
+    profile the project ships or the user adds), the candidate layouts of `layout_solver.robust` are
+    written onto copies of the graph and priced by every profile against stock's tagging of another
+    copy: the combined optimum is kept if no profile prices it dearer than stock's tagging; else the
+    candidate (each profile's own optimum too) with the smallest worst ratio that no profile prices
+    dearer; else stock's tagging.
+    """
 
     time_limit: float = DEFAULT_TIME_LIMIT
-    cost_profile: vk_cost.VulkanProfile | None = None  # None: the default profile
+    cost_profile: vk_cost.VulkanProfile | None = None  # prices the reports; alone, the objective too
+    cost_profiles: dict[str, vk_cost.VulkanProfile] | None = None  # several: the robust objective
     service: str | None = None  # a layout-solver service URL; None: $LAYOUT_SOLVER_SERVICE or in-process
     _exported_program = None  # set by vulkan_preprocess's apply_passes before each call
 
@@ -149,29 +182,44 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         start = time.perf_counter()
         before = census(graph_module)  # the post-condition's own count, before and after
-
-        built = []
+        clones_before = {n for n in graph_module.graph.nodes if _is_clone(n)}
+        profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
+        built: dict = {}
+        decision: dict = {}
 
         def build():
-            built.append(
-                build_problem(graph_module, self.texture_limits, name="vulkan-delegate", profile=self.cost_profile)
-            )
-            self.constrain(built[0])
-            return built[0]
+            for label, profile in profiles.items():
+                built[label] = build_problem(graph_module, self.texture_limits, name="vulkan-delegate", profile=profile)
+                self.constrain(built[label])
+            return next(iter(built.values()))  # the report's problem size; the others are in `built`
 
         solve = lowering_solver(
             self.time_limit,
             self.service,
             self._exported_program,
-            lambda: {vid for vid, node in built[0].value_node.items() if node.op == "placeholder"},
+            lambda: {vid for vid, node in next(iter(built.values())).value_node.items() if node.op == "placeholder"},
         )
+
+        def choose(_first):
+            problems = built
+            if len(problems) == 1:
+                label = next(iter(problems))
+                decision.update(label=label)
+                return solve(problems[label].problem)
+            return self._robust_choice(graph_module, problems, profiles, solve, decision)
+
+        def write_back(_first, solution):
+            if decision.get("label") is None:
+                TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
+            else:
+                self._write_back(graph_module, built[decision["label"]], solution)
+
+        def check():
+            if decision.get("label") is not None:  # stock's tagging is stock's, not ours to police
+                validate(graph_module, self.texture_limits, before)
+
         try:
-            run = run_solver_pass(
-                build,
-                lambda vproblem: solve(vproblem.problem),
-                lambda vproblem, solution: self._write_back(graph_module, vproblem, solution),
-                lambda: validate(graph_module, self.texture_limits, before),
-            )
+            run = run_solver_pass(build, choose, write_back, check)
         except ProblemError as exc:
             # A graph the registry cannot describe: stock behaviour, said out loud.
             warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
@@ -182,21 +230,84 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                     pass_seconds=time.perf_counter() - start,
                     notes=[str(exc)],
                     tensors_by_repr=_tensors_by_repr(graph_module),
-                    **_modelled(graph_module, self.cost_profile),
+                    **_modelled(graph_module, self.cost_profile, self.cost_profiles),
                 )
             )
             return result
-        clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n.meta.get("layout_solver_transition")]
-        record(
-            solver_report(
-                run,
-                time.perf_counter() - start,
-                transitions=[_transition_record(c, self.cost_profile) for c in clones],
-                tensors_by_repr=_tensors_by_repr(graph_module),
-                **_modelled(graph_module, self.cost_profile),
-            )
+        kept_stock = decision.get("label") is None
+        clones = [
+            n
+            for n in graph_module.graph.nodes
+            if _is_clone(n) and (n.meta.get("layout_solver_transition") or (kept_stock and n not in clones_before))
+        ]
+        report = solver_report(
+            run,
+            time.perf_counter() - start,
+            transitions=[_transition_record(c, self.cost_profile) for c in clones],
+            tensors_by_repr=_tensors_by_repr(graph_module),
+            kept_stock=kept_stock,
+            **_modelled(graph_module, self.cost_profile, self.cost_profiles),
         )
+        if "choice" in decision:  # the robust objective: no single problem's objective, bound or gap
+            report.objective = report.bound = report.gap = None
+            report.notes.append(decision["choice"].describe())
+            report.pricing = "every profile: " + ", ".join(profiles)
+        record(report)
         return PassResult(graph_module, True)
+
+    def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:
+        """Solve the candidates of `layout_solver.robust`, price each written layout and stock's with every
+        profile, and record in `decision` which profile's problem writes the chosen one (label None: stock)."""
+        stock_graph = _detached_copy(graph_module)
+        TagMemoryMetaPass.call(self, stock_graph)
+        stock = {label: modelled_cost(stock_graph, p) for label, p in profiles.items()}
+        candidates: dict[str, tuple[str, Solution]] = {}
+        labels = list(problems)
+        try:
+            weights = [1.0 / (stock[label] + robust.NOISE_US) for label in labels]
+            combined = robust.weighted_sum([problems[label].problem for label in labels], weights)
+            # First: in a joint multi-method lowering this is the partition's share of the joint problem.
+            candidates["every profile"] = (labels[0], solve(combined))
+        except ProblemError as exc:  # built differently under two profiles: their own optima only
+            log.info("layout-solver: no combined candidate (%s)", exc)
+        prices: dict[str, dict[str, float]] = {}
+        seen: dict[tuple, str] = {}
+
+        def price(names) -> None:
+            for name in names:
+                label, solution = candidates[name]
+                layout = (tuple(sorted(solution.labels.items())), tuple(sorted(solution.modes.items())))
+                if layout not in seen:  # the same layout as an earlier candidate has the same prices
+                    seen[layout] = name
+                    prices[name] = self._priced_copy(graph_module, problems[label], solution, profiles)
+
+        price(list(candidates))
+        # The combined optimum is usually admissible; each profile's own optimum costs one more solve
+        # apiece, so they are tried only when it is not (or there is none, or no joint answer to keep).
+        if not candidates or (robust.choose(prices, stock).chosen is None and not in_joint_lowering()):
+            for label in labels:
+                candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
+            price([f"{label} optimum" for label in labels])
+        choice = robust.choose(prices, stock)
+        decision["choice"] = choice
+        if choice.chosen is None:
+            decision["label"] = None
+            return candidates[next(iter(prices))][1]
+        label, solution = candidates[choice.chosen]
+        decision["label"] = label
+        return solution
+
+    def _priced_copy(self, graph_module, vproblem, solution, profiles) -> dict[str, float]:
+        """Every profile's price of `solution` written onto a copy of the graph."""
+        graph_copy = _detached_copy(graph_module)
+        by_name = {n.name: n for n in graph_copy.graph.nodes}
+        moved = dataclasses.replace(
+            vproblem,
+            value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
+            op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
+        )
+        self._write_back(graph_copy, moved, solution)
+        return {label: modelled_cost(graph_copy, p) for label, p in profiles.items()}
 
     @staticmethod
     def _write_back(graph_module, vproblem, solution) -> None:

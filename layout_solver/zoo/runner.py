@@ -14,6 +14,7 @@ import contextlib
 import csv
 import hashlib
 import json
+import os
 import signal
 import sys
 import threading
@@ -47,10 +48,22 @@ def job_key(job: Job) -> str:
             "tools": tool_versions(),
             "source": source_digest(),
             **({"options": list(job.options)} if job.options else {}),
+            # the default Vulkan objective weighs every profile, the user's own files included
+            **({"vulkan_profiles": _profile_digest()} if job.target == "vulkan" else {}),
         },
         sort_keys=True,
     )
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def _profile_digest() -> str:
+    from cost_models.vulkan import PROFILES_DIR_ENV
+
+    digest = hashlib.sha1()
+    for folder in filter(None, os.environ.get(PROFILES_DIR_ENV, "").split(os.pathsep)):
+        for path in sorted(Path(folder).expanduser().glob("*.json")):
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def compare_named(name: str, target: str, **options):

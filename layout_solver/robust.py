@@ -1,0 +1,150 @@
+"""Layouts no cost profile prices dearer than stock's: the objective when the device is not calibrated.
+
+One profile is one reading of a device. The shipped ones disagree (the assumed mobile-GPU numbers price
+ops by storage alone, the measured lavapipe profile by class, shape and packing), and an optimum of one
+can be dearer than stock's layout under another: on lavapipe, the mobile-GPU optimum of a ConvNeXt-style
+model ran 1.10x stock's time while the lavapipe optimum ran 0.80x. A user who has not calibrated their
+device does not know which reading is closer to it.
+
+So the default objective is robust over every profile it is given. Candidate layouts are priced by
+every profile, each as a ratio to stock's layout under the same profile. The first candidate is the
+optimum of the profiles' costs summed as ratios to stock's (`weighted_sum`, one solve); it is taken if
+no profile prices it dearer than stock. Otherwise each profile's own optimum joins it, and the candidate
+with the smallest worst ratio is taken if no profile prices it dearer (`choose`); otherwise stock's
+layout stays. Refusing whatever one profile prices dearer, and ranking by the worst ratio (not, say, the
+mean), is what makes "never dearer than stock under any profile" a property of the choice: a candidate
+that one profile prices at 0.5 and another at 1.2 is refused, whatever the average.
+
+Pure: problems and numbers in, problems and a choice out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from layout_solver.problem import MAX_COST, Problem, ProblemError
+
+# Prices this many microseconds apart are the same price: below one dispatch's overhead on any device
+# profiled, and an assumed-numbers profile prices a delegate of texture ops at 0 and one buffer in it at
+# a few thousandths of a microsecond. Also added to both sides of a ratio, so a price near zero is not
+# "infinitely dearer".
+NOISE_US = 1.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What `choose` decided: the chosen candidate's name (None: keep stock's layout), its ratio to
+    stock's price under each profile, and every candidate's ratios (for the report)."""
+
+    chosen: str | None
+    ratios: dict[str, float]
+    tried: dict[str, dict[str, float]]
+
+    def describe(self) -> str:
+        """One line for a report: what was kept and how each profile priced it."""
+        if self.chosen is None:
+            worst = ", ".join(f"{name} {max(r.values()):.3f} ({max(r, key=r.get)})" for name, r in self.tried.items())
+            return (
+                "kept stock's layout: no candidate is cheaper than stock under one profile without being dearer "
+                f"under another (worst ratio to stock: {worst})"
+            )
+        return f"chose {self.chosen}: ratio to stock's price " + ", ".join(
+            f"{p} {r:.3f}" for p, r in self.ratios.items()
+        )
+
+
+def ratio(cost: float, stock: float) -> float:
+    """`cost` over `stock`, each with NOISE_US added (so prices near zero compare as equal)."""
+    return (cost + NOISE_US) / (stock + NOISE_US)
+
+
+def choose(candidates: dict[str, dict[str, float]], stock: dict[str, float]) -> Choice:
+    """The candidate with the smallest worst ratio to `stock` over the profiles, among those no profile
+    prices above stock and at least one prices below it (each by more than NOISE_US); None when there is none.
+
+    `candidates`: name -> profile -> price of the candidate's layout; `stock`: profile -> price of stock's.
+    Ties on the worst ratio go to the smaller sum of ratios, then to the earlier candidate.
+
+    >>> choose({"a": {"p": 90.0, "q": 99.0}, "b": {"p": 50.0, "q": 120.0}}, {"p": 99.0, "q": 99.0}).chosen
+    'a'
+    >>> choose({"b": {"p": 50.0, "q": 120.0}}, {"p": 99.0, "q": 99.0}).chosen is None
+    True
+    """
+    profiles = list(stock)
+    best: tuple[float, float] | None = None
+    chosen = None
+    tried = {}
+    for name, prices in candidates.items():
+        missing = [p for p in profiles if p not in prices]
+        if missing:
+            raise ProblemError(f"candidate {name!r} has no price under profile(s) {missing}")
+        ratios = {p: ratio(prices[p], stock[p]) for p in profiles}
+        tried[name] = ratios
+        dearer = any(prices[p] > stock[p] + NOISE_US for p in profiles)
+        cheaper = any(prices[p] < stock[p] - NOISE_US for p in profiles)
+        if dearer or not cheaper:
+            continue
+        key = (max(ratios.values()), sum(ratios.values()))
+        if best is None or key < best:
+            best, chosen = key, name
+    return Choice(chosen, tried.get(chosen, {}), tried)
+
+
+def structure(problem: Problem) -> tuple:
+    """What two problems must share to be priced together: values with their domains, ops with their
+    operands, results and modes' labels (not costs)."""
+    return (
+        tuple((v.id, tuple(v.domain), v.fixed, v.kind) for v in problem.values),
+        tuple(
+            (
+                op.id,
+                tuple(op.operands),
+                tuple(op.results),
+                tuple((m.name, *m.operands, "|", *m.results) for m in op.modes),
+            )
+            for op in problem.ops
+        ),
+    )
+
+
+def weighted_sum(problems: list[Problem], weights: list[float], name: str | None = None) -> Problem:
+    """One problem whose every mode and transition costs the `weights`-weighted sum of its prices in
+    `problems` (one problem built under several profiles). A transition one problem does not list is
+    priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
+
+    Raises ProblemError if the problems differ in anything but costs (see `structure`).
+    """
+    if not problems or len(problems) != len(weights):
+        raise ProblemError(f"{len(problems)} problems and {len(weights)} weights: one weight per problem")
+    first = problems[0]
+    shape = structure(first)
+    for k, other in enumerate(problems[1:], start=1):
+        if structure(other) != shape:
+            raise ProblemError(f"problem {k} ({other.name!r}) differs from {first.name!r} in more than its costs")
+    if len({p.price_constants for p in problems}) != 1:
+        raise ProblemError("the problems disagree on whether transitions of constants are priced")
+    sizes = {v.id: v.size_bytes for v in first.values}
+    tables = [p.transition_table() for p in problems]
+    pairs = list(dict.fromkeys(key for table in tables for key in table))
+
+    def price_of(k: int, key: tuple[str, str, str]) -> float:
+        listed = tables[k].get(key)
+        return listed if listed is not None else sizes[key[0]] * problems[k].default_cost_per_byte
+
+    data = first.model_dump()
+    data["name"] = name or first.name
+    for i, op in enumerate(data["ops"]):
+        for j, mode in enumerate(op["modes"]):
+            cost = sum(w * p.ops[i].modes[j].cost for w, p in zip(weights, problems))
+            mode["cost"] = min(cost, MAX_COST)
+    data["transition_costs"] = [
+        {
+            "value": v,
+            "src": s,
+            "dst": d,
+            "cost": min(sum(w * price_of(k, (v, s, d)) for k, w in enumerate(weights)), MAX_COST),
+        }
+        for v, s, d in pairs
+    ]
+    data["default_cost_per_byte"] = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
+    return Problem.model_validate(data)

@@ -1,0 +1,102 @@
+"""The robust default objective's pure core: pricing several profiles together, choosing against stock."""
+
+import random
+
+import pytest
+
+from layout_solver import robust
+from layout_solver.brute_force import brute_force
+from layout_solver.evaluate import evaluate
+from layout_solver.problem import ProblemError
+from layout_solver.solve import solve
+from layout_solver.synthetic import random_problem
+
+
+def _repriced(problem, seed: int):
+    """The same problem with other costs: what building it under another profile gives."""
+    rng = random.Random(seed)
+    data = problem.model_dump()
+    for op in data["ops"]:
+        for mode in op["modes"]:
+            mode["cost"] = rng.uniform(0, 50)
+    for t in data["transition_costs"]:
+        t["cost"] = rng.uniform(0, 50)
+    data["default_cost_per_byte"] = rng.uniform(0, 3)
+    return type(problem).model_validate(data)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_weighted_sum_prices_every_assignment_as_the_weighted_prices(seed):
+    first = random_problem(seed, n_ops=5)
+    second = _repriced(first, seed + 100)
+    combined = robust.weighted_sum([first, second], [0.25, 3.0])
+    rng = random.Random(seed)
+    for _ in range(20):
+        modes = {op.id: rng.choice(op.modes).name for op in first.ops}
+        free = {v.id: v.fixed or rng.choice(v.domain) for v in first.values}
+        try:
+            one, two = evaluate(first, modes, free), evaluate(second, modes, free)
+        except ProblemError:
+            continue  # an assignment against a hard constraint: no price to compare
+        assert evaluate(combined, modes, free).objective == pytest.approx(0.25 * one.objective + 3.0 * two.objective)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_solver_finds_the_weighted_sums_optimum_at_ratio_scale(seed):
+    """Weights are 1 / stock's price (1e-4 and below for a whole delegate): the solver's integer scaling
+    must still find the optimum."""
+    first = random_problem(seed, n_ops=5, p_fixed=0.0)
+    second = _repriced(first, seed + 50)
+    combined = robust.weighted_sum([first, second], [1e-5, 3e-4])
+    expected, _, _ = brute_force(combined)
+    assert solve(combined).objective == pytest.approx(expected, rel=1e-6)
+
+
+def test_problems_that_differ_in_more_than_costs_are_refused():
+    first = random_problem(1, n_ops=4)
+    data = first.model_dump()
+    data["ops"][0]["modes"][0]["name"] = "renamed"
+    with pytest.raises(ProblemError, match="more than its costs"):
+        robust.weighted_sum([first, type(first).model_validate(data)], [1.0, 1.0])
+    with pytest.raises(ProblemError, match="one weight per problem"):
+        robust.weighted_sum([first], [1.0, 1.0])
+
+
+def test_a_candidate_any_profile_prices_dearer_than_stock_is_refused():
+    stock = {"gpu": 100.0, "cpu": 100.0}
+    # Half the price on one profile does not buy 20% more on the other.
+    assert robust.choose({"lopsided": {"gpu": 50.0, "cpu": 120.0}}, stock).chosen is None
+    # Priced as stock everywhere: no reason to change stock's layout.
+    assert robust.choose({"same": {"gpu": 100.0, "cpu": 100.0}}, stock).chosen is None
+    # Cheaper on one, the same on the other: taken.
+    assert robust.choose({"pareto": {"gpu": 80.0, "cpu": 100.0}}, stock).chosen == "pareto"
+
+
+def test_the_smallest_worst_ratio_wins_then_the_smaller_sum():
+    stock = {"gpu": 100.0, "cpu": 200.0}
+    choice = robust.choose(
+        {
+            "a": {"gpu": 90.0, "cpu": 100.0},  # worst 0.91
+            "b": {"gpu": 60.0, "cpu": 170.0},  # worst 0.85
+            "c": {"gpu": 85.0, "cpu": 100.0},  # worst 0.86
+        },
+        stock,
+    )
+    assert choice.chosen == "b"
+    assert choice.ratios["gpu"] == pytest.approx(61 / 101)
+    tie = robust.choose({"x": {"gpu": 50.0, "cpu": 180.0}, "y": {"gpu": 90.0, "cpu": 180.0}}, stock)
+    assert tie.chosen == "x"
+
+
+def test_prices_near_zero_are_not_infinitely_dearer():
+    # An assumed-numbers profile prices a delegate's texture ops at 0 and a buffer at a few thousandths of a us.
+    stock = {"assumed": 0.0, "measured": 1000.0}
+    assert robust.choose({"c": {"assumed": 0.002, "measured": 900.0}}, stock).chosen == "c"
+    assert robust.choose({"c": {"assumed": 5.0, "measured": 900.0}}, stock).chosen is None
+    # Cheaper by less than a microsecond is no reason to change stock's layout.
+    assert robust.choose({"c": {"assumed": 0.0, "measured": 999.5}}, stock).chosen is None
+
+
+def test_a_candidate_without_a_price_under_a_profile_is_an_error():
+    with pytest.raises(ProblemError, match="no price under profile"):
+        robust.choose({"c": {"gpu": 1.0}}, {"gpu": 2.0, "cpu": 2.0})
