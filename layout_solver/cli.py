@@ -363,8 +363,9 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
     p.add_argument(
         "--cost-profile",
-        help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file "
-        "written by `calibrate vulkan` (default mobile-gpu)",
+        help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file written by `calibrate "
+        "vulkan`: the solver takes its optimum. Default: every profile (the built-ins and the files in "
+        "$LAYOUT_SOLVER_VULKAN_PROFILES), and no change any of them prices dearer than stock's layout",
     )
 
 
