@@ -428,9 +428,11 @@ def _measure(
 
 # Rescaling: a few probes re-timed on the day stand for the whole profile (a CPU driver's speed moves
 # with the machine's load and clocks: lavapipe ran the same programs at 0.44-0.68 of a profile's times
-# two days after it was measured). One probe per op class, in the runtime's default representation at the
-# class's smallest probe shape, and the clone between width- and channels-packed textures.
-REFERENCE_LABEL = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
+# two days after it was measured, and at 1.9x a day later). Not by one factor: that day its linears in
+# buffers ran 2x their texture twins' time (they had run cheaper), so a class is re-timed in each storage
+# it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
+# between width- and channels-packed textures.
+REFERENCE_LAYOUT = "TENSOR_WIDTH_PACKED"
 REFERENCE_TRANSITION = ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED")
 
 
@@ -439,12 +441,15 @@ def reference_plan(base: vk_cost.VulkanProfile, links: int = 4) -> tuple[list[Jo
     jobs: list[Job] = []
     probes: list[Probe] = []
     for op in sorted(set(base.op_modes) & set(PROBES)):
-        labels = base.op_modes[op]
-        label = REFERENCE_LABEL if REFERENCE_LABEL in labels else min(labels)
-        shape = PROBES[op].shapes[0]
-        job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
-        jobs.append(job)
-        probes.append(Probe("op", f"{op}|{label}", shape, job.name))
+        for storage in ("TEXTURE_3D", "BUFFER"):
+            labels = [lab for lab in base.op_modes[op] if lab.startswith(storage + ":")]
+            if not labels:
+                continue
+            label = f"{storage}:{REFERENCE_LAYOUT}" if f"{storage}:{REFERENCE_LAYOUT}" in labels else min(labels)
+            shape = PROBES[op].shapes[0]
+            job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
+            jobs.append(job)
+            probes.append(Probe("op", f"{op}|{label}", shape, job.name))
     a, b = REFERENCE_TRANSITION
     if f"{a}->{b}" in base.transitions or f"{b}->{a}" in base.transitions:
         shape = SQUARE_4D[0]
@@ -454,28 +459,47 @@ def reference_plan(base: vk_cost.VulkanProfile, links: int = 4) -> tuple[list[Jo
     return jobs, probes
 
 
+def _group(kind: str, key: str) -> tuple[str, ...]:
+    # the factors that may price a sample key, most specific first: class in its storage, class
+    if kind != "op":
+        return ("transitions",)
+    op, _, label = key.partition("|")
+    return (f"{op}@{label.partition(':')[0]}", op)
+
+
 def rescale_factors(
     base: vk_cost.VulkanProfile, points: dict[tuple[str, str], list[tuple[float, ...]]]
 ) -> dict[str, float]:
-    """Today's time over the profile's for each op class ("transitions" for clones) whose reference probe
-    matched one of the profile's samples (the same point but for its time: bytes written, texture slices,
-    MFLOP, operand bytes, rows), and "*": the median
-    over all matched probes, for what no probe measured."""
+    """Today's time over the profile's for each op class in each storage ("linear@BUFFER") and each class
+    ("linear"), and for clones ("transitions"), from the reference probes that matched one of the
+    profile's samples (the same point but for its time: bytes written, texture slices, MFLOP, operand
+    bytes, rows); "*" is the median over all matched probes, for what no probe measured."""
     ratios: dict[str, list[float]] = {}
     for (kind, key), pts in points.items():
         old = base.samples.get(f"{kind}:{key}", [])
-        group = key.split("|")[0] if kind == "op" else "transitions"
         for p in pts:
             same = [o[2] for o in old if (*o[:2], *o[3:]) == (*p[:2], *p[3:]) and o[2] > 0]
+            if not same and len(p) > 3:
+                # A contraction or row reduction is its work terms (MFLOP, operand bytes, rows): the shipped
+                # lavapipe profile recorded a texture's bytes as its padded extents (65536 for a [1, 64, 64]
+                # linear output), the runtime now its sizes.
+                same = [o[2] for o in old if (o[1], *o[3:]) == (p[1], *p[3:]) and o[2] > 0]
             if same:
-                ratios.setdefault(group, []).append(p[2] / statistics.median(same))
+                for group in _group(kind, key):
+                    ratios.setdefault(group, []).append(p[2] / statistics.median(same))
     if not ratios:
         raise ProblemError(
             "no reference probe matched a sample of the profile (was it measured with the built-in probe shapes?)"
         )
     factors = {group: statistics.median(r) for group, r in ratios.items()}
-    factors["*"] = statistics.median(x for r in ratios.values() for x in r)
+    factors["*"] = statistics.median(
+        x for group, r in ratios.items() if "@" in group or group == "transitions" for x in r
+    )
     return factors
+
+
+def _factor(factors: dict[str, float], kind: str, key: str) -> float:
+    return next((factors[g] for g in _group(kind, key) if g in factors), factors["*"])
 
 
 def _scaled(fit: vk_cost.Linear, factor: float) -> vk_cost.Linear:
@@ -495,15 +519,13 @@ def _scaled(fit: vk_cost.Linear, factor: float) -> vk_cost.Linear:
 
 
 def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: str = "") -> vk_cost.VulkanProfile:
-    """`base` with every price of an op class multiplied by its factor (transitions by "transitions", the
-    rest and the parametric fallback's microsecond parameters by "*"), its samples too, so that a later
-    `--extend` fits old and new points on one scale."""
-
-    def factor(key: str) -> float:
-        kind, _, rest = key.partition(":")
-        return factors.get(rest.split("|")[0] if kind == "op" else "transitions", factors["*"])
-
-    samples = {key: [(*p[:2], round(p[2] * factor(key), 2), *p[3:]) for p in pts] for key, pts in base.samples.items()}
+    """`base` with every price of an op class multiplied by its factor in the label's storage (else the
+    class's; transitions by "transitions"; the rest and the parametric fallback's microsecond parameters by
+    "*"), its samples too, so that a later `--extend` fits old and new points on one scale."""
+    samples = {
+        key: [(*p[:2], round(p[2] * _factor(factors, *key.split(":", 1)), 2), *p[3:]) for p in pts]
+        for key, pts in base.samples.items()
+    }
     parameters = {
         name: param.model_copy(update={"value": param.value * factors["*"]})
         if name.endswith(("_us", "_per_mib"))
@@ -514,7 +536,7 @@ def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: st
     return base.model_copy(
         update={
             "op_modes": {
-                op: {lab: _scaled(fit, factors.get(op, factors["*"])) for lab, fit in table.items()}
+                op: {lab: _scaled(fit, _factor(factors, "op", f"{op}|{lab}")) for lab, fit in table.items()}
                 for op, table in base.op_modes.items()
             },
             "transitions": {
