@@ -148,22 +148,34 @@ def load_profile(profile: str | Path | VulkanProfile | None = None) -> VulkanPro
     return _load(str(profile))
 
 
-def default_profiles() -> dict[str, VulkanProfile]:
-    """Every profile the default objective weighs, by label: the built-ins by name, then each `*.json` in
-    the directories listed in $LAYOUT_SOLVER_VULKAN_PROFILES (os.pathsep-separated; e.g. `layout-solver
-    calibrate vulkan` outputs) by file stem (its path where two stems clash). A file there that is not a
-    profile is an error naming it, not skipped."""
-    profiles = {name: load_profile(name) for name in BUILT_IN}
+def profile_files() -> list[Path]:
+    """The `*.json` files in the directories listed in $LAYOUT_SOLVER_VULKAN_PROFILES (os.pathsep-separated),
+    sorted within each; a listed path that is not a directory is an error."""
+    files = []
     for folder in filter(None, os.environ.get(PROFILES_DIR_ENV, "").split(os.pathsep)):
         if not Path(folder).expanduser().is_dir():
             raise ValueError(f"${PROFILES_DIR_ENV}: {folder!r} is not a directory")
-        for path in sorted(Path(folder).expanduser().resolve().glob("*.json")):
-            try:
-                profile = load_profile(path)
-            except Exception as exc:  # re-raised with the file's name
-                raise ValueError(f"${PROFILES_DIR_ENV}: {path} is not a Vulkan cost profile: {exc}") from exc
-            profiles[path.stem if path.stem not in profiles else str(path)] = profile
+        files.extend(sorted(Path(folder).expanduser().resolve().glob("*.json")))
+    return files
+
+
+def default_profiles() -> dict[str, VulkanProfile]:
+    """Every profile the default objective weighs, by label: the built-ins by name, then each of
+    `profile_files()` (e.g. `layout-solver calibrate vulkan` outputs) by file stem (its path where two stems
+    clash). A file there that is not a profile is an error naming it, not skipped."""
+    profiles = {name: load_profile(name) for name in BUILT_IN}
+    for path in profile_files():
+        try:
+            profile = load_profile(path)
+        except Exception as exc:  # re-raised with the file's name
+            raise ValueError(f"${PROFILES_DIR_ENV}: {path} is not a Vulkan cost profile: {exc}") from exc
+        profiles[path.stem if path.stem not in profiles else str(path)] = profile
     return profiles
+
+
+def profile_set(cost_profile) -> dict[str, VulkanProfile] | None:
+    """`default_profiles()` where `cost_profile` asks for every profile (None or "default"), else None."""
+    return default_profiles() if cost_profile is None or cost_profile == ALL_PROFILES else None
 
 
 @lru_cache(maxsize=16)

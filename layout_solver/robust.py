@@ -3,7 +3,7 @@
 One profile is one reading of a device. The shipped ones disagree (the assumed mobile-GPU numbers price
 ops by storage alone, the measured lavapipe profile by class, shape and packing), and an optimum of one
 can be dearer than stock's layout under another: on lavapipe, the mobile-GPU optimum of a ConvNeXt-style
-model ran 1.10x stock's time while the lavapipe optimum ran 0.80x. A user who has not calibrated their
+model ran 1.10x stock's time while the lavapipe optimum ran 0.80x (measured by the filer of issue 36). A user who has not calibrated their
 device does not know which reading is closer to it.
 
 So the default objective is robust over every profile it is given. Candidate layouts are priced by

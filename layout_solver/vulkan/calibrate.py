@@ -428,8 +428,9 @@ def _measure(
 
 # Rescaling: a few probes re-timed on the day stand for the whole profile (a CPU driver's speed moves
 # with the machine's load and clocks: lavapipe ran the same programs at 0.44-0.68 of a profile's times
-# two days after it was measured, and at 1.9x a day later). Not by one factor: that day its linears in
-# buffers ran 2x their texture twins' time (they had run cheaper), so a class is re-timed in each storage
+# two days after it was measured, and at 1.9x a day later). Not by one factor: that day a program's
+# linears in buffers ran 74 ms against 41 ms in stock's textures (the profile priced them 0.3 ms cheaper;
+# the day before, the program ran 0.85x stock), so a class is re-timed in each storage
 # it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
 # between width- and channels-packed textures.
 REFERENCE_LAYOUT = "TENSOR_WIDTH_PACKED"

@@ -62,12 +62,8 @@ def solver_layouts(
     """
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
 
-    if cost_profile is None or cost_profile == vk_cost.ALL_PROFILES:
-        profiles = vk_cost.default_profiles()  # the robust default objective (layout_solver.robust)
-        profile = profiles[vk_cost.DEFAULT_PROFILE]
-    else:
-        profile = vk_cost.load_profile(cost_profile)
-        profiles = None
+    profiles = vk_cost.profile_set(cost_profile)  # several: the robust default objective (layout_solver.robust)
+    profile = vk_cost.load_profile(cost_profile)  # prices the reports ("default": mobile-gpu)
     pass_cls = type(
         "SolverTagMemoryMetaPass",
         (SolverTagMemoryMetaPass,),
@@ -94,11 +90,10 @@ def solver_layouts(
 def stock_layouts(cost_profile: str | Path | vk_cost.VulkanProfile | None = None) -> Iterator[list[PassReport]]:
     """The stock pass, with reports priced by `cost_profile` (for side-by-side measurements); None or
     "default" also prices them by every profile of the solver's default objective."""
-    profiles = vk_cost.default_profiles() if cost_profile in (None, vk_cost.ALL_PROFILES) else None
     pass_cls = type(
         "CountingTagMemoryMetaPass",
         (CountingTagMemoryMetaPass,),
-        {"cost_profile": vk_cost.load_profile(cost_profile), "cost_profiles": profiles},
+        {"cost_profile": vk_cost.load_profile(cost_profile), "cost_profiles": vk_cost.profile_set(cost_profile)},
     )
     with collecting_reports() as reports, substituted_pass(pass_cls):
         yield reports

@@ -201,16 +201,14 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
         )
 
         def choose(_first):
-            problems = built
-            if len(problems) == 1:
-                label = next(iter(problems))
-                decision.update(label=label)
-                return solve(problems[label].problem)
-            return self._robust_choice(graph_module, problems, profiles, solve, decision)
+            if len(built) == 1:
+                decision["label"] = next(iter(built))
+                return solve(built[decision["label"]].problem)
+            return self._robust_choice(graph_module, built, profiles, solve, decision)
 
         def write_back(_first, solution):
-            if decision.get("label") is None:
-                TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
+            if decision["label"] is None:
+                super(SolverTagMemoryMetaPass, self).call(graph_module)  # stock's own tagging, as stock writes it
             else:
                 self._write_back(graph_module, built[decision["label"]], solution)
 

@@ -14,7 +14,6 @@ import contextlib
 import csv
 import hashlib
 import json
-import os
 import signal
 import sys
 import threading
@@ -57,12 +56,11 @@ def job_key(job: Job) -> str:
 
 
 def _profile_digest() -> str:
-    from cost_models.vulkan import PROFILES_DIR_ENV
+    from cost_models.vulkan import profile_files
 
     digest = hashlib.sha1()
-    for folder in filter(None, os.environ.get(PROFILES_DIR_ENV, "").split(os.pathsep)):
-        for path in sorted(Path(folder).expanduser().glob("*.json")):
-            digest.update(path.name.encode() + path.read_bytes())
+    for path in profile_files():
+        digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
