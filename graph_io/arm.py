@@ -129,7 +129,9 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         return transitions[(vid, want)]
 
     for node in list(graph.nodes):
-        if node.op == "output":
+        # The outputs, and the nodes no rule rewrites (several results or none), read every operand in the
+        # identity order (their problems contract them so).
+        if node.op == "output" or (node.op == "call_function" and node.name not in plan.nodes):
             for arg in node.all_input_nodes:
                 if arg.name in plan.orders:
                     node.replace_input_with(arg, read_as(arg.name, tuple(range(len(plan.orders[arg.name]))), node))

@@ -253,3 +253,23 @@ def test_a_planned_transposed_product_swaps_its_operands_and_their_qparams():
     assert node.meta["input_qparams"] == {0: "b's", 1: "a's"}
     assert [a.args[0].name for a in node.args] == ["x1", "x0"]
     torch.testing.assert_close(gm(*args)[0], expected, rtol=0, atol=0)
+
+
+def test_a_node_with_several_results_reads_its_operand_in_the_identity_order():
+    """A split (several results, no rule) reads a value the answer could keep transposed: with both permutes
+    around relu free to go, the answer stored relu in x's order and the split cut the wrong axis. Such a node
+    now reads its operands in the identity order (one permute in front of it) and the graph computes the same."""
+
+    def body(graph, xs):
+        y = _call(graph, aten.relu.default, _call(graph, aten.permute_copy.default, xs[0], [0, 2, 1]))
+        parts = _call(graph, aten.split_with_sizes_copy.default, y, [3, 5], 2)
+        a, b = (_call(graph, operator.getitem, parts, i) for i in range(2))
+        total = _call(graph, aten.add.Tensor, _call(graph, aten.sum.dim_IntList, a, [2], True),
+                      _call(graph, aten.sum.dim_IntList, b, [2], True))  # fmt: skip
+        return [total, _call(graph, aten.add.Tensor, _call(graph, aten.permute_copy.default, y, [0, 2, 1]), xs[0])]
+
+    gm, args = _graph(body, [(1, 8, 6)])
+    split = next(n for n in gm.graph.nodes if n.target == aten.split_with_sizes_copy.default)
+    _, solution, written, removed = _solve_and_rewrite(gm, args)
+    assert solution.modes[f"{split.name}#reads"] == "contract"
+    assert (written, removed) == (1, 2)  # both permutes go; one comes back in front of the split

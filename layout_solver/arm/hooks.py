@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -65,6 +66,19 @@ def _stage_off() -> Iterator[None]:
         _stage_on.reset(token)
 
 
+def _declined(graph_module) -> bool:
+    """Whether the stage leaves this delegate to stock's pipeline (`layout_solver.arm.admission`); if so, a
+    warning and a "stock-fallback" report say why."""
+    from layout_solver.arm.admission import declined
+    from layout_solver.report import PassReport, record
+
+    reason = declined(graph_module)
+    if reason is not None:
+        warnings.warn(f"layout-solver: the Arm stage left a delegate to stock's pipeline: {reason}", stacklevel=3)
+        record(PassReport("stock-fallback", notes=[f"declined, lowered as stock lowers it: {reason}"]))
+    return reason is not None
+
+
 @contextlib.contextmanager
 def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settings: str = "") -> Iterator[None]:
     """Scoped wrapper of EthosUBackend.preprocess: each delegate's compile spec is visible to the solver pass
@@ -82,6 +96,9 @@ def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settin
         spec = EthosUCompileSpec._from_list(compile_specs)
         token = _current_ethos_u_spec.set(spec)
         try:
+            if stage_on() and _declined(edge_program.graph_module):
+                with _stage_off():
+                    return original.__func__(edge_program, compile_specs)
             if verify == "vela" and stage_on():
                 from layout_solver.arm.verify import preprocess_verified
 
@@ -200,6 +217,9 @@ def views_only_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
         def transform_to_backend_pipeline(self, exported_program, graph_module):
             token = _current_program.set(exported_program)
             try:
+                if stage_on() and _declined(graph_module):
+                    with _stage_off():  # stock's passes (the solver pass sees the stage off and does nothing)
+                        return super().transform_to_backend_pipeline(exported_program, graph_module)
                 return super().transform_to_backend_pipeline(exported_program, graph_module)
             finally:
                 _current_program.reset(token)

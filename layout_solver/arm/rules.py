@@ -154,6 +154,26 @@ def build_problem(
         )
         wanted[o].add(identity[o])
 
+    # A node with no single tensor result (several results, or none) has no rule and reads its operands as
+    # they are: in the identity order (without this, a split reading a value the answer keeps transposed
+    # would split the wrong axis).
+    for n in graph_module.graph.nodes:
+        reads = [a for a in n.all_input_nodes if a in domains] if n.op == "call_function" and n not in rules else []
+        if reads:
+            ops.append(
+                {
+                    "id": f"{n.name}#reads",
+                    "target": short_target(n),
+                    "operands": [o.name for o in reads],
+                    "results": [],
+                    "modes": [
+                        {"name": "contract", "operands": [order_label(identity[o]) for o in reads], "results": []}
+                    ],
+                }
+            )
+            for o in reads:
+                wanted[o].add(identity[o])
+
     for n in nodes:
         produced = (
             {label_order(m["results"][0]) for m in modes_of.get(n, [])} if n.op != "placeholder" else {identity[n]}
