@@ -5,7 +5,7 @@ Run: .venv/bin/python benchmarks/bench_arm_generated.py [--seeds 0-199] [--targe
 
 Each seed is one graph of `layout_solver.arm.generated` (`layout-solver compare generated:SEED` shows one); each
 (graph, target) is a `zoo` job (worker processes, results cached under --work, so a rerun resumes). The checks
-are `layout_solver.arm.differential`'s: the solver side never fails where stock lowers, the two programs give
+are `layout_solver.compare.differential`'s: the solver side never fails where stock lowers, the two programs give
 identical int8 outputs on the TOSA reference model, and Vela's total cycles of the solver's program are <= stock's.
 With --shrink every violation is shrunk in this process and written as a Python module under WORK/failures/.
 """
@@ -19,7 +19,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from layout_solver.arm import differential, generated
+from layout_solver.arm import generated
+from layout_solver.compare import differential
 from layout_solver.zoo.models import expand_names
 from layout_solver.zoo.runner import run_zoo, tool_versions
 

@@ -3,6 +3,8 @@
 The core (problem model, solvers) imports neither torch nor executorch.
 """
 
+from importlib import metadata
+
 from layout_solver.problem import (
     InfeasibleError,
     Mode,
@@ -28,4 +30,7 @@ __all__ = [
     "Value",
     "solve",
 ]
-__version__ = "0.1.0"
+try:  # one version, pyproject's, as installed
+    __version__ = metadata.version("layout-solver")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+source"

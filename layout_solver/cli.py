@@ -458,7 +458,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     try:
-        from layout_solver.service.app import TOKEN_ENV, ServiceSettings, serve
+        from layout_solver.service.app import ServiceSettings, serve
+        from layout_solver.service.client import TOKEN_ENV
     except ImportError as exc:
         raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc
     token = args.token or os.environ.get(TOKEN_ENV) or None

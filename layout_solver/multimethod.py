@@ -289,7 +289,7 @@ class SubproblemCache:
     """
 
     def __init__(self, directory=None):
-        from layout_solver.service.cache import SolutionCache
+        from layout_solver.solution_cache import SolutionCache
 
         self.memory: dict[str, tuple[dict, dict]] = {}  # digest -> (modes by op position, labels by value position)
         self.disk = SolutionCache(directory) if directory is not None else None
@@ -297,7 +297,7 @@ class SubproblemCache:
         self.misses = 0
 
     def _key(self, problem: Problem) -> str:
-        from layout_solver.service.cache import cache_key
+        from layout_solver.solution_cache import cache_key
 
         return cache_key(canonical(problem)[0])
 
@@ -325,7 +325,7 @@ class SubproblemCache:
         """
         if solution.status != "optimal":
             return  # a time-limited answer must not stand in for a better one later
-        from layout_solver.service.cache import CacheEntry
+        from layout_solver.solution_cache import CacheEntry
 
         produced = {v for op in problem.ops for v in op.results}
         by_op = {str(i): solution.modes[o.id] for i, o in enumerate(problem.ops)}

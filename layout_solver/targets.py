@@ -7,7 +7,8 @@ query and the benchmarks look a target up here instead of testing its name.
 * `VulkanTarget`: ExecuTorch's Vulkan delegate, priced with a device cost profile; its options say whether and
   where to run the programs.
 
-`get_target(name)` returns the registered target or raises ValueError naming the known ones. Adding a target
+`get_target(name)` returns the registered target or raises ValueError naming the known ones; `compare(module,
+inputs, target)` is stock against the solver on any of them. Adding a target
 is one subclass of `Target` and one `register()` call.
 """
 
@@ -15,9 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from layout_solver.solve import DEFAULT_TIME_LIMIT
+
+if TYPE_CHECKING:  # the comparisons import torch and executorch: each target imports its own when asked
+    from layout_solver.compare.result import Comparison, MethodsComparison
 
 
 @dataclass(frozen=True)
@@ -157,3 +161,28 @@ def get_target(name: str) -> Target:
 def target_names(family: str | None = None) -> list[str]:
     """Registered target names (of one family, if given)."""
     return [n for n, t in TARGETS.items() if family is None or t.family == family]
+
+
+def compare(
+    module,
+    inputs: tuple | None,
+    target: str,
+    name: str | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    service: str | None = None,
+    **options,
+) -> Comparison | MethodsComparison:
+    """Stock versus solver for `module` on `inputs` (or a MultiMethodModel, inputs None) on `target` (a name in
+    `layout_solver.targets`: "ethos-u55-128", "ethos-u85-256", "vulkan", ...).
+
+    `service`: a layout-solver service URL to solve on (None: $LAYOUT_SOLVER_SERVICE or in-process);
+    `options` go to the target's comparison (Vulkan: execute, runtime, cost_profile, rounds; Ethos-U:
+    input_order; multi-method: weights, cache_dir and the Vulkan ones). Raises ValueError for an unknown target
+    or an option the target does not take.
+    """
+    from layout_solver.compare.methods import MultiMethodModel
+
+    found = get_target(target)
+    if isinstance(module, MultiMethodModel):
+        return found.compare_methods(module, name, time_limit, **options)
+    return found.compare(module, inputs, name, time_limit, service=service, **options)

@@ -10,7 +10,8 @@ from collections import Counter
 import pytest
 import torch
 
-from layout_solver.arm import differential, generated
+from layout_solver.arm import generated
+from layout_solver.compare import differential
 from layout_solver.zoo.models import ModelError, build, expand_names
 
 # Seeds lowered in CI (stock and solver on one target each): 11 permutes around a linear, a merged-axes view and a

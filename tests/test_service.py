@@ -20,8 +20,8 @@ import pytest
 from layout_solver import solve
 from layout_solver.cli import bundled_example
 from layout_solver.problem import Solution, parse_problem
-from layout_solver.service.cache import CacheEntry, SolutionCache
 from layout_solver.service.client import SERVICE_ENV, solve_problem
+from layout_solver.solution_cache import CacheEntry, SolutionCache
 from layout_solver.synthetic import cnn_like, window_problem
 
 TOKEN = "test-token"

@@ -81,7 +81,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="stock",
         help="layout-solver: run each test with the stock Arm pipeline or with solver_layouts() active",
     )
-    parser.addoption("--layout-time-limit", type=float, default=10.0, help="layout-solver: solver time limit (s)")
+    parser.addoption(
+        "--layout-time-limit", type=float, default=DEFAULT_TIME_LIMIT, help="layout-solver: solver time limit (s)"
+    )
 
 
 @pytest.fixture(autouse=True)

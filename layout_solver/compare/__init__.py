@@ -1,8 +1,8 @@
 """Stock versus solver lowering of one model, side by side, in one run.
 
-`compare(module, inputs, target)` lowers the module twice from fresh exports (stock layout stage, then the
-solver's) and returns a typed `Comparison` (`result.py`); a `MultiMethodModel` gets three sides (stock,
-per-method, joint) in a `MethodsComparison`. A side that fails is recorded with its error. Names of zoo
+`layout_solver.targets.compare(module, inputs, target)` has the target lower the module twice from fresh exports
+(stock layout stage, then the solver's) and returns a typed `Comparison` (`result.py`); a `MultiMethodModel`
+gets three sides (stock, per-method, joint) in a `MethodsComparison`. A side that fails is recorded with its error. Names of zoo
 models are turned into modules by the CLI and the zoo (`layout_solver.zoo.runner.compare_named`).
 
 One module per target: `vulkan.py`, `ethos_u.py`; `methods.py` for multi-method programs.
@@ -12,42 +12,8 @@ from __future__ import annotations
 
 from layout_solver.compare.methods import MultiMethodModel
 from layout_solver.compare.result import Comparison, MethodsComparison, MethodsSide, Side
-from layout_solver.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets import TARGETS, get_target
 
-__all__ = [
-    "TARGETS",
-    "Comparison",
-    "MethodsComparison",
-    "MethodsSide",
-    "MultiMethodModel",
-    "Side",
-    "compare",
-    "format_table",
-]
-
-
-def compare(
-    module,
-    inputs: tuple | None,
-    target: str,
-    name: str | None = None,
-    time_limit: float = DEFAULT_TIME_LIMIT,
-    service: str | None = None,
-    **options,
-) -> Comparison | MethodsComparison:
-    """Stock versus solver for `module` on `inputs` (or a MultiMethodModel, inputs None) on `target` (a name in
-    `layout_solver.targets`: "ethos-u55-128", "ethos-u85-256", "vulkan", ...).
-
-    `service`: a layout-solver service URL to solve on (None: $LAYOUT_SOLVER_SERVICE or in-process);
-    `options` go to the target's comparison (Vulkan: execute, runtime, cost_profile, rounds; Ethos-U:
-    input_order; multi-method: weights, cache_dir and the Vulkan ones). Raises ValueError for an unknown target
-    or an option the target does not take.
-    """
-    found = get_target(target)
-    if isinstance(module, MultiMethodModel):
-        return found.compare_methods(module, name, time_limit, **options)
-    return found.compare(module, inputs, name, time_limit, service=service, **options)
+__all__ = ["Comparison", "MethodsComparison", "MethodsSide", "MultiMethodModel", "Side", "format_table"]
 
 
 def format_table(result: Comparison | MethodsComparison) -> str:

@@ -43,13 +43,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from layout_solver import __version__
 from layout_solver.problem import Problem, Solution
-from layout_solver.service.cache import DEFAULT_MAX_BYTES, CacheEntry, SolutionCache
 from layout_solver.service.pool import SolverPool, hard_limit
+from layout_solver.solution_cache import DEFAULT_MAX_BYTES, CacheEntry, SolutionCache
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 log = logging.getLogger("layout_solver.service")
 
-TOKEN_ENV = "LAYOUT_SOLVER_TOKEN"
 DEFAULT_PORT = 8731
 DEFAULT_MAX_BODY = 64 << 20
 COST_BODY_LIMIT = 64 << 10

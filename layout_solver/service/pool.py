@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from pebble import ProcessPool
 
 from layout_solver.problem import InfeasibleError, ProblemError, parse_problem
-from layout_solver.service.cache import CacheEntry, SolutionCache, cache_key
+from layout_solver.solution_cache import CacheEntry, SolutionCache, cache_key
 from layout_solver.solve import solve
 
 # The solver returns within its time limit plus compile/report time; the pool

@@ -7,6 +7,7 @@ downloads anything.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable
 
 import torch
@@ -14,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from layout_solver.compare.methods import MultiMethodModel
+from layout_solver.zoo import saved
 
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
@@ -291,7 +293,8 @@ class ModelError(ValueError):
 
 
 def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """A zoo model by name, or `path/to/file.py:factory` returning (module, inputs).
+    """A zoo model by name, `path/to/file.py:factory` returning (module, inputs), or a saved ExportedProgram
+    `path/to/model.pt2` (`layout_solver.zoo.saved`).
 
     Raises ModelError for an unknown name, a missing or broken file, a factory
     that raises or exits, or one that returns anything but (nn.Module, tensors).
@@ -299,6 +302,12 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
     torch.manual_seed(seed)
     if name in ZOO:
         factory = ZOO[name]
+    elif saved.is_saved_program(name):
+        try:
+            module, inputs = saved.load(name)
+        except saved.UnsupportedProgram as exc:
+            raise ModelError(f"model {name!r}: {exc}") from exc
+        return module, inputs  # an exported program's module runs as exported (it has no train mode to leave)
     elif name.startswith(GENERATED):
         factory = _generated_factory(name)
     elif ":" in name:
@@ -325,9 +334,16 @@ GENERATED = "generated:"
 
 
 def expand_names(names: list[str]) -> list[str]:
-    """Model names with every `generated:A-B` range written out as `generated:A` .. `generated:B`."""
+    """Model names with every `generated:A-B` range written out as `generated:A` .. `generated:B`, and every
+    glob of saved programs ('DIR/*.pt2') as the files it matches."""
     out = []
     for name in names:
+        if saved.is_saved_program(name) and glob.has_magic(name):  # 'DIR/*.pt2', as the shell would
+            found = sorted(glob.glob(name))
+            if not found:
+                raise ModelError(f"no saved program matches {name!r}")
+            out += found
+            continue
         first, dash, last = name.removeprefix(GENERATED).partition("-")
         if name.startswith(GENERATED) and dash and first.isdigit() and last.isdigit():
             out += [f"{GENERATED}{seed}" for seed in range(int(first), int(last) + 1)]

@@ -1,6 +1,6 @@
 """Batch analysis of a model zoo: stock versus solver for every model x target.
 
-Each (model, target) is one job: `layout_solver.compare.compare(model, target)`
+Each (model, target) is one job: `layout_solver.targets.compare(model, target)`
 in a worker process (a local process pool, or Ray tasks on a local or remote
 cluster). Results are cached as JSON under OUT/cache, keyed by model, target
 and the versions of every tool that can change a number, so a rerun resumes
@@ -65,10 +65,10 @@ def _profile_digest() -> str:
 
 
 def compare_named(name: str, target: str, **options):
-    """`layout_solver.compare.compare` on a zoo model by name (or `path/to/file.py:factory`): the built-in
+    """`layout_solver.targets.compare` on a zoo model by name (or `path/to/file.py:factory`): the built-in
     multi-method models get their three-sided comparison (graph inputs as their methods declare them, solved
     in-process, so `input_order` and `service` do not apply). Raises ModelError for a model that cannot be built."""
-    from layout_solver.compare import compare
+    from layout_solver.targets import compare
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, build, build_methods
 
     if name in MULTI_METHOD_ZOO:

@@ -1,0 +1,104 @@
+"""Saved ExportedPrograms (`torch.export.save` -> .pt2) as models (issue 33 item 1): inputs from the saved
+examples or generated from the input specs, clear per-model errors, globs in the zoo."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from layout_solver.zoo.models import ModelError, build, expand_names
+from layout_solver.zoo.runner import run_zoo
+
+
+class ConvPermute(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)).permute(0, 2, 3, 1).mean(dim=-1)
+
+
+class TokenModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 8)
+        self.position = torch.nn.Embedding(12, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, ids, positions, mask):
+        return self.head(self.embed(ids) + self.position(positions)) * mask.unsqueeze(-1)
+
+
+def save(tmp_path, module, inputs, name, dynamic_shapes=None, keep_examples=True):
+    program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+    if not keep_examples:
+        program._example_inputs = None  # as a program saved without its examples
+    path = tmp_path / name
+    torch.export.save(program, path)
+    return str(path)
+
+
+def test_a_saved_program_is_a_model_with_its_saved_inputs(tmp_path):
+    module, x = ConvPermute().eval(), torch.randn(1, 3, 8, 8)
+    path = save(tmp_path, module, (x,), "conv.pt2")
+    built, inputs = build(path)
+    assert len(inputs) == 1 and torch.equal(inputs[0], x)
+    torch.testing.assert_close(built(*inputs), module(x))
+
+
+def test_inputs_are_generated_from_the_specs_integers_within_every_table(tmp_path):
+    module = TokenModel().eval()
+    examples = (torch.randint(0, 50, (1, 6)), torch.arange(6).unsqueeze(0), torch.ones(1, 6))
+    path = save(tmp_path, module, examples, "tokens.pt2", keep_examples=False)
+    built, (ids, positions, mask) = build(path, seed=3)
+    assert ids.dtype == positions.dtype == torch.int64 and mask.dtype == torch.float32
+    assert ids.shape == positions.shape == mask.shape == (1, 6)
+    assert 0 <= int(ids.min()) and int(ids.max()) < 50 and int(positions.max()) < 12
+    torch.testing.assert_close(built(ids, positions, mask), module(ids, positions, mask))
+    _, again = build(path, seed=3)
+    assert torch.equal(again[0], ids)  # seeded
+
+
+DYNAMIC_BATCH = {"x": {0: torch.export.Dim("batch", min=2, max=8)}}
+
+
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda a: a.sin(), lambda a: a.cos(), [x])
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (
+            lambda p: save(p, ConvPermute(), (torch.randn(2, 3, 8, 8),), "dyn.pt2", DYNAMIC_BATCH),
+            "input 'x' has a dynamic shape (s",
+        ),
+        (lambda p: save(p, Branchy(), (torch.randn(4),), "cond.pt2"), "node 'cond' (cond) is control flow"),
+        (lambda p: (p / "junk.pt2").write_text("not a program") and str(p / "junk.pt2"), "not a saved ExportedProgram"),
+        (lambda p: str(p / "missing.pt2"), "file not found"),
+    ],
+)
+def test_a_program_the_comparison_cannot_take_is_a_named_error(tmp_path, make, words):
+    path = make(tmp_path)
+    with pytest.raises(ModelError, match="model '.*pt2'") as caught:
+        build(path)
+    assert words in str(caught.value), str(caught.value)
+
+
+def test_the_zoo_takes_a_glob_of_saved_programs_and_reports_each(tmp_path, capsys):
+    save(tmp_path, ConvPermute().eval(), (torch.randn(1, 3, 8, 8),), "a.pt2")
+    save(tmp_path, Branchy(), (torch.randn(4),), "b.pt2")
+    models = expand_names([str(tmp_path / "*.pt2")])
+    assert [m.rsplit("/", 1)[1] for m in models] == ["a.pt2", "b.pt2"]
+    with pytest.raises(ModelError, match="no saved program matches"):
+        expand_names([str(tmp_path / "none" / "*.pt2")])
+    results = run_zoo(models, ["ethos-u55-128"], tmp_path / "zoo", jobs=1, log=lambda _: None)
+    by = {r["model"].rsplit("/", 1)[1]: r for r in results}
+    assert by["a.pt2"]["status"] == "ok" and by["a.pt2"]["equivalent"] is True
+    assert by["a.pt2"]["solver"]["vela_total_cycles"] <= by["a.pt2"]["stock"]["vela_total_cycles"]
+    failed = by["b.pt2"]
+    assert failed["status"] != "ok" and "control flow" in json.dumps(failed)
