@@ -302,6 +302,18 @@ def cmd_cost(args: argparse.Namespace) -> int:
     return 0
 
 
+def _source_models(source: str) -> list[str]:
+    """The model names of a `zoo --source`: transformers[:MODALITY] is the transformers catalog."""
+    kind, _, modality = source.partition(":")
+    if kind != "transformers":
+        raise ValueError(f"unknown --source {source!r}: transformers[:vision|audio|text]")
+    if importlib.util.find_spec("transformers") is None:
+        raise ValueError("--source transformers needs transformers: pip install 'layout-solver[zoo]'")
+    from layout_solver.zoo import catalog
+
+    return catalog.default_names(modality or None)
+
+
 def cmd_zoo(args: argparse.Namespace) -> int:
     """`layout-solver zoo`: every model x target, stock versus solver, written as CSV, Markdown and plots."""
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO, expand_names
@@ -309,8 +321,15 @@ def cmd_zoo(args: argparse.Namespace) -> int:
 
     targets = [t.strip() for t in args.target.split(",") if t.strip()]
     unknown = [t for t in targets if t not in TARGETS]
-    models = expand_names([m.strip() for m in args.models.split(",")]) if args.models else list(ZOO)
-    missing = [m for m in models if m not in ZOO and m not in MULTI_METHOD_ZOO and ":" not in m]
+    try:
+        models = expand_names([m.strip() for m in args.models.split(",")]) if args.models else []
+        models += _source_models(args.source) if args.source else []
+    except ValueError as exc:  # ModelError: a glob that matches nothing; an unknown source
+        raise ProblemError(str(exc)) from exc
+    models = models or list(ZOO)
+    missing = [
+        m for m in models if m not in ZOO and m not in MULTI_METHOD_ZOO and ":" not in m and not m.endswith(".pt2")
+    ]
     if unknown or missing:
         raise ProblemError(
             f"unknown targets {unknown} / models {missing}; models: {', '.join([*ZOO, *MULTI_METHOD_ZOO])}"
@@ -557,8 +576,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated targets (default %(default)s)")  # fmt: skip
     p.add_argument(
         "--models",
-        help="comma-separated zoo names, path.py:factory or generated:SEED / generated:A-B (seeded random Arm "
-        "test graphs; default: the whole zoo)",
+        help="comma-separated zoo names, path.py:factory, saved programs (model.pt2, 'DIR/*.pt2'), "
+        "transformers:NAME[/TASK] (the catalog) or generated:SEED / generated:A-B (seeded random Arm test graphs; "
+        "default: the whole zoo)",
+    )
+    p.add_argument(
+        "--source",
+        help="transformers[:vision|audio|text]: every architecture of the installed transformers' catalog (of one "
+        "modality), added to --models",
     )
     p.add_argument("--jobs", type=int, default=2, help="worker processes (default %(default)s)")
     p.add_argument("--executor", choices=["local", "ray"], default="local")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from layout_solver.multimethod import JointResult, PartitionProblem, SubproblemCache, solve_jointly
 from layout_solver.problem import Problem, Solution, problem_digest
+from layout_solver.provenance import tensor_bytes
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,6 @@ def _each_partition(cls, edge_programs, compile_specs, preprocess=None) -> dict:
 def program_links(program, names: set[str]) -> dict[str, str]:
     """Link keys of the placeholders in `names`: buffers by fully qualified name, parameters and lifted
     constants by the SHA-256 of their bytes (equal bytes are one object wherever they appear)."""
-    import torch
 
     if program is None:
         return {}
@@ -94,12 +94,11 @@ def program_links(program, names: set[str]) -> dict[str, str]:
         tensor = tensors.get(fqn)
         if name not in names or tensor is None:
             continue
-        data = tensor.detach().contiguous().cpu()
         try:
-            raw = data.reshape(-1).view(torch.uint8).numpy().tobytes()
+            raw = tensor_bytes(tensor)
         except (RuntimeError, TypeError):  # a dtype with no byte view (quantized, say): left unlinked
             continue
-        digest = hashlib.sha256(str((data.dtype, tuple(data.shape))).encode())
+        digest = hashlib.sha256(str((tensor.dtype, tuple(tensor.shape))).encode())
         digest.update(raw)
         links[name] = f"const:{digest.hexdigest()[:32]}"
     return links

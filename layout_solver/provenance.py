@@ -41,3 +41,11 @@ def node_signature(node) -> bytes:
     val = node.meta.get("val")
     return repr((node.op, node.name, node.target, node.args, node.kwargs, getattr(val, "shape", None),
                  getattr(val, "dtype", None))).encode()  # fmt: skip
+
+
+def tensor_bytes(tensor) -> bytes:
+    """A tensor's raw bytes for a content key, whatever its dtype (bfloat16 has no numpy twin, so the bytes are
+    read as uint8). Raises RuntimeError or TypeError for a dtype with no byte view (quantized tensors)."""
+    import torch
+
+    return tensor.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes()

@@ -155,3 +155,20 @@ def test_a_zero_sized_operand_lowers_and_runs_like_eager():
     with solver_layouts() as reports, contextlib.redirect_stdout(io.StringIO()):
         pipeline.run()
     assert [r.kind for r in reports] == ["solver"]
+
+
+def test_content_keys_read_bfloat16_constants():
+    """The stage keys its stored answers by the graph's constants; a bfloat16 constant (executorch's own
+    test_avg_pool2d_tosa_FP[rand_bf16]) has no numpy dtype and failed the lowering with the stage."""
+    from layout_solver.arm.passes import answer_key
+    from layout_solver.arm.pricing import MovedBytesPricing
+    from layout_solver.provenance import tensor_bytes
+
+    graph_module = torch.export.export(DynamicBatch(), (torch.randn(2, 4, 8),)).graph_module
+    bf16 = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    keys = {
+        answer_key(graph_module, lambda n, c=c: c if n.op == "placeholder" else None, MovedBytesPricing(), frozenset())
+        for c in (bf16, bf16 * 2)
+    }
+    assert len(keys) == 2  # the values are read, not just the dtype
+    assert tensor_bytes(torch.tensor(1.5, dtype=torch.bfloat16)) == bf16[:1].view(torch.int16).numpy().tobytes()

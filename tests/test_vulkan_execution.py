@@ -8,6 +8,7 @@ skipped without them, in CI (CI=true) their absence fails the suite.
 """
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -67,7 +68,9 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
         )
 
 
-SEEDS = list(range(22))  # 6, 13 and 20 are the buffer-only wide graphs (seed % 7 == 6)
+# 6 and 13 are buffer-only wide graphs (seed % 7 == 6). 16 graphs in CI (22 until the suite took the transformers
+# catalog and the Arm bad-input tests: the 40-minute budget); LAYOUT_SOLVER_VULKAN_GRAPHS=200 runs 200.
+SEEDS = list(range(int(os.environ.get("LAYOUT_SOLVER_VULKAN_GRAPHS", "16"))))
 
 
 def _generated_runs(runtime):

@@ -25,7 +25,7 @@ from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_va
 from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
-from layout_solver.provenance import node_signature, source_digest, tool_versions
+from layout_solver.provenance import node_signature, source_digest, tensor_bytes, tool_versions
 from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.solvers.decompose import shared_memo
@@ -104,8 +104,8 @@ def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmP
     digest = hashlib.sha1()
     for node in graph_module.graph.nodes:
         digest.update(node_signature(node))
-        if node.op in ("placeholder", "get_attr") and (tensor := constant_value(node)) is not None:
-            digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+        if node.op in ("placeholder", "get_attr") and isinstance(tensor := constant_value(node), torch.Tensor):
+            digest.update(tensor_bytes(tensor))
     digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest()]).encode())
     return digest.hexdigest()
 

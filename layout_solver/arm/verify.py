@@ -23,7 +23,7 @@ from pathlib import Path
 
 from cost_models.store import JsonStore, default_store
 from cost_models.vela import compile_network, vela_config
-from layout_solver.provenance import node_signature, source_digest, tool_versions
+from layout_solver.provenance import node_signature, source_digest, tensor_bytes, tool_versions
 
 
 def delegate_digest(edge_program, flags) -> str:
@@ -35,7 +35,7 @@ def delegate_digest(edge_program, flags) -> str:
     for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
         digest.update(name.encode())
         if hasattr(tensor, "detach"):
-            digest.update(tensor.detach().contiguous().cpu().numpy().tobytes())
+            digest.update(tensor_bytes(tensor))
     digest.update(json.dumps([list(flags), tool_versions(), source_digest()]).encode())
     return digest.hexdigest()
 

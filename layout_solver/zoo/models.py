@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from layout_solver.compare.methods import MultiMethodModel
-from layout_solver.zoo import saved
+from layout_solver.zoo import catalog, saved
 
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
 
@@ -293,8 +293,8 @@ class ModelError(ValueError):
 
 
 def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """A zoo model by name, `path/to/file.py:factory` returning (module, inputs), or a saved ExportedProgram
-    `path/to/model.pt2` (`layout_solver.zoo.saved`).
+    """A zoo model by name, `path/to/file.py:factory` returning (module, inputs), a saved ExportedProgram
+    `path/to/model.pt2` (`layout_solver.zoo.saved`) or `transformers:NAME[/TASK]` (`layout_solver.zoo.catalog`).
 
     Raises ModelError for an unknown name, a missing or broken file, a factory
     that raises or exits, or one that returns anything but (nn.Module, tensors).
@@ -302,6 +302,11 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
     torch.manual_seed(seed)
     if name in ZOO:
         factory = ZOO[name]
+    elif name.startswith(catalog.PREFIX):
+        try:
+            return catalog.build(name)
+        except Exception as exc:  # an architecture the rule cannot build is that model's error
+            raise ModelError(f"model {name!r}: {type(exc).__name__}: {str(exc)[:300]}") from exc
     elif saved.is_saved_program(name):
         try:
             module, inputs = saved.load(name)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -47,12 +48,29 @@ def job_key(job: Job) -> str:
             "tools": tool_versions(),
             "source": source_digest(),
             **({"options": list(job.options)} if job.options else {}),
+            # a saved program by its bytes, a catalog model by the transformers that built it
+            **({"content": _file_digest(job.model)} if job.model.endswith(".pt2") else {}),
+            **({"transformers": _transformers_version()} if job.model.startswith("transformers:") else {}),
             # the default Vulkan objective weighs every profile, the user's own files included
             **({"vulkan_profiles": _profile_digest()} if job.target == "vulkan" else {}),
         },
         sort_keys=True,
     )
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
+
+
+def _file_digest(path: str) -> str:
+    try:
+        return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"  # the job records the error
+
+
+def _transformers_version() -> str:
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _profile_digest() -> str:

@@ -1,5 +1,6 @@
-"""Saved ExportedPrograms (`torch.export.save` -> .pt2) as models (issue 33 item 1): inputs from the saved
-examples or generated from the input specs, clear per-model errors, globs in the zoo."""
+"""Zoo sources beyond the built-in models (issue 33): saved ExportedPrograms (`torch.export.save` -> .pt2; inputs
+from the saved examples or generated from the input specs, clear per-model errors, globs in the zoo) and the
+transformers catalog (`transformers:NAME`, `zoo --source transformers`)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,50 @@ def test_the_zoo_takes_a_glob_of_saved_programs_and_reports_each(tmp_path, capsy
     assert by["a.pt2"]["solver"]["vela_total_cycles"] <= by["a.pt2"]["stock"]["vela_total_cycles"]
     failed = by["b.pt2"]
     assert failed["status"] != "ok" and "control flow" in json.dumps(failed)
+
+
+def test_the_catalog_has_sixty_architectures_over_three_modalities():
+    from layout_solver.zoo import catalog
+
+    assert len(catalog.default_names()) >= 60
+    for modality in catalog.MODALITIES:
+        assert catalog.default_names(modality), modality
+    assert catalog.find("transformers:convnext").task == "classification"
+    assert catalog.find("transformers:dpt/depth").auto_class == "AutoModelForDepthEstimation"
+
+
+@pytest.mark.parametrize(
+    "name", ["transformers:convnext", "transformers:vit", "transformers:dpt/depth", "transformers:wav2vec2",
+             "transformers:bert"],
+)  # fmt: skip
+def test_catalog_models_are_small_and_export(name):
+    module, inputs = build(name)
+    assert sum(p.numel() for p in module.parameters()) < 4_000_000
+    program = torch.export.export(module, inputs)
+    assert any(n.op == "call_function" for n in program.graph.nodes)
+
+
+def test_a_catalog_name_the_rule_cannot_build_is_a_model_error():
+    with pytest.raises(ModelError, match="not in the transformers catalog"):
+        build("transformers:no_such_architecture")
+    with pytest.raises(ModelError, match="model 'transformers:timm_wrapper"):
+        build("transformers:timm_wrapper")  # needs timm, which the project does not install
+
+
+def test_zoo_source_transformers_from_the_command_line(tmp_path, capsys):
+    from layout_solver.cli import _source_models, main
+
+    audio = _source_models("transformers:audio")
+    assert audio and all(name.startswith("transformers:") for name in audio)
+    assert main(["zoo", "--source", "huggingface", "--out", str(tmp_path)]) == 2
+    assert "unknown --source" in capsys.readouterr().err
+
+
+def test_the_zoo_runs_a_catalog_model_on_each_target(tmp_path):
+    models = ["transformers:regnet"]
+    results = run_zoo(models, ["ethos-u55-128", "vulkan"], tmp_path, jobs=2, log=lambda _: None)
+    by = {r["target"]: r for r in results}
+    assert by["ethos-u55-128"]["status"] == "ok" and by["ethos-u55-128"]["equivalent"] is True
+    assert by["ethos-u55-128"]["solver"]["vela_total_cycles"] <= by["ethos-u55-128"]["stock"]["vela_total_cycles"]
+    assert by["vulkan"]["status"] == "ok"
+    assert by["vulkan"]["solver"]["modelled_us"] <= by["vulkan"]["stock"]["modelled_us"] * (1 + 1e-9)
