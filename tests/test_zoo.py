@@ -22,7 +22,13 @@ def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
     for name in ("results.csv", "report.md", "transpose_cycles.png", "transitions.png", "solve_time_vs_size.png"):
         assert (tmp_path / name).stat().st_size > 0
     with (tmp_path / "results.csv").open() as f:
-        assert len(list(csv.DictReader(f))) == 4
+        table = list(csv.DictReader(f))
+    assert len(table) == 4
+    verdicts = {(Path(r["model"]).name, r["target"]): r["verdict"] for r in table}
+    assert verdicts[("tiny.py:no_such_factory", "vulkan")] == "export failed"
+    assert verdicts[("tiny.py:residual", "ethos-u55-128")] in ("better", "unchanged")
+    assert "## Verdicts per target" in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "ratio_ethos-u55-128.png").stat().st_size > 0
     # Resume: everything comes from the cache, nothing is lowered again.
     logged = []
     again = run_zoo(models, ["vulkan", "ethos-u55-128"], tmp_path, jobs=2, log=logged.append)
@@ -107,7 +113,49 @@ def test_zoo_reports_a_multi_method_model_per_method(tmp_path):
 def test_the_zoo_table_reads_fields_the_comparison_schema_defines():
     """The zoo's columns are fields of the typed comparison result, so a renamed field fails here."""
     from layout_solver.compare.result import Side
-    from layout_solver.zoo.runner import ROW_FIELDS
+    from layout_solver.zoo.report import ROW_FIELDS
 
     for target, keys in ROW_FIELDS.items():
         assert set(keys) <= set(Side.model_fields), target
+
+
+U55, VK = "ethos-u55-128", "vulkan"
+
+
+@pytest.mark.parametrize(
+    "record, expected",
+    [
+        ({"target": U55, "status": "error", "error": "ModelError"}, "export failed"),
+        ({"target": U55, "status": "stock failed", "stock": {"error": "x"}, "solver": {}}, "stock lowering failed"),
+        ({"target": VK, "status": "solver failed", "stock": {}, "solver": {"error": "x"}}, "solver lowering failed"),
+        ({"target": VK, "status": "ok", "stock": {"executed": True}, "solver": {"executed": False}},
+         "program failed to run"),
+        ({"target": VK, "status": "ok", "stock": {"max_abs_diff_vs_eager": 1e-5, "modelled_us": 2.0},
+          "solver": {"max_abs_diff_vs_eager": 0.5, "modelled_us": 1.0}}, "not equivalent"),
+        ({"target": U55, "status": "ok", "equivalent": False, "stock": {"vela_total_cycles": 9},
+          "solver": {"vela_total_cycles": 8}}, "not equivalent"),
+        ({"target": U55, "status": "ok", "equivalent": None, "stock": {"vela_total_cycles": 9},
+          "solver": {"vela_total_cycles": 8}}, "not checked"),
+        ({"target": U55, "status": "ok", "equivalent": None, "equivalent_on_example_inputs": True,
+          "stock": {"vela_total_cycles": 1000}, "solver": {"vela_total_cycles": 900}}, "better"),
+        ({"target": U55, "status": "ok", "equivalent": True, "stock": {"vela_total_cycles": 1000},
+          "solver": {"vela_total_cycles": 1001}}, "unchanged"),
+        ({"target": U55, "status": "ok", "equivalent": True, "stock": {"vela_total_cycles": 1000},
+          "solver": {"vela_total_cycles": 1002}}, "dearer than stock"),
+        ({"target": VK, "status": "ok", "stock": {"run_ms": 10.0, "modelled_us": 1.0},
+          "solver": {"run_ms": 10.2, "modelled_us": 0.5}}, "unchanged"),  # the device's time decides, within 3%
+        ({"target": VK, "status": "ok", "stock": {"run_ms": 10.0}, "solver": {"run_ms": 10.4}}, "dearer than stock"),
+    ],
+)  # fmt: skip
+def test_each_comparison_lands_in_one_verdict(record, expected):
+    from layout_solver.zoo.report import VERDICTS, verdict
+
+    assert expected in VERDICTS and verdict({"model": "m", **record}) == expected
+
+
+def test_a_dearer_program_names_the_operator_classes_that_grew():
+    from layout_solver.zoo.report import dearer_op_classes
+
+    record = {"target": U55, "stock": {"vela_cycles_by_op": {"Mul": 100, "Add": 50, "Transpose": 400}},
+              "solver": {"vela_cycles_by_op": {"Mul": 400, "Add": 60, "Transpose": 20}}}  # fmt: skip
+    assert dearer_op_classes(record) == [("Mul", 300), ("Add", 10)]

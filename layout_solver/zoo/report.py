@@ -1,0 +1,433 @@
+"""The zoo's outputs: results.csv (one row per model x target), report.md and PNG plots.
+
+Per target the report gives the failure taxonomy (`verdict`: export failed, stock lowering failed, solver
+lowering failed, program failed to run, not equivalent, not checked, dearer than stock, better, unchanged), the
+solver-to-stock ratio of every model (Ethos-U: Vela's total cycles; Vulkan: the run time on the device where the
+programs ran, else the modelled cost), sorted and plotted on a log scale, the total against the transposes, and
+the models where the solver is dearer with the operator classes that made the difference.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from pathlib import Path
+
+from layout_solver.targets import get_target
+
+VERDICTS = (
+    "export failed",
+    "stock lowering failed",
+    "solver lowering failed",
+    "program failed to run",
+    "not equivalent",
+    "not checked",
+    "dearer than stock",
+    "better",
+    "unchanged",
+)
+# Ethos-U totals within 0.1% are unchanged (Vela's estimate is deterministic; the stage's promise is <= stock);
+# Vulkan run times within 3% (the paired benchmark's noise bound on lavapipe).
+TOLERANCE = {"ethos-u": 0.001, "vulkan": 0.03}
+# Vulkan outputs against eager: the solver's may differ by no more than stock's (or this much) times the slack
+# (summation order moves with the layout).
+EAGER_ATOL, EAGER_SLACK = 1e-4, 1.05
+
+
+def ratio(result: dict, stock: dict | None = None, solver: dict | None = None) -> float | None:
+    """Solver over stock: Ethos-U Vela total cycles; Vulkan run time where both ran timed, else modelled cost."""
+    stock = result.get("stock", {}) if stock is None else stock
+    solver = result.get("solver", {}) if solver is None else solver
+    if _family(result["target"]) == "ethos-u":
+        a, b = stock.get("vela_total_cycles"), solver.get("vela_total_cycles")
+    elif isinstance(stock.get("run_ms"), (int, float)) and isinstance(solver.get("run_ms"), (int, float)):
+        a, b = stock["run_ms"], solver["run_ms"]
+    else:
+        a, b = stock.get("modelled_us"), solver.get("modelled_us")
+    numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
+    return b / a if numbers and a > 0 else None
+
+
+def verdict(result: dict, stock: dict | None = None, solver: dict | None = None, equivalent=None) -> str:
+    """Where a model x target lands in the failure taxonomy (VERDICTS)."""
+    if result.get("status") == "error":  # the job itself raised: the model could not be built or exported
+        return "export failed"
+    stock = result.get("stock", {}) if stock is None else stock
+    solver = result.get("solver", {}) if solver is None else solver
+    if stock.get("error"):
+        return "stock lowering failed"
+    if solver.get("error"):
+        return "solver lowering failed"
+    if _family(result["target"]) == "vulkan":
+        if stock.get("executed") and solver.get("executed") is False:
+            return "program failed to run"
+        s, o = stock.get("max_abs_diff_vs_eager"), solver.get("max_abs_diff_vs_eager")
+        if isinstance(s, (int, float)) and isinstance(o, (int, float)) and o > max(s, EAGER_ATOL) * EAGER_SLACK:
+            return "not equivalent"
+    else:
+        if (
+            str(solver_ref := result.get("solver_reference", "")).startswith("error")
+            and result.get("stock_reference") == "ok"
+        ):
+            return "program failed to run"
+        same = result.get("equivalent") if equivalent is None else equivalent
+        if same is None and "equivalent" in result:
+            same = result.get("equivalent_on_example_inputs")
+            if same is None:
+                return "not checked" if not str(solver_ref).startswith("error") else "program failed to run"
+        if same is False:
+            return "not equivalent"
+    x = ratio(result, stock, solver)
+    if x is None:
+        return "not checked"
+    tolerance = TOLERANCE[_family(result["target"])]
+    return "dearer than stock" if x > 1 + tolerance else "better" if x < 1 - tolerance else "unchanged"
+
+
+def dearer_op_classes(result: dict, top: int = 3) -> list[tuple[str, int]]:
+    """The operator classes whose Vela cycles grew most from stock to solver (Ethos-U), largest first."""
+    stock = Counter(result.get("stock", {}).get("vela_cycles_by_op") or {})
+    solver = Counter(result.get("solver", {}).get("vela_cycles_by_op") or {})
+    grew = {op: solver[op] - stock[op] for op in set(stock) | set(solver) if solver[op] > stock[op]}
+    return sorted(grew.items(), key=lambda kv: -kv[1])[:top]
+
+
+def _family(target: str) -> str:
+    return get_target(target).family
+
+
+ROW_FIELDS = {  # per target family
+    "ethos-u": [
+        "tosa_transposes",
+        "vela_transpose_cycles",
+        "vela_total_cycles",
+        "predicted_total_cycles",
+        "npu_ops",
+        "cpu_ops",
+        "lower_seconds",
+        "eager_within_tolerance",
+    ],
+    "vulkan": [
+        "transitions",
+        "transition_cost",
+        "lower_seconds",
+        "pass_seconds",
+        "modelled_us",
+        "executed",
+        "max_abs_diff_vs_eager",
+        "run_ms",
+    ],
+}
+
+
+def solved_by(notes: list[str]) -> str:
+    """Who answered the solver side, from the pass reports' notes (see layout_solver/service/client.py)."""
+    if any(n.startswith("solved by service") for n in notes):
+        return "service"
+    failed = next((n for n in notes if n.startswith("service ") and "solved in-process" in n), None)
+    return f"in-process ({failed})" if failed else "in-process"
+
+
+def _equivalent(result: dict) -> object:
+    # None from compare means "not checked" (the reference model rejected a side): say so in the table.
+    if result.get("equivalent", "") is None:
+        on_examples = result.get("equivalent_on_example_inputs")
+        return "not checked" if on_examples is None else f"{on_examples} (example inputs)"
+    return result.get("equivalent", "")
+
+
+def _method_rows(r: dict) -> list[dict]:
+    """A multi-method result as one row per method (`model:method`): stock against the joint solve."""
+    out = []
+    for method in r.get("methods", []):
+        row = {
+            "model": f"{r['model']}:{method}",
+            "target": r["target"],
+            "status": r["status"],
+            "error": r.get("error") or r.get("stock", {}).get("error") or r.get("joint", {}).get("error") or "",
+            "method_weight": r["weights"].get(method, ""),
+        }
+        for side, source in (("stock", "stock"), ("solver", "joint")):
+            for key in ROW_FIELDS.get(_family(r["target"]), []):
+                row[f"{side}_{key}"] = r.get(source, {}).get("per_method", {}).get(method, {}).get(key, "")
+        joint = r.get("joint", {})
+        # Per method there is no gap, run ratio or problem size of its own: the joint solve has one for all.
+        row.update(
+            solve_seconds=joint.get("solve_seconds", ""),
+            problem_ops="",
+            gap="",
+            run_ratio="",
+            solved_by="",
+            cache_hits=joint.get("cache_hits", ""),
+            equivalent=r.get("joint_equivalent", ""),
+        )
+        pair = (r.get("stock", {}).get("per_method", {}).get(method, {}), joint.get("per_method", {}).get(method, {}))
+        pair = ({**pair[0], "error": r.get("stock", {}).get("error")}, {**pair[1], "error": joint.get("error")})
+        ratio_ = ratio(r, *pair)
+        row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r, *pair, r.get("joint_equivalent")))
+        out.append(row)
+    return out
+
+
+def rows(results: list[dict]) -> list[dict]:
+    """The zoo records as table rows, one per model x target (multi-method models: one per method)."""
+    out = []
+    for r in results:
+        if "methods" in r:
+            out += _method_rows(r)
+            continue
+        row = {
+            "model": r["model"],
+            "target": r["target"],
+            "status": r["status"],
+            "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or "",
+        }
+        for side in ("stock", "solver"):
+            for key in ROW_FIELDS.get(_family(r["target"]), []):
+                row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
+        solver = r.get("solver", {})
+        row.update(
+            solve_seconds=solver.get("solve_seconds", ""),
+            problem_ops=solver.get("problem_ops", ""),
+            gap=solver.get("gap", ""),
+            equivalent=_equivalent(r),
+            run_ratio=r.get("run_ratio", ""),
+            solved_by=solved_by(solver.get("solver_notes", [])),
+        )
+        if _family(r["target"]) == "ethos-u":
+            row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
+            row["dearer_ops"] = "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(r))
+        ratio_ = ratio(r) if r["status"] != "error" else None
+        row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r))
+        out.append(row)
+    return out
+
+
+def write_outputs(results: list[dict], out: Path) -> None:
+    """Write results.csv, report.md and the plots into `out`."""
+    table = rows(results)
+    fields = list(dict.fromkeys(k for row in table for k in row))
+    with (out / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(table)
+    (out / "report.md").write_text(report_markdown(table))
+    plot(table, out)
+
+
+def report_markdown(table: list[dict]) -> str:
+    """The zoo table as Markdown, one section per target."""
+    lines = ["# Zoo report: stock executorch versus layout-solver", ""]
+    targets = list(dict.fromkeys(r["target"] for r in table))
+    lines += [
+        "## Verdicts per target",
+        "",
+        (
+            "Ratio: solver / stock (Ethos-U: Vela total cycles; Vulkan: run time where both ran, else modelled cost); "
+            "`ratio_<target>.png` plots every model's on a log scale, `totals_vs_transposes_<target>.png` the total "
+            "against the transposes."
+        ),
+        "",
+        "| target | models | " + " | ".join(VERDICTS) + " | geomean ratio | worst |",
+        "|" + "---|" * (len(VERDICTS) + 4),
+    ]
+    for target in targets:
+        mine = [r for r in table if r["target"] == target]
+        counts = Counter(r["verdict"] for r in mine)
+        ratios = [(r["ratio"], r["model"]) for r in mine if isinstance(r["ratio"], (int, float)) and r["ratio"] > 0]
+        geomean = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios)) if ratios else None
+        worst = max(ratios) if ratios else None
+        lines.append(
+            f"| {target} | {len(mine)} | "
+            + " | ".join(str(counts[v]) for v in VERDICTS)
+            + f" | {f'{geomean:.3f}' if geomean else ''} | {f'{worst[0]:.3f} ({worst[1]})' if worst else ''} |"
+        )
+    dearer = [r for r in table if r["verdict"] == "dearer than stock"]
+    if dearer:
+        lines += ["", "Dearer than stock (and the operator classes whose cycles grew most, Ethos-U):", ""]
+        lines += [
+            f"- {r['model']} on {r['target']}: ratio {r['ratio']}"
+            + (f"; {r['dearer_ops']}" if r.get("dearer_ops") else "")
+            for r in dearer
+        ]
+    lines.append("")
+    vk = [r for r in table if _family(r["target"]) == "vulkan"]
+    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
+        lines += [
+            f"## {target} (Vela cycle estimates of the whole delegate)",
+            "",
+            (
+                "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
+                "| solver | change | predicted (solver) | lower s stock / solver | solve s | equivalent |"
+            ),
+            "|" + "---|" * 12,
+        ]
+        for r in (r for r in table if r["target"] == target):
+            stock, solver = r["stock_vela_total_cycles"], r["solver_vela_total_cycles"]
+            change = (
+                f"{solver / stock - 1:+.1%}" if isinstance(stock, int) and isinstance(solver, int) and stock else ""
+            )
+            lines.append(
+                f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
+                f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
+                f"{stock} | {solver} | {change} | {r['solver_predicted_total_cycles']} | "
+                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
+                f"{r['equivalent']} |"
+            )
+        lines.append("")
+    if vk:
+        lines += [
+            "## Vulkan (transitions = clone dispatches; cost in modelled microseconds)",
+            "",
+            (
+                "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
+                "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
+                "run ms stock / solver | run ratio |"
+            ),
+            "|" + "---|" * 11,
+        ]
+        for r in vk:
+            ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""
+            lines.append(
+                f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
+                f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
+                f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
+                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} | "
+                f"{r['stock_executed']} / {r['solver_executed']} | "
+                f"{r['stock_max_abs_diff_vs_eager']} / {r['solver_max_abs_diff_vs_eager']} | "
+                f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |"
+            )
+        lines.append("")
+    failures = [r for r in table if r["status"] != "ok"]
+    if failures:
+        lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
+    lines += ["Plots: `total_cycles*.png`, `transpose_cycles*.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
+    return "\n".join(lines)
+
+
+def plot(table: list[dict], out: Path) -> None:
+    """Bar charts of stock versus solver (transpose cycles, transitions, run time) and solve time against problem
+    size, as PNGs in `out`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def bars(rows_, stock_key, solver_key, title, ylabel, path):
+        rows_ = [r for r in rows_ if isinstance(r[stock_key], (int, float)) and isinstance(r[solver_key], (int, float))]
+        fig, ax = plt.subplots(figsize=(max(6, len(rows_) * 0.9), 4))
+        xs = range(len(rows_))
+        ax.bar([x - 0.2 for x in xs], [r[stock_key] for r in rows_], 0.4, label="stock")
+        ax.bar([x + 0.2 for x in xs], [r[solver_key] for r in rows_], 0.4, label="layout-solver")
+        ax.set_xticks(list(xs), [r["model"] for r in rows_], rotation=30, ha="right")
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+    for target in dict.fromkeys(r["target"] for r in table):
+        ratio_plot([r for r in table if r["target"] == target], target, out / f"ratio_{target}.png")
+        if _family(target) == "ethos-u":
+            totals_vs_transposes([r for r in table if r["target"] == target], target,
+                                 out / f"totals_vs_transposes_{target}.png")  # fmt: skip
+    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
+        arm = [r for r in table if r["target"] == target]
+        suffix = "" if target == "ethos-u55-128" else f"_{target}"
+        bars(arm, "stock_vela_transpose_cycles", "solver_vela_transpose_cycles", f"{target}: Vela transpose cycles",
+             "cycles", out / f"transpose_cycles{suffix}.png")  # fmt: skip
+        bars(arm, "stock_vela_total_cycles", "solver_vela_total_cycles", f"{target}: Vela total NPU cycles",
+             "cycles", out / f"total_cycles{suffix}.png")  # fmt: skip
+    bars(
+        [r for r in table if r["target"] == "vulkan"],
+        "stock_transitions",
+        "solver_transitions",
+        "Vulkan: layout transitions",
+        "clone dispatches",
+        out / "transitions.png",
+    )
+    executed = [r for r in table if r["target"] == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))]
+    if executed:
+        bars(
+            executed,
+            "stock_run_ms",
+            "solver_run_ms",
+            "Vulkan: run time on the device (median)",
+            "ms",
+            out / "vulkan_run_ms.png",
+        )
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for target in dict.fromkeys(r["target"] for r in table):
+        marker = "s" if _family(target) == "vulkan" else "o"
+        pts = [
+            (r["problem_ops"], r["solve_seconds"])
+            for r in table
+            if r["target"] == target and isinstance(r["problem_ops"], int) and isinstance(r["solve_seconds"], float)
+        ]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=target)
+    ax.set_xlabel("ops in the layout problem")
+    ax.set_ylabel("solve time (s)")
+    ax.set_title("Solve time against graph size")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "solve_time_vs_size.png", dpi=120)
+    plt.close(fig)
+
+
+def ratio_plot(table: list[dict], target: str, path: Path) -> None:
+    """Every model's solver / stock ratio on `target`, sorted, on a log scale (one bar per model)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = sorted((r["ratio"], r["model"]) for r in table if isinstance(r["ratio"], (int, float)) and r["ratio"] > 0)
+    if not points:
+        return
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.22 * len(points) + 1)))
+    colors = [
+        "tab:red" if x > 1 + TOLERANCE[_family(target)] else "tab:green" if x < 1 else "tab:gray" for x, _ in points
+    ]
+    ax.barh(range(len(points)), [x for x, _ in points], color=colors, left=0)
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(points)), [Path(m).name.removeprefix("transformers:") for _, m in points], fontsize=7)
+    unit = "Vela total cycles" if _family(target) == "ethos-u" else "run time (or modelled cost)"
+    ax.set_xlabel(f"solver / stock, {unit} (log scale)")
+    ax.set_title(f"{target}: {len(points)} models")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def totals_vs_transposes(table: list[dict], target: str, path: Path) -> None:
+    """Per model: the change of the transposes' cycles against the change of the total (Ethos-U), both as
+    fractions of stock's total: a model on the diagonal gained only what its transposes lost."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = ("stock_vela_total_cycles", "solver_vela_total_cycles", "stock_vela_transpose_cycles",
+            "solver_vela_transpose_cycles")  # fmt: skip
+    rows_ = [r for r in table if all(isinstance(r.get(k), (int, float)) for k in keys) and r[keys[0]]]
+    if not rows_:
+        return
+    xs = [(r[keys[3]] - r[keys[2]]) / r[keys[0]] for r in rows_]
+    ys = [(r[keys[1]] - r[keys[0]]) / r[keys[0]] for r in rows_]
+    fig, ax = plt.subplots(figsize=(6, 5))
+    ax.scatter(xs, ys, s=14)
+    low = min(xs + ys + [0.0])
+    ax.plot([low, 0], [low, 0], color="gray", lw=0.8, ls="--", label="total moves only by the transposes")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xlabel("transpose cycles, solver - stock (fraction of stock's total)")
+    ax.set_ylabel("total cycles, solver - stock (fraction of stock's total)")
+    ax.set_title(f"{target}: totals against transposes")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
