@@ -10,13 +10,15 @@ The catalog is read from the installed transformers' own task mappings, so it is
 
 Each model is its default config, shrunk by one rule (`shrink`, applied to every nested config too), with random
 weights, wrapped so that its main input goes in and its first tensor result (logits, depth, hidden state or the
-backbone's feature maps) comes out. The rule, by config field: layer counts at most 2 (per-stage depths 1);
-widths at most 64 per token (`hidden_size` and the other `*_hidden_size` / `*_output_size` fields, heads at most 2
-and dividing it, MLPs twice the width), per-stage widths (`hidden_sizes`, `*_hidden_sizes`, `embed_dims`, ...)
-scaled so the last is at most 256 (multiples of 8), patch/embedding dims at most 32, windows at most 2; images 64 x 64;
-vocabularies at most 1,024 (above every special token id); 10 labels; audio windows of 4,000 samples or 128
-frames. Where the rule alone does not give a model its default code can build, `OVERRIDES` names the field and
-why; nothing else is tuned per model.
+backbone's feature maps) comes out. The rule, by config field (each idea under the names transformers' configs give
+it): layer counts at most 2 (per-stage depths 1; a backbone whose stages are its layers keeps as many as it hands
+out); widths at most 64 per token (`hidden_size`, `d_model`, `dim`, `n_embd`, `emb_dim` and the other
+`*_hidden_size` / `*_output_size` fields), heads at most 2 and dividing it, MLPs at most twice the width; per-stage
+widths (`hidden_sizes`, `*_hidden_sizes`, `embed_dims`, `conv_dim`, ...) scaled so the widest is 256 (multiples of
+8); patch embeddings at most 32; a compound-scaling depth coefficient at most 1; windows at most 2; images 64 x 64;
+vocabularies (`vocab_size`, `n_words`, `*_vocab_size`) at most 1,024 but above every special token id; 10 labels;
+audio of 4,000 samples or 128 frames. Where the rule alone does not give a model its default code can build,
+`OVERRIDES` names the field and why; nothing else is tuned per model.
 """
 
 from __future__ import annotations
@@ -39,13 +41,19 @@ TASKS = (
 )
 IMAGE, TOKENS, SAMPLES, FRAMES, WINDOW = 64, 16, 4000, 128, 2
 MAX_LAYERS, MAX_WIDTH, MAX_STAGE_WIDTH, MAX_EMBED, MAX_HEADS, MAX_VOCAB = 2, 64, 256, 32, 2, 1024
+# The same idea goes by several names across transformers' configs.
 LAYER_FIELDS = (
     "num_hidden_layers", "num_layers", "encoder_layers", "decoder_layers", "num_encoder_layers",
-    "num_decoder_layers", "num_conv_pos_embedding_groups_layers",
+    "num_decoder_layers", "n_layers", "n_layer",
 )  # fmt: skip
-DEPTH_FIELDS = ("depths", "depth", "layers", "num_layers_per_stage", "stage_num_blocks")
+DEPTH_FIELDS = ("depths", "depth", "layers", "num_layers_per_stage", "stage_num_blocks", "block_sizes")
+WIDTH_FIELDS = ("hidden_size", "d_model", "dim", "n_embd", "emb_dim")  # per token, shared with the heads
+FFN_FIELDS = ("intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "ffn_dim", "hidden_dim")
+VOCAB_FIELDS = ("vocab_size", "n_words", "entity_vocab_size", "pronunciation_vocab_size", "shape_vocab_size")
 STAGE_WIDTH_FIELDS = ("hidden_sizes", "embed_dims", "embed_dim", "channels", "stage_out_channels", "dims", "conv_dim")
-HEAD_FIELDS = ("num_attention_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads")
+HEAD_FIELDS = (
+    "num_attention_heads", "num_heads", "encoder_attention_heads", "decoder_attention_heads", "n_heads", "n_head",
+)  # fmt: skip
 OUTPUTS = ("logits", "predicted_depth", "last_hidden_state", "feature_maps")
 # Per model: config fields the rule leaves as its default config has them, or sets, and why (keep this short).
 OVERRIDES: dict[str, dict] = {}
@@ -191,15 +199,22 @@ def shrink(fields: dict) -> dict:
             fields[field] = heads = MAX_HEADS
         elif _int_list(value):
             fields[field] = [min(h, MAX_HEADS) for h in value]
-    if isinstance(fields.get("hidden_size"), int) and fields["hidden_size"] > MAX_WIDTH:
-        per = heads or fields.get("num_attention_heads")
-        per = per if isinstance(per, int) and per > 0 else 1
-        width = MAX_WIDTH - MAX_WIDTH % per
-        fields["hidden_size"] = width
-        if isinstance(fields.get("intermediate_size"), int):
-            fields["intermediate_size"] = 2 * width
+    per = heads or next((fields[f] for f in HEAD_FIELDS if isinstance(fields.get(f), int)), 1)
+    per = per if isinstance(per, int) and per > 0 else 1
+    width = MAX_WIDTH - MAX_WIDTH % per
+    narrowed = False
+    for field in WIDTH_FIELDS:
+        if isinstance(fields.get(field), int) and fields[field] > width:
+            fields[field], narrowed = width, True
+    if narrowed:
+        for field in FFN_FIELDS:
+            if isinstance(fields.get(field), int) and fields[field] > 2 * width:
+                fields[field] = 2 * width
         if isinstance(fields.get("head_dim"), int):
             fields["head_dim"] = width // per
+    # Compound scaling (EfficientNet): the base model's depth (its width coefficient also sizes hidden_dim).
+    if isinstance(fields.get("depth_coefficient"), float) and fields["depth_coefficient"] > 1.0:
+        fields["depth_coefficient"] = 1.0
     for field, value in list(fields.items()):  # widths a head shares with its backbone (reassemble_hidden_size)
         widths = field.endswith(("hidden_size", "output_size"))  # heads' widths: DPT's fusion, its pooler
         if widths and field != "hidden_size" and isinstance(value, int) and value > MAX_WIDTH:
@@ -212,9 +227,10 @@ def shrink(fields: dict) -> dict:
         fields["image_size"] = IMAGE
     elif _int_list(fields.get("image_size")):
         fields["image_size"] = [IMAGE] * len(fields["image_size"])
-    if isinstance(fields.get("vocab_size"), int) and fields["vocab_size"] > MAX_VOCAB:
-        special = [v for k, v in fields.items() if k.endswith("token_id") and isinstance(v, int)]
-        fields["vocab_size"] = max([MAX_VOCAB, *(s + 1 for s in special)])
+    special = [v for k, v in fields.items() if k.endswith("token_id") and isinstance(v, int)]
+    for field in VOCAB_FIELDS:
+        if isinstance(fields.get(field), int) and fields[field] > MAX_VOCAB:
+            fields[field] = max([MAX_VOCAB, *(s + 1 for s in special)])
     for field, small in (("max_length", FRAMES), ("max_source_positions", FRAMES // 2)):
         if isinstance(fields.get(field), int) and fields[field] > small:
             fields[field] = small
