@@ -111,7 +111,11 @@ def test_the_catalog_has_sixty_architectures_over_three_modalities():
     assert len(catalog.default_names()) >= 60
     for modality in catalog.MODALITIES:
         assert catalog.default_names(modality), modality
-    assert catalog.find("transformers:convnext").task == "classification"
+    assert catalog.find("transformers:convnext").task == "image-classification"
+    assert {e.name for e in catalog.catalog()} >= {
+        "transformers:perceiver/image-classification",
+        "transformers:perceiver/text-classification",
+    }
     assert catalog.find("transformers:dpt/depth").auto_class == "AutoModelForDepthEstimation"
 
 

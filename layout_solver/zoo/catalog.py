@@ -32,12 +32,27 @@ PREFIX = "transformers:"
 MODALITIES = ("vision", "audio", "text")
 # (modality, task, transformers auto-mapping, auto model class)
 TASKS = (
-    ("vision", "classification", "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification"),
+    (
+        "vision",
+        "image-classification",
+        "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForImageClassification",
+    ),
     ("vision", "depth", "MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES", "AutoModelForDepthEstimation"),
     ("vision", "segmentation", "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES", "AutoModelForSemanticSegmentation"),
     ("vision", "backbone", "MODEL_FOR_BACKBONE_MAPPING_NAMES", "AutoBackbone"),
-    ("audio", "classification", "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "AutoModelForAudioClassification"),
-    ("text", "classification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForSequenceClassification"),
+    (
+        "audio",
+        "audio-classification",
+        "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForAudioClassification",
+    ),
+    (
+        "text",
+        "text-classification",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+        "AutoModelForSequenceClassification",
+    ),
 )
 IMAGE, TOKENS, SAMPLES, FRAMES, WINDOW = 64, 16, 4000, 128, 2
 MAX_LAYERS, MAX_WIDTH, MAX_STAGE_WIDTH, MAX_EMBED, MAX_HEADS, MAX_VOCAB = 2, 64, 256, 32, 2, 1024
