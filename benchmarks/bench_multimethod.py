@@ -36,7 +36,7 @@ costs nothing extra (`constant_byte_cost` 0, merged values 0). The KV cache ente
 with the delegate's fixed contract. With nothing to trade between methods, the weighted optimum is each
 partition's own optimum, and the programs come out byte-identical. The weights still matter where a
 deployment prices storage (`constant_byte_cost` > 0: linked constants then merge and an extra stored order
-is paid once; tests/test_multimethod.py checks that case against brute force).
+is paid once; tests/core/test_multimethod.py checks that case against brute force).
 """
 
 

@@ -85,6 +85,7 @@ class Entry:
 
     @property
     def name(self) -> str:
+        """The zoo name: transformers:TYPE/TASK."""
         return f"{PREFIX}{self.model_type}/{self.task}"
 
 

@@ -28,6 +28,7 @@ class UnsupportedProgram(ValueError):
 
 
 def is_saved_program(name: str) -> bool:
+    """Whether a model name is a saved program's path (it ends in .pt2)."""
     return name.endswith(SUFFIX)
 
 

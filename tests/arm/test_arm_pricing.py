@@ -19,7 +19,7 @@ from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.arm.orders import label_order
 from layout_solver.zoo.models import build
 
-TINY = Path(__file__).parent / "models" / "tiny.py"
+TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
 
 def _flags(target: str) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import pytest
 
 from layout_solver.zoo.runner import run_zoo
 
-TINY = Path(__file__).parent / "models" / "tiny.py"
+TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
 
 def test_local_zoo_runs_resumes_and_records_failures(tmp_path):

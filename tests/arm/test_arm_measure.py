@@ -22,7 +22,7 @@ def test_stock_lowering_is_measured_through_vela():
 
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:residual")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:residual")
     metrics = lower_ethos_u(module, inputs).metrics()
     assert metrics["npu_ops"] > 0 and metrics["vela_total_cycles"] > 0
     # The NCHW graph input feeds a conv: stock keeps at least that transpose, and Vela prices it.
@@ -43,7 +43,7 @@ def test_canonical_write_back_is_cheaper_and_equivalent(tmp_path):
     from layout_solver.arm.hooks import canonical_transposes
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:attention")
     before = dict(apm._registered_pass_insertions)
     with contextlib.redirect_stdout(io.StringIO()):
         stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
@@ -76,7 +76,7 @@ def test_one_quantization_lowers_twice_to_the_same_program_and_rejections_become
     from layout_solver.arm.measure import quantize_for
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:residual")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:residual")
     quantized = quantize_for(module, inputs)
     with contextlib.redirect_stdout(io.StringIO()):
         first = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "a", quantized=copy.deepcopy(quantized))
@@ -108,13 +108,13 @@ def test_each_program_is_checked_against_the_quantized_eager_model(tmp_path):
     from layout_solver.arm.measure import quantize_for
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:attention")
     quantized = quantize_for(module, inputs)
     with contextlib.redirect_stdout(io.StringIO()), solver_layouts():
         lowered = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "solver", quantized=copy.deepcopy(quantized))
     check = versus_quantized_eager(quantized, lowered.program, lowered.tosa_files, inputs)
     assert check.status == "ok" and check.within_tolerance and check.max_quant_steps <= 1
-    other_module, _ = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:attention", seed=1)
+    other_module, _ = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:attention", seed=1)
     with torch.no_grad():
         for p in other_module.parameters():
             p.mul_(-1)
@@ -150,7 +150,7 @@ def test_a_transpose_vela_runs_cheaper_in_two_steps_is_written_in_two(tmp_path):
     from layout_solver.arm.hooks import canonical_transposes
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:window_heads")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:window_heads")
     with contextlib.redirect_stdout(io.StringIO()):
         stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
         with canonical_transposes() as stats:
@@ -180,7 +180,7 @@ def test_delegate_input_transpose_is_merged_only_when_its_reshape_folds(model, m
     from layout_solver.arm.hooks import canonical_transposes
     from layout_solver.zoo.models import build
 
-    module, inputs = build(f"{Path(__file__).parent / 'models' / 'tiny.py'}:{model}")
+    module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:{model}")
     with contextlib.redirect_stdout(io.StringIO()):
         stock = lower_ethos_u(module, inputs, keep_tosa=tmp_path / "stock")
         with canonical_transposes() as stats:

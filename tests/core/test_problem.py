@@ -194,7 +194,7 @@ def _project_imports():
 
     import networkx as nx
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     modules = {}
     for package in ("layout_solver", "cost_models", "graph_io"):
         for path in (root / package).rglob("*.py"):
@@ -312,7 +312,7 @@ def test_every_public_function_and_class_has_a_docstring():
     method (torch's forward, a pass's call / call_operator, an Arm op rule's hooks, documented on OpRule)."""
     import ast
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     missing = [
         entry
         for package in ("layout_solver", "cost_models", "graph_io")

@@ -7,8 +7,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-TINY = Path(__file__).parent / "models" / "tiny.py"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ from layout_solver.vulkan import (
 from layout_solver.vulkan import hooks as vk_hooks
 from layout_solver.vulkan import passes as vk_passes
 
-TINY = Path(__file__).parent / "models" / "tiny.py"
+TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
 
 def _lower(factory_name: str, context):

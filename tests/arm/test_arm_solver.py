@@ -14,7 +14,7 @@ from executorch.backends.arm._passes import arm_pass_manager as apm
 
 from layout_solver.arm import op_rules, solver_layouts
 
-TINY = Path(__file__).parent / "models" / "tiny.py"
+TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
 
 def test_scoped_changes_restored_on_every_exit():

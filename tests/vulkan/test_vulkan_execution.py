@@ -207,7 +207,7 @@ def test_compare_cli_executes_on_the_device(runtime, capsys):
 
     from layout_solver.cli import main
 
-    tiny = Path(__file__).parent / "models" / "tiny.py"
+    tiny = Path(__file__).parents[1] / "models" / "tiny.py"
     code = main(
         [
             "compare",
@@ -235,7 +235,7 @@ def test_compare_cli_without_a_runtime_says_how_to_get_one(capsys, monkeypatch):
     from layout_solver.cli import main
 
     monkeypatch.delenv(ENV_VAR, raising=False)
-    tiny = Path(__file__).parent / "models" / "tiny.py"
+    tiny = Path(__file__).parents[1] / "models" / "tiny.py"
     assert main(["compare", f"{tiny}:residual", "--target", "vulkan", "--execute"]) == 2
     err = capsys.readouterr().err
     assert "Vulkan runtime" in err and ENV_VAR in err
