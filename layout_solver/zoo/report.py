@@ -66,16 +66,14 @@ def verdict(result: dict, stock: dict | None = None, solver: dict | None = None,
         if isinstance(s, (int, float)) and isinstance(o, (int, float)) and o > max(s, EAGER_ATOL) * EAGER_SLACK:
             return "not equivalent"
     else:
-        if (
-            str(solver_ref := result.get("solver_reference", "")).startswith("error")
-            and result.get("stock_reference") == "ok"
-        ):
+        solver_ran = not str(result.get("solver_reference", "")).startswith("error")
+        if not solver_ran and result.get("stock_reference") == "ok":
             return "program failed to run"
         same = result.get("equivalent") if equivalent is None else equivalent
         if same is None and "equivalent" in result:
             same = result.get("equivalent_on_example_inputs")
-            if same is None:
-                return "not checked" if not str(solver_ref).startswith("error") else "program failed to run"
+            if same is None:  # neither pair could be compared (both refused, or neither ran)
+                return "not checked"
         if same is False:
             return "not equivalent"
     x = ratio(result, stock, solver)

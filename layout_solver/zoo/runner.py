@@ -233,6 +233,7 @@ def run_zoo(
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     todo, results = [], []
+    paths: dict[Job, Path] = {}  # keyed once: a saved program's key reads its file
     for model in models:
         for target in targets:
             chosen = dict((options or {}).get(target, {}))
@@ -241,7 +242,7 @@ def run_zoo(
                 chosen = {k: v for k, v in chosen.items() if k not in ("service", "input_order")}
                 chosen["cache_dir"] = str(out / "subproblems")
             job = Job(model, target, tuple(sorted(chosen.items())))
-            path = cache / f"{job_key(job)}.json"
+            path = paths[job] = cache / f"{job_key(job)}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
                 log(f"[cached] {model} on {target}: {results[-1]['status']}")
@@ -250,7 +251,7 @@ def run_zoo(
     run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs)
     with tqdm(total=len(todo), desc="zoo", unit="job", file=sys.stderr, disable=not todo) as bar:
         for job, result in run:
-            (cache / f"{job_key(job)}.json").write_text(json.dumps(result))
+            paths[job].write_text(json.dumps(result))
             results.append(result)
             bar.update(1)
             tqdm.write(

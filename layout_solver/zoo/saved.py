@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 SUFFIX = ".pt2"
-CONTROL_FLOW = ("cond", "while_loop", "map_impl", "scan")
 
 
 class UnsupportedProgram(ValueError):
@@ -63,8 +62,8 @@ def unsupported(program: torch.export.ExportedProgram) -> str | None:
                 f"input {node.name!r} has a dynamic shape {tuple(val.shape)}; the comparison lowers static "
                 "shapes (export and save it with static shapes)"
             )
-        if node.op == "call_function" and getattr(node.target, "__name__", "") in CONTROL_FLOW:
-            return f"node {node.name!r} ({node.target.__name__}) is control flow; the comparison lowers one graph"
+        if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            return f"node {node.name!r} ({node.target.__name__}) is control flow or another higher-order op; the comparison lowers one straight-line graph"
     return None
 
 
