@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(STAMP)
-	$(PY) benchmarks/bench_solver.py
+	$(PY) -m benchmarks.core.solver
 
 clean:
 	rm -rf $(VENV) build *.egg-info

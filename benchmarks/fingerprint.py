@@ -1,10 +1,10 @@
 """What the lowering produces, as hashes: did a refactor change any program?
 
-Run: .venv/bin/python benchmarks/fingerprint.py OUT.json --target ethos-u55-128|vulkan [--models a,b]
+Run: .venv/bin/python benchmarks/fingerprint.py OUT.json --target TARGET (ethos-u55-128, ethos-u85-256, vulkan, ...) [--models a,b]
      .venv/bin/python benchmarks/fingerprint.py --diff BEFORE.json AFTER.json
 
 Per zoo model and side (stock, solver): Vulkan, the .pte's sha256, transitions, modelled cost and objective;
-Ethos-U55, every delegate's .tosa sha256, the Vela metrics (lowering time left out) and the solver reports'
+Ethos-U, every delegate's .tosa sha256, the Vela metrics (lowering time left out) and the solver reports'
 objective / permutes inserted / removed. Two fingerprints taken before and after a change that should not
 change behaviour must be equal (the #13 redesign was checked this way: equal on all 12 zoo models).
 """
@@ -22,6 +22,7 @@ import tempfile
 from pathlib import Path
 
 from layout_solver.quiet import quiet
+from layout_solver.targets import get_target, target_names
 from layout_solver.zoo.models import ZOO, build
 
 
@@ -29,9 +30,9 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def vulkan(module, inputs) -> dict:
-    from layout_solver.compare.vulkan import lower_vulkan
+def vulkan(module, inputs, _target: str) -> dict:
     from layout_solver.vulkan import solver_layouts, stock_layouts
+    from layout_solver.vulkan.measure import lower_vulkan
 
     record = {}
     for side, context in (("stock", stock_layouts), ("solver", solver_layouts)):
@@ -45,16 +46,16 @@ def vulkan(module, inputs) -> dict:
     return record
 
 
-def ethos_u(module, inputs) -> dict:
+def ethos_u(module, inputs, target: str) -> dict:
     from layout_solver.arm import solver_layouts
     from layout_solver.arm.measure import lower_ethos_u, quantize_for
 
-    quantized = quantize_for(module, inputs)
+    quantized = quantize_for(module, inputs, target)
     record = {}
     for side in ("stock", "solver"):
         context = solver_layouts() if side == "solver" else contextlib.nullcontext([])
         with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), context as reports:
-            lowering = lower_ethos_u(module, inputs, keep_tosa=Path(tmp), quantized=copy.deepcopy(quantized))
+            lowering = lower_ethos_u(module, inputs, target, keep_tosa=Path(tmp), quantized=copy.deepcopy(quantized))
             metrics = lowering.metrics()
             metrics.pop("lower_seconds")
             record[side] = {
@@ -63,6 +64,9 @@ def ethos_u(module, inputs) -> dict:
                 "reports": [[round(r.objective, 1), r.transitions_written, r.ops_removed] for r in reports],
             }
     return record
+
+
+FINGERPRINTS = {"vulkan": vulkan, "ethos-u": ethos_u}  # per target family
 
 
 def diff(before: dict, after: dict) -> int:
@@ -76,7 +80,7 @@ def diff(before: dict, after: dict) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", nargs="?")
-    parser.add_argument("--target", choices=("ethos-u55-128", "vulkan"))
+    parser.add_argument("--target", choices=target_names())
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
@@ -88,7 +92,7 @@ def main() -> int:
     with quiet():
         for name in args.models.split(","):
             module, inputs = build(name)
-            result[name] = (vulkan if args.target == "vulkan" else ethos_u)(module, inputs)
+            result[name] = FINGERPRINTS[get_target(args.target).family](module, inputs, args.target)
             print(f"{name}: {json.dumps(result[name])[:160]}", file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True))
     return 0

@@ -18,6 +18,7 @@ parametric model.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -157,6 +158,15 @@ def profile_files() -> list[Path]:
             raise ValueError(f"${PROFILES_DIR_ENV}: {folder!r} is not a directory")
         files.extend(sorted(Path(folder).expanduser().resolve().glob("*.json")))
     return files
+
+
+def profiles_digest() -> str:
+    """A digest of the user's profile files (names and bytes): results priced by the default objective depend
+    on them."""
+    digest = hashlib.sha1()
+    for path in profile_files():
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def default_profiles() -> dict[str, VulkanProfile]:
@@ -308,9 +318,9 @@ def mode_resolution(p: VulkanProfile) -> float:
     error of its op-mode fits on their own samples (0 for a profile without samples).
 
     A difference under it is inside the fits' scatter, and on the device such a difference did not survive
-    the trip from probe chains into a program: on lavapipe (median fit error 11%), swin_like's solver bought
-    buffer height-packed layer_norms, priced 10% under width-packed, with 12 transitions and ran 1.7-4.5%
-    slower than a layout without them (six interleaved measurements) (`benchmarks/results/vulkan_layout_search.md`).
+    the trip from probe chains into a program: on lavapipe, swin_like's solver bought buffer height-packed
+    layer_norms, priced just under width-packed, with transitions, and ran slower than a layout without them
+    (`benchmarks/results/vulkan_layout_search.md`).
     """
     errors = [abs(fitted - us) / us for _, _, fitted, us in _fit_on_samples(p) if us > 0]
     return float(statistics.median(errors)) if errors else 0.0

@@ -79,7 +79,10 @@ def _permuted_list(graph: torch.fx.Graph, arg, order: Order, before: torch.fx.No
         return [values[i] for i in order]
 
     if isinstance(arg, torch.fx.Node):
-        return create_like(graph, arg, arg.target, (permute(arg.args[0]), *arg.args[1:]), arg.kwargs, before=before)
+        copy = create_like(graph, arg, arg.target, (permute(arg.args[0]), *arg.args[1:]), arg.kwargs, before=before)
+        if isinstance(val := arg.meta.get("val"), (list, tuple)):
+            copy.meta["val"] = permute(list(val))  # TOSA's CONST_SHAPE writes its values from meta["val"]
+        return copy
     return permute(arg)
 
 
@@ -111,6 +114,9 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
     ("val") follows the stored shapes."""
     graph = graph_module.graph
     by_name = {n.name: n for n in graph.nodes}
+    # Each value's logical tensor, read before the loop below stores nodes in their planned order (it replaces
+    # meta["val"]): a transition read after its producer was rewritten still knows the logical shape.
+    logical_val = {n.name: n.meta.get("val") for n in graph.nodes}
     physical: dict[str, torch.fx.Node] = {}  # an aliased permute's name -> the node that holds its data
     transitions: dict[tuple[str, Order], torch.fx.Node] = {}
     removed = []
@@ -121,7 +127,7 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
         if want == have:
             return src
         if (vid, want) not in transitions:
-            logical = by_name[vid].meta["val"]
+            logical = logical_val[vid]
             perm = [have.index(a) for a in want]  # compose(inverse(have), want)
             node = create_like(graph, src, PERMUTE, (src, perm), before=before, keep_val=False)
             node.meta["val"] = fake_like(logical, [logical.shape[i] for i in want])

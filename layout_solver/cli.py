@@ -17,7 +17,14 @@ from pydantic import ValidationError
 
 from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
 from layout_solver.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
-from layout_solver.targets import DEFAULT_ETHOS_U, DEFAULT_ZOO_TARGETS, TARGETS, get_target, target_names
+from layout_solver.targets import (
+    DEFAULT_ETHOS_U,
+    DEFAULT_ZOO_TARGETS,
+    TARGETS,
+    get_target,
+    stray_options_message,
+    target_names,
+)
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -146,8 +153,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from layout_solver.zoo.runner import compare_named
 
     target = get_target(args.target)
-    _check_target_options(target, args)
-    options = _vulkan_options(args) if target.family == "vulkan" else _ethos_u_options(args)
+    options = _target_options([target], args)[target.name]
     from layout_solver.zoo.models import MULTI_METHOD_ZOO, ModelError, build
 
     check_time_limit(args.time_limit)
@@ -163,13 +169,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except VulkanRuntimeUnavailable as exc:
         raise ProblemError(str(exc)) from exc
     _print_comparison(comparison, args.json, {side: {"transition_list", "traceback"} for side in ("stock", "solver")})
-    crashed = (
-        target.family == "vulkan"
-        and args.execute
-        and comparison.side("stock").executed
-        and not comparison.side("solver").executed
-    )
-    return 1 if comparison.side("solver").failed or crashed else 0
+    return 1 if target.failed(comparison, options) else 0
 
 
 def _compare_methods(args: argparse.Namespace, options: dict) -> int:
@@ -216,34 +216,23 @@ def _method_weights(text: str) -> dict[str, float]:
     return weights
 
 
-def _vulkan_options(args: argparse.Namespace) -> dict:
-    """compare()'s Vulkan keywords from --execute / --vulkan-runtime / --cost-profile, checked up front."""
-    from cost_models.vulkan import load_profile
-
-    if args.cost_profile:
-        try:
-            load_profile(args.cost_profile)
-        except (ValueError, OSError) as exc:
-            raise ProblemError(str(exc)) from exc
-    options = {"cost_profile": args.cost_profile} if args.cost_profile else {}
-    if args.execute:
-        options.update(execute=True, runtime=args.vulkan_runtime)
-    elif args.vulkan_runtime:
-        raise ProblemError("--vulkan-runtime needs --execute")
-    return options
-
-
-def _check_target_options(target, args: argparse.Namespace) -> None:
-    """Options of another target family are an error, said before any lowering."""
-    if target.family != "vulkan" and (args.execute or args.vulkan_runtime or args.cost_profile):
-        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
-    if target.family != "ethos-u" and args.input_order != "nchw":
-        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128, ethos-u85-256, ...)")
-
-
-def _ethos_u_options(args: argparse.Namespace) -> dict:
-    """compare()'s Ethos-U keywords: the graph-input contract, when it is not the default."""
-    return {"input_order": args.input_order} if args.input_order != "nchw" else {}
+def _target_options(targets: list, args: argparse.Namespace) -> dict[str, dict]:
+    """Each target's comparison options from the command line, checked before any lowering: a flag none of
+    `targets` takes is an error naming the targets that do."""
+    given = {
+        "input_order": args.input_order if args.input_order != "nchw" else None,
+        "execute": args.execute,
+        "runtime": args.vulkan_runtime,
+        "cost_profile": args.cost_profile,
+    }
+    taken = set().union(*(t.options for t in targets))
+    stray = sorted(k for k, v in given.items() if v not in (None, False) and k not in taken)
+    try:
+        if stray:
+            raise ValueError(stray_options_message(stray))
+        return {t.name: t.take_options(given) for t in targets}
+    except ValueError as exc:
+        raise ProblemError(str(exc)) from exc
 
 
 def _shapes(text: str) -> list[tuple[int, ...]]:
@@ -279,15 +268,13 @@ def cmd_cost(args: argparse.Namespace) -> int:
         "dst": args.dst,
         "cost_profile": args.cost_profile,
     }
-    if get_target(args.target).family == "ethos-u":
-        fields = {k: v for k, v in fields.items() if k not in ("src", "dst", "cost_profile")}
-        stray = [
-            flag
-            for flag, given in (("--src", args.src), ("--dst", args.dst), ("--cost-profile", args.cost_profile))
-            if given
-        ]
-        if stray:
-            raise ProblemError(f"{', '.join(stray)}: Vulkan options (--target vulkan)")
+    target = get_target(args.target)
+    own = {"src", "dst", "cost_profile"}  # fields of some target's query alone
+    try:
+        target.check_options({k: fields[k] for k in own}, accepted=target.query_options)
+    except ValueError as exc:
+        raise ProblemError(str(exc)) from exc
+    fields = {k: v for k, v in fields.items() if k not in own or k in target.query_options}
     try:
         result = price(TransposeQuery.model_validate({k: v for k, v in fields.items() if v is not None}))
     except ValidationError as exc:
@@ -339,17 +326,11 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     if absent:
         raise ProblemError(f"the zoo needs {', '.join(absent)}: pip install 'layout-solver[zoo]'")
     out = Path(args.out)
-    options = {}
+    options = _target_options([get_target(t) for t in targets], args)
     for name in targets:
-        family = get_target(name).family
-        options[name] = _vulkan_options(args) if family == "vulkan" else _ethos_u_options(args)
         if args.service:
             options[name]["service"] = args.service
-    if not any(get_target(t).family == "vulkan" for t in targets) and (args.execute or args.cost_profile):
-        raise ProblemError("--execute, --vulkan-runtime and --cost-profile are Vulkan options (--target vulkan)")
-    if not any(get_target(t).family == "ethos-u" for t in targets) and args.input_order != "nchw":
-        raise ProblemError("--input-order is an Ethos-U option (--target ethos-u55-128, ethos-u85-256, ...)")
-    if options.get("vulkan", {}).get("execute"):
+    if any(o.get("execute") for o in options.values()):  # programs run on a device: it must be there
         from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
         try:

@@ -1,5 +1,5 @@
-"""What a layout pass did to one delegate, how reports are collected, and the one skeleton every solver
-pass runs: build the problem, solve it, write the answer back, check the post-condition.
+"""What a layout pass did to one delegate, how reports are collected, and how a pass inside a lowering
+solves (the skeleton every solver pass follows is `layout_solver.solver_pass`).
 
 Both backends' passes (Arm's SolverLayoutPass, Vulkan's SolverTagMemoryMetaPass and the counting stock
 pass) report through `record()` into the list `collecting_reports()` yields, so a comparison reads both
@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 from layout_solver.joint_lowering import current_partition, program_links, solve_partition
 from layout_solver.problem import Problem, Solution
 from layout_solver.service.client import solve_problem
-from layout_solver.solve import gc_paused
-
-Built = TypeVar("Built")
-Written = TypeVar("Written")
-
-PHASES = ("build", "solve", "write_back", "check")
+from layout_solver.solver_pass import SolverPassRun
 
 
 @dataclass
@@ -104,21 +97,6 @@ def record(report: PassReport) -> None:
         sink.append(report)
 
 
-@dataclass
-class SolverPassRun(Generic[Built, Written]):
-    """What `run_solver_pass` did: the built problem, its solution, the write-back's result, seconds per phase."""
-
-    built: Built
-    solution: Solution
-    written: Written
-    phase_seconds: dict[str, float]
-
-    @property
-    def seconds(self) -> float:
-        """The pass's total seconds over all phases."""
-        return sum(self.phase_seconds.values())
-
-
 def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **fields) -> PassReport:
     """The PassReport of one solver pass: the solution's objective, bound, gap and notes, the phase times, the size
     of the problem it built (`run.built.problem`), and the backend's own `fields`. `pass_seconds` defaults to the
@@ -136,29 +114,6 @@ def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **field
         len(run.built.problem.ops),
         **fields,
     )
-
-
-def run_solver_pass(
-    build: Callable[[], Built],
-    solve: Callable[[Built], Solution],
-    write_back: Callable[[Built, Solution], Written],
-    check: Callable[[], None] | None = None,
-) -> SolverPassRun[Built, Written]:
-    """The solver pass skeleton (torch.fx's requires / call / ensures): build, solve, write back, then the
-    post-condition `check`, which raises if the rewritten graph breaks a rule. Exceptions propagate (a pass
-    may fall back on a build error); the cyclic GC is paused throughout (the lowering heap is large)."""
-    with gc_paused():
-        marks = [time.perf_counter()]
-        built = build()
-        marks.append(time.perf_counter())
-        solution = solve(built)
-        marks.append(time.perf_counter())
-        written = write_back(built, solution)
-        marks.append(time.perf_counter())
-        if check is not None:
-            check()
-        marks.append(time.perf_counter())
-    return SolverPassRun(built, solution, written, {p: b - a for p, a, b in zip(PHASES, marks, marks[1:])})
 
 
 def lowering_solver(

@@ -152,7 +152,7 @@ VULKAN_DEVICE = [
         "measured by `layout-solver calibrate vulkan`), runs both programs on the present Vulkan device "
         "(`LAYOUT_SOLVER_VULKAN_RUNTIME` names the runtime plugin) and sets the profile's predicted change in run time "
         "against the measured one. `LAYOUT_SOLVER_FULL=1` uses the whole zoo; "
-        "`benchmarks/bench_vulkan_runtime.py` is the same comparison as a table."
+        "`benchmarks/vulkan/runtime.py` is the same comparison as a table."
     ),
     (
         "import os, logging, warnings\nimport matplotlib.pyplot as plt\n"

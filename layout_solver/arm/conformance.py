@@ -8,7 +8,7 @@ every test in `solver_layouts()`, so whatever lowering a test does goes through 
         $(python -c "import executorch.backends.arm.test as t, os; print(os.path.dirname(t.__file__))")/ops/test_permute.py
 
 `--layout-stage stock` (the default) leaves the pipeline as shipped, for the side-by-side run
-(`benchmarks/bench_arm_conformance.py` tables both). Each test records how many delegates the solver laid
+(`benchmarks/arm/conformance.py` tables both). Each test records how many delegates the solver laid
 out (`layout_solver_delegates` in the junit XML properties), so a run that silently bypassed the stage
 shows up as zero. `peer_test_dir()` finds the suite in the installed wheel.
 """

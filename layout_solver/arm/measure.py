@@ -19,6 +19,7 @@ import contextlib
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,3 +190,54 @@ def lower_ethos_u(
                 kept.append(keep_tosa / tosa.name)
                 kept[-1].write_bytes(tosa.read_bytes())
         return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program, lower_cpu_seconds=cpu)
+
+
+INPUT_ORDERS = ("nchw", "nhwc")
+
+
+def declare_input_order(inputs: tuple, order: str) -> tuple:
+    """The example inputs with the application's graph-input contract: "nchw" (the default: the delegate
+    reads the logical order) or "nhwc" (4-D inputs arrive channels-last). ExecuTorch carries the
+    contract as the inputs' dim order (its NormalizeDelegateIOLayoutPass makes the delegate read the
+    physical order), so stock and solver lower under the same contract."""
+    import torch
+
+    if order not in INPUT_ORDERS:
+        raise ValueError(f"unknown input order {order!r}; expected one of {INPUT_ORDERS}")
+    if order == "nchw":
+        return inputs
+    return tuple(
+        t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t for t in inputs
+    )
+
+
+def solver_metrics(reports: list) -> dict:
+    """The solver side's figures from its pass reports: timings, objective (the predicted NPU cycles of the
+    delegates the stage laid out), bound and gap, what priced them, and how verification went: each delegate's
+    Vela totals both ways and how many kept stock's layout."""
+    solved = [r for r in reports if r.objective is not None]
+    checked = [r.vela_check for r in reports if r.vela_check]
+    metrics = {
+        "solve_seconds": round(sum(r.solve_seconds for r in solved), 4),
+        "pass_seconds": round(sum(r.pass_seconds for r in solved), 4),
+        "objective": round(sum(r.objective for r in solved), 1),
+        "bound": round(sum(r.bound for r in solved), 1),
+        "gap": max((r.gap for r in solved), default=0.0),
+        "pinned_unknown": [p for r in solved for p in r.pinned_unknown],
+        "problem_ops": sum(r.problem_ops for r in solved),
+        "solver_notes": [n for r in reports for n in r.notes],
+        "modes_chosen": dict(sum((r.modes_chosen for r in solved), Counter())),
+        "pricing": ", ".join(sorted({r.pricing for r in solved if r.pricing})),
+        "unpriced": [u for r in solved for u in r.unpriced],
+    }
+    if solved and all(r.pricing.startswith("vela") for r in solved):
+        metrics["predicted_total_cycles"] = metrics["objective"]
+        metrics["predicted_cycles_by_op"] = dict(sum((r.predicted_by_op for r in solved), Counter()).most_common())
+    if checked and len(checked) == len(reports):
+        metrics.update(
+            verified_stock_cycles=sum(c["stock_cycles"] for c in checked),
+            verified_solver_cycles=sum(c["solver_cycles"] for c in checked),
+            delegates_kept_stock=sum(c["kept"] == "stock" for c in checked),
+            verification_cached=all(c["cached"] for c in checked),
+        )
+    return metrics

@@ -23,11 +23,13 @@ from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan, fold_constant_
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
+from layout_solver.arm.validate import GraphSnapshot, snapshot, validate
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
 from layout_solver.provenance import node_signature, source_digest, tensor_bytes, tool_versions
-from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
+from layout_solver.report import PassReport, lowering_solver, record, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.solver_pass import SolverPass
 from layout_solver.solvers.decompose import shared_memo
 
 
@@ -122,8 +124,9 @@ class _Declined(Exception):
     """The stage could not build its problem (an op the pricing or a rule misreads): nothing is written."""
 
 
-class SolverLayoutPass(ArmPass):
-    """Chooses every tensor's dim order in one global problem; records a PassReport per graph."""
+class SolverLayoutPass(SolverPass, ArmPass):
+    """Chooses every tensor's dim order in one global problem; records a PassReport per graph. Its
+    post-condition is `layout_solver.arm.validate` (an independent reading of what the written ops compute)."""
 
     _passes_required_after: ClassVar[set] = set()
 
@@ -158,62 +161,76 @@ class SolverLayoutPass(ArmPass):
         # Answers by graph and pricing (True: the store in the probe cache's folder; False: none): lowering
         # a graph the stage has answered before replays the answer instead of pricing and solving again.
         self.answers = answers
+        # The graph being lowered: its program, constant placeholders, solver, and whether the write-back
+        # changed it.
+        self.program = None
+        self.constants: set[str] = set()
+        self.solver = None
+        self.problem: ArmProblem | None = None
+        self.changed: list[bool] = []
 
-    def _replay(self, stored: dict, graph_module, constants, write_back):
+    # requires / call / ensures (SolverPass): the snapshot and the post-condition.
+    def snapshot(self, graph_module) -> GraphSnapshot | None:
+        """The graph's boundary (its inputs, not its constants) and nodes, for the post-condition."""
+        if not self.enabled():
+            return None
+        program = self.exported_program if self.exported_program is not None else self.program_of()
+        return snapshot(graph_module, constant_placeholders(program))
+
+    def check(self, graph_module, before: GraphSnapshot) -> None:
+        """`layout_solver.arm.validate`: what the written ops compute, read by their own kernels."""
+        validate(graph_module, before)
+
+    # The three phases.
+    def build(self, graph_module) -> ArmProblem:
+        """The delegate's layout problem, priced for its target; _Declined if the rules cannot read it."""
+        # A joint multi-method solve needs each partition's problem whole; alone, transitions between fused ops
+        # are priced exactly only where an answer uses them (see _solve_refining).
+        try:
+            return build_problem(graph_module, constants=self.constants, pinned_kinds=self.pinned_kinds,
+                                 pricing=self.pricing, lazy_losses=not in_joint_lowering())  # fmt: skip
+        except Exception as exc:
+            raise _Declined(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+
+    def solve(self, built: ArmProblem) -> Solution:
+        """The optimum, pricing exactly the transitions it uses (_solve_refining)."""
+        self.problem = built  # the solver's placeholders are this problem's
+        return _solve_refining(built, self.solver)
+
+    def write_back(self, graph_module, built: ArmProblem, solution: Solution) -> tuple[int, int]:
+        """Write the answer into the graph; (permutes inserted, permutes removed)."""
+        plan = rewrite_plan(built, solution)
+        written = apply_plan(graph_module, plan)
+        fold_constant_permutes(graph_module, self.program, self.constants)  # read in another order: stored so
+        graph_module.graph.lint()  # the pass manager recompiles a modified graph module
+        self.changed.append(any(written) or any(o != tuple(range(len(o))) for o in plan.orders.values()))
+        return written
+
+    def _replay(self, stored: dict, graph_module):
         """Write a stored answer back: the problem is built unpriced (the rules alone say what each mode
         writes), the answer checked against it; None if it does not fit (then the stage solves afresh)."""
         solution = Solution.model_validate(stored["solution"])
         solution.notes = [*solution.notes, "answer replayed from the stage's store (same graph, same pricing)"]
-
-        def build():
-            return build_problem(graph_module, constants=constants, pinned_kinds=self.pinned_kinds,
-                                 pricing=MovedBytesPricing())  # fmt: skip
-
         started = time.perf_counter()
-        arm = build()
+        arm = build_problem(graph_module, constants=self.constants, pinned_kinds=self.pinned_kinds,
+                            pricing=MovedBytesPricing())  # fmt: skip
         if not _replayable(arm, solution):
             return None
-        run = run_solver_pass(lambda: arm, lambda _: solution, write_back)
-        run.phase_seconds["build"] += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        run = self.solve_graph(graph_module, built=arm, solution=solution)
+        run.phase_seconds["build"] += seconds
         return run
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         if not self.enabled():
             return PassResult(graph_module, False)
-        program = self.exported_program if self.exported_program is not None else self.program_of()
-        constants = constant_placeholders(program)
+        program = self.program = self.exported_program if self.exported_program is not None else self.program_of()
+        constants = self.constants = constant_placeholders(program)
         pricing = self.pricing = pricing_for(self.target_spec(), program, constants)
-        built: list[ArmProblem] = []
-        changed: list[bool] = []
-
-        # A joint multi-method solve needs each partition's problem whole; alone, transitions between fused ops
-        # are priced exactly only where an answer uses them (see _solve_refining).
-        lazy = not in_joint_lowering()
-
-        def build() -> ArmProblem:
-            try:
-                built.append(
-                    build_problem(
-                        graph_module,
-                        constants=constants,
-                        pinned_kinds=self.pinned_kinds,
-                        pricing=pricing,
-                        lazy_losses=lazy,
-                    )
-                )
-            except Exception as exc:
-                raise _Declined(f"{type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
-            return built[0]
-
-        def write_back(arm: ArmProblem, solution: Solution) -> tuple[int, int]:
-            plan = rewrite_plan(arm, solution)
-            written = apply_plan(graph_module, plan)
-            fold_constant_permutes(graph_module, program, constants)  # read in another order: stored so, for free
-            graph_module.graph.lint()  # the pass manager recompiles a modified graph module
-            changed.append(any(written) or any(o != tuple(range(len(o))) for o in plan.orders.values()))
-            return written
-
-        solve = lowering_solver(self.time_limit, self.service, program, lambda: constants & set(built[0].value_node))
+        self.changed = []
+        self.solver = lowering_solver(
+            self.time_limit, self.service, program, lambda: constants & set(self.problem.value_node)
+        )
         store = default_store("answers") if self.answers is True else (self.answers or None)
         key = stored = None
         if store is not None and not in_joint_lowering():  # a joint answer depends on the other methods too
@@ -222,11 +239,11 @@ class SolverLayoutPass(ArmPass):
             stored = store.get(key)
             digest_seconds = time.perf_counter() - started
         try:
-            run = None if stored is None else self._replay(stored, graph_module, constants, write_back)
+            run = None if stored is None else self._replay(stored, graph_module)
             if run is not None:
                 run.phase_seconds["build"] += digest_seconds
             else:
-                run = run_solver_pass(build, lambda arm: _solve_refining(arm, solve), write_back)
+                run = self.solve_graph(graph_module)
                 stored = None
         except _Declined as declined:  # nothing was written: the delegate lowers with the graph as it came
             warnings.warn(f"layout-solver: the Arm stage left a delegate as it was: {declined}", stacklevel=2)
@@ -240,19 +257,18 @@ class SolverLayoutPass(ArmPass):
         else:
             by_op, unpriced = Counter(stored["predicted_by_op"]), stored["unpriced"]
         written, removed = run.written
-        record(
-            solver_report(
-                run,
-                transitions_written=written,
-                ops_removed=removed,
-                pinned_unknown=run.built.pinned_unknown,
-                modes_chosen=algebraic_modes(run.built, run.solution),
-                pricing=pricing.description,
-                unpriced=unpriced,
-                predicted_by_op=by_op,
-            )
+        self.report = solver_report(
+            run,
+            transitions_written=written,
+            ops_removed=removed,
+            pinned_unknown=run.built.pinned_unknown,
+            modes_chosen=algebraic_modes(run.built, run.solution),
+            pricing=pricing.description,
+            unpriced=unpriced,
+            predicted_by_op=by_op,
         )
+        record(self.report)
         if self.canonical is not None:
             self.canonical.pricing = pricing
-            changed.append(self.canonical.call(graph_module).modified)
-        return PassResult(graph_module, any(changed))
+            self.changed.append(self.canonical.call(graph_module).modified)
+        return PassResult(graph_module, any(self.changed))

@@ -5,7 +5,9 @@
 gets three sides (stock, per-method, joint) in a `MethodsComparison`. A side that fails is recorded with its error. Names of zoo
 models are turned into modules by the CLI and the zoo (`layout_solver.zoo.runner.compare_named`).
 
-One module per target: `vulkan.py`, `ethos_u.py`; `methods.py` for multi-method programs.
+Each target's own comparison is in its module of `layout_solver.targets` (`ethos_u.py`, `vulkan.py`, `tosa.py`);
+here are the schema they all return (`result.py`), the side-by-side table, and multi-method programs
+(`methods.py`).
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ allowed only if the value is stored as a:
 
 so a transition shared by many consumers is paid once. A label every consumer
 needs (`const_req`) is priced straight on the options that store the value
-elsewhere. The LP relaxation of this model is tight on real graphs (measured:
-within 1% of the optimum on irregular 1,200-op problems), which is why a MIP
-solver closes gaps that CP-SAT's own bound leaves open.
+elsewhere. The LP relaxation of this model is tight on real graphs (benchmarks/results/
+solver.md), which is why a MIP solver closes gaps that CP-SAT's own bound
+leaves open.
 """
 
 from __future__ import annotations

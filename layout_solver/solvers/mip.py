@@ -1,8 +1,7 @@
 """SCIP (through OR-Tools' linear solver) on the shared 0-1 formulation (formulation.py).
 
-Its LP relaxation bound is what closes gaps on irregular graphs: on the
-1,200-op window and random benchmark problems SCIP proves optimality in under
-a second, where CP-SAT alone left a 47% gap after 10 s. Returns None when
+Its LP relaxation bound is what closes gaps on irregular graphs, where CP-SAT's
+own bound leaves them open (benchmarks/results/solver.md). Returns None when
 SCIP is not in the OR-Tools build or the model cannot be built before the
 deadline (the caller falls back to CP-SAT or the incumbent).
 """

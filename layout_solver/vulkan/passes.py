@@ -31,8 +31,9 @@ from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_la
 from layout_solver import robust
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import ProblemError, Solution
-from layout_solver.report import PassReport, lowering_solver, record, run_solver_pass, solver_report
+from layout_solver.report import PassReport, lowering_solver, record, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.solver_pass import SolverPass
 from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
@@ -159,7 +160,7 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
         return result
 
 
-class SolverTagMemoryMetaPass(TagMemoryMetaPass):
+class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
     """Chooses every tensor's representation by solving one global problem.
 
     With one profile (`cost_profile`), its optimum. With several (`cost_profiles`, the default: every
@@ -179,47 +180,62 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
     def constrain(self, vproblem) -> None:
         """Hook for subclasses (calibration pins representations); the solver adds no constraint."""
 
+    # requires / call / ensures (SolverPass): the snapshot and the post-condition.
+    def snapshot(self, graph_module) -> Counter:
+        """The graph's tensors counted by kind, for the post-condition."""
+        return census(graph_module)  # the post-condition's own count, before and after
+
+    def check(self, graph_module, before: Counter) -> None:
+        """`layout_solver.vulkan.validate` on a tagging this pass chose (not on stock's, where it kept that)."""
+        if self.decision.get("label") is not None:  # stock's tagging is stock's, not ours to police
+            validate(graph_module, self.texture_limits, before)
+
+    # The three phases: one problem per profile; its optimum, or the robust choice among several; written
+    # back as the chosen profile's problem says (or stock's own tagging, where the robust choice keeps it).
+    def build(self, graph_module):
+        """One problem per profile (in `self.built`); the first is the report's."""
+        self.built = {}
+        for label, profile in self.profiles.items():
+            self.built[label] = build_problem(
+                graph_module, self.texture_limits, name="vulkan-delegate", profile=profile
+            )
+            self.constrain(self.built[label])
+        return next(iter(self.built.values()))  # the report's problem size; the others are in `self.built`
+
+    def solve(self, built) -> Solution:
+        """The one profile's optimum, or the robust choice among the profiles (`self.decision` says which)."""
+        if len(self.built) == 1:
+            self.decision["label"] = next(iter(self.built))
+            return self.solver(self.built[self.decision["label"]].problem)
+        return self._robust_choice(self.graph_module, self.built, self.profiles, self.solver, self.decision)
+
+    def write_back(self, graph_module, built, solution) -> None:
+        """Tag the graph as the chosen profile's problem says, or with stock's own tagging."""
+        if self.decision["label"] is None:
+            TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
+        else:
+            self._write_back(graph_module, self.built[self.decision["label"]], solution)
+
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         start = time.perf_counter()
-        before = census(graph_module)  # the post-condition's own count, before and after
         clones_before = {n for n in graph_module.graph.nodes if _is_clone(n)}
-        profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
-        built: dict = {}
-        decision: dict = {}
-
-        def build():
-            for label, profile in profiles.items():
-                built[label] = build_problem(graph_module, self.texture_limits, name="vulkan-delegate", profile=profile)
-                self.constrain(built[label])
-            return next(iter(built.values()))  # the report's problem size; the others are in `built`
-
-        solve = lowering_solver(
+        self.graph_module = graph_module
+        self.profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
+        self.built = {}
+        self.decision = {}
+        self.solver = lowering_solver(
             self.time_limit,
             self.service,
             self._exported_program,
-            lambda: {vid for vid, node in next(iter(built.values())).value_node.items() if node.op == "placeholder"},
+            lambda: {
+                vid for vid, node in next(iter(self.built.values())).value_node.items() if node.op == "placeholder"
+            },
         )
-
-        def choose(_first):
-            if len(built) == 1:
-                decision["label"] = next(iter(built))
-                return solve(built[decision["label"]].problem)
-            return self._robust_choice(graph_module, built, profiles, solve, decision)
-
-        def write_back(_first, solution):
-            if decision["label"] is None:
-                super(SolverTagMemoryMetaPass, self).call(graph_module)  # stock's own tagging, as stock writes it
-            else:
-                self._write_back(graph_module, built[decision["label"]], solution)
-
-        def check():
-            if decision.get("label") is not None:  # stock's tagging is stock's, not ours to police
-                validate(graph_module, self.texture_limits, before)
-
         try:
-            run = run_solver_pass(build, choose, write_back, check)
+            run = self.solve_graph(graph_module)
         except ProblemError as exc:
             # A graph the registry cannot describe: stock behaviour, said out loud.
+            self.run = None
             warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
             result = super().call(graph_module)
             record(
@@ -232,13 +248,13 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
                 )
             )
             return result
-        kept_stock = decision.get("label") is None
+        kept_stock = self.decision.get("label") is None
         clones = [
             n
             for n in graph_module.graph.nodes
             if _is_clone(n) and (n.meta.get("layout_solver_transition") or (kept_stock and n not in clones_before))
         ]
-        report = solver_report(
+        report = self.report = solver_report(
             run,
             time.perf_counter() - start,
             transitions=[_transition_record(c, self.cost_profile) for c in clones],
@@ -246,10 +262,10 @@ class SolverTagMemoryMetaPass(TagMemoryMetaPass):
             kept_stock=kept_stock,
             **_modelled(graph_module, self.cost_profile, self.cost_profiles),
         )
-        if "choice" in decision:  # the robust objective: no single problem's objective, bound or gap
+        if "choice" in self.decision:  # the robust objective: no single problem's objective, bound or gap
             report.objective = report.bound = report.gap = None
-            report.notes.append(decision["choice"].describe())
-            report.pricing = "every profile: " + ", ".join(profiles)
+            report.notes.append(self.decision["choice"].describe())
+            report.pricing = "every profile: " + ", ".join(self.profiles)
         record(report)
         return PassResult(graph_module, True)
 

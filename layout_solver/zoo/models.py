@@ -294,7 +294,8 @@ class ModelError(ValueError):
 
 def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """A zoo model by name, `path/to/file.py:factory` returning (module, inputs), a saved ExportedProgram
-    `path/to/model.pt2` (`layout_solver.zoo.saved`) or `transformers:NAME[/TASK]` (`layout_solver.zoo.catalog`).
+    `path/to/model.pt2` (`layout_solver.zoo.saved`), `transformers:NAME[/TASK]` (`layout_solver.zoo.catalog`) or
+    `outside:NAME` (`layout_solver.zoo.outside`).
 
     Raises ModelError for an unknown name, a missing or broken file, a factory
     that raises or exits, or one that returns anything but (nn.Module, tensors).
@@ -315,6 +316,8 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
         return module, inputs  # an exported program's module runs as exported (it has no train mode to leave)
     elif name.startswith(GENERATED):
         factory = _generated_factory(name)
+    elif name.startswith(OUTSIDE):
+        factory = _outside_factory(name)
     elif ":" in name:
         factory = _load_factory(name)
     else:
@@ -336,6 +339,7 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
 
 
 GENERATED = "generated:"
+OUTSIDE = "outside:"  # the models the rules were not written against (layout_solver.zoo.outside)
 
 
 def expand_names(names: list[str]) -> list[str]:
@@ -365,6 +369,16 @@ def _generated_factory(name: str) -> Factory:
     if not seed.isdigit():
         raise ModelError(f"model {name!r}: a generated graph is named generated:SEED (a non-negative integer)")
     return lambda: generated.build(generated.random_graph(int(seed)))
+
+
+def _outside_factory(name: str) -> Factory:
+    """`outside:NAME`: a published architecture of layout_solver.zoo.outside (transformers configs)."""
+    from layout_solver.zoo import outside
+
+    model = name.removeprefix(OUTSIDE)
+    if model not in outside.MODELS:
+        raise ModelError(f"unknown model {name!r}: the outside models are {', '.join(outside.MODELS)}")
+    return getattr(outside, model)
 
 
 def _load_factory(spec: str) -> Factory:

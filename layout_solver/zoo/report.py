@@ -27,26 +27,21 @@ VERDICTS = (
     "better",
     "unchanged",
 )
-# Ethos-U totals within 0.1% are unchanged (Vela's estimate is deterministic; the stage's promise is <= stock);
-# Vulkan run times within 3% (the paired benchmark's noise bound on lavapipe).
-TOLERANCE = {"ethos-u": 0.001, "vulkan": 0.03}
 # Vulkan outputs against eager: the solver's may differ by no more than stock's (or this much) times the slack
 # (summation order moves with the layout).
 EAGER_ATOL, EAGER_SLACK = 1e-4, 1.05
 
 
 def ratio(result: dict, stock: dict | None = None, solver: dict | None = None) -> float | None:
-    """Solver over stock: Ethos-U Vela total cycles; Vulkan run time where both ran timed, else modelled cost."""
+    """Solver over stock, in the target's headline measure (`Target.headline`: Ethos-U Vela total cycles;
+    Vulkan run time where both ran timed, else modelled cost; TOSA the bytes its transposes move)."""
     stock = result.get("stock", {}) if stock is None else stock
     solver = result.get("solver", {}) if solver is None else solver
-    if _family(result["target"]) == "ethos-u":
-        a, b = stock.get("vela_total_cycles"), solver.get("vela_total_cycles")
-    elif isinstance(stock.get("run_ms"), (int, float)) and isinstance(solver.get("run_ms"), (int, float)):
-        a, b = stock["run_ms"], solver["run_ms"]
-    else:
-        a, b = stock.get("modelled_us"), solver.get("modelled_us")
-    numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
-    return b / a if numbers and a > 0 else None
+    for key in get_target(result["target"]).headline:
+        a, b = stock.get(key), solver.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            return b / a if a > 0 else (1.0 if b == 0 else None)
+    return None
 
 
 def verdict(result: dict, stock: dict | None = None, solver: dict | None = None, equivalent=None) -> str:
@@ -79,7 +74,7 @@ def verdict(result: dict, stock: dict | None = None, solver: dict | None = None,
     x = ratio(result, stock, solver)
     if x is None:
         return "not checked"
-    tolerance = TOLERANCE[_family(result["target"])]
+    tolerance = get_target(result["target"]).tolerance
     return "dearer than stock" if x > 1 + tolerance else "better" if x < 1 - tolerance else "unchanged"
 
 
@@ -93,30 +88,6 @@ def dearer_op_classes(result: dict, top: int = 3) -> list[tuple[str, int]]:
 
 def _family(target: str) -> str:
     return get_target(target).family
-
-
-ROW_FIELDS = {  # per target family
-    "ethos-u": [
-        "tosa_transposes",
-        "vela_transpose_cycles",
-        "vela_total_cycles",
-        "predicted_total_cycles",
-        "npu_ops",
-        "cpu_ops",
-        "lower_seconds",
-        "eager_within_tolerance",
-    ],
-    "vulkan": [
-        "transitions",
-        "transition_cost",
-        "lower_seconds",
-        "pass_seconds",
-        "modelled_us",
-        "executed",
-        "max_abs_diff_vs_eager",
-        "run_ms",
-    ],
-}
 
 
 def solved_by(notes: list[str]) -> str:
@@ -147,7 +118,7 @@ def _method_rows(r: dict) -> list[dict]:
             "method_weight": r["weights"].get(method, ""),
         }
         for side, source in (("stock", "stock"), ("solver", "joint")):
-            for key in ROW_FIELDS.get(_family(r["target"]), []):
+            for key in get_target(r["target"]).row_fields:
                 row[f"{side}_{key}"] = r.get(source, {}).get("per_method", {}).get(method, {}).get(key, "")
         joint = r.get("joint", {})
         # Per method there is no gap, run ratio or problem size of its own: the joint solve has one for all.
@@ -182,7 +153,7 @@ def rows(results: list[dict]) -> list[dict]:
             "error": r.get("error") or r.get("stock", {}).get("error") or r.get("solver", {}).get("error") or "",
         }
         for side in ("stock", "solver"):
-            for key in ROW_FIELDS.get(_family(r["target"]), []):
+            for key in get_target(r["target"]).row_fields:
                 row[f"{side}_{key}"] = r.get(side, {}).get(key, "")
         solver = r.get("solver", {})
         row.update(
@@ -340,14 +311,16 @@ def plot(table: list[dict], out: Path) -> None:
         bars(arm, "stock_vela_total_cycles", "solver_vela_total_cycles", f"{target}: Vela total NPU cycles",
              "cycles", out / f"total_cycles{suffix}.png")  # fmt: skip
     bars(
-        [r for r in table if r["target"] == "vulkan"],
+        [r for r in table if _family(r["target"]) == "vulkan"],
         "stock_transitions",
         "solver_transitions",
         "Vulkan: layout transitions",
         "clone dispatches",
         out / "transitions.png",
     )
-    executed = [r for r in table if r["target"] == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))]
+    executed = [
+        r for r in table if _family(r["target"]) == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))
+    ]
     if executed:
         bars(
             executed,
@@ -388,13 +361,13 @@ def ratio_plot(table: list[dict], target: str, path: Path) -> None:
         return
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.22 * len(points) + 1)))
     colors = [
-        "tab:red" if x > 1 + TOLERANCE[_family(target)] else "tab:green" if x < 1 else "tab:gray" for x, _ in points
+        "tab:red" if x > 1 + get_target(target).tolerance else "tab:green" if x < 1 else "tab:gray" for x, _ in points
     ]
     ax.barh(range(len(points)), [x for x, _ in points], color=colors, left=0)
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_yticks(range(len(points)), [Path(m).name.removeprefix("transformers:") for _, m in points], fontsize=7)
-    unit = "Vela total cycles" if _family(target) == "ethos-u" else "run time (or modelled cost)"
+    unit = get_target(target).headline_name
     ax.set_xlabel(f"solver / stock, {unit} (log scale)")
     ax.set_title(f"{target}: {len(points)} models")
     fig.tight_layout()

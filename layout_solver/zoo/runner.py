@@ -26,6 +26,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from layout_solver.provenance import source_digest, tool_versions
+from layout_solver.targets import get_target
 from layout_solver.zoo.report import write_outputs
 
 
@@ -50,8 +51,7 @@ def job_key(job: Job) -> str:
             # a saved program by its bytes, a catalog model by the transformers that built it
             **({"content": _file_digest(job.model)} if job.model.endswith(".pt2") else {}),
             **({"transformers": _transformers_version()} if job.model.startswith("transformers:") else {}),
-            # the default Vulkan objective weighs every profile, the user's own files included
-            **({"vulkan_profiles": _profile_digest()} if job.target == "vulkan" else {}),
+            **get_target(job.target).cache_inputs(),
         },
         sort_keys=True,
     )
@@ -70,15 +70,6 @@ def _transformers_version() -> str:
         return metadata.version("transformers")
     except metadata.PackageNotFoundError:
         return "absent"
-
-
-def _profile_digest() -> str:
-    from cost_models.vulkan import profile_files
-
-    digest = hashlib.sha1()
-    for path in profile_files():
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 def compare_named(name: str, target: str, **options):

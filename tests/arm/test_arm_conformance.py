@@ -1,7 +1,7 @@
 """ExecuTorch's own Arm op tests (TOSA INT pipelines on the reference model) pass with the solver stage active.
 
 CI runs a deterministic sample: every 16th test of each layout-relevant file, and the first test of every 10th of the
-other op-test files (by name); the whole set, stock and solver side by side, is `benchmarks/bench_arm_conformance.py`
+other op-test files (by name); the whole set, stock and solver side by side, is `benchmarks/arm/conformance.py`
 (results in benchmarks/results/arm_conformance.md).
 """
 

@@ -1,6 +1,6 @@
 """Differential testing of the Arm stage on generated graphs (layout_solver.arm.generated / .differential).
 
-CI lowers a few seeded graphs per target, stock against the stage; `benchmarks/bench_arm_generated.py` runs
+CI lowers a few seeded graphs per target, stock against the stage; `benchmarks/arm/generated.py` runs
 hundreds (results in benchmarks/results/arm_generated.md). The generator's own properties are checked on many
 seeds here, without lowering.
 """
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from layout_solver.arm import generated
-from layout_solver.compare import differential
+from layout_solver.zoo import differential
 from layout_solver.zoo.models import ModelError, build, expand_names
 
 # Seeds lowered in CI (stock and solver on one target each): 11 permutes around a linear, a merged-axes view and a
@@ -128,7 +128,7 @@ class ConstantReadPermuted(torch.nn.Module):
 
 
 def test_a_constant_read_in_another_order_is_stored_in_it():
-    from layout_solver.compare.ethos_u import compare_ethos_u
+    from layout_solver.targets.ethos_u import compare_ethos_u
 
     torch.manual_seed(8)
     result = compare_ethos_u(ConstantReadPermuted().eval(), (torch.randn(1, 3, 6, 4),), verify="model")

@@ -158,7 +158,7 @@ def test_a_tosa_pipeline_with_no_vela_behind_it_is_priced_in_moved_bytes():
 def test_fp_transpose_counts_never_exceed_stock():
     """A sample of executorch's transpose-count cases in its own TOSA FP pipeline (its tester, outputs checked
     on the reference model): with the stage, no case has more TOSA TRANSPOSE ops than stock and none fails
-    that passes stock. The whole suite is benchmarks/bench_arm_total.py --fp-cases."""
+    that passes stock. The whole suite is benchmarks/arm/total.py --fp-cases."""
     import os
     import sys
 

@@ -176,27 +176,27 @@ def test_mode_costs_the_profile_cannot_tell_apart_are_equal_in_the_problem(monke
 
 
 def test_validator_catches_a_wrong_representation():
-    errors = []
+    """The pass's post-condition (`ensures`) reads the graph its write-back left: a wrong representation
+    stops the lowering with the node named."""
 
     class Corrupting(vk_passes.SolverTagMemoryMetaPass):
-        def call(self, gm):
-            result = super().call(gm)
+        def write_back(self, gm, built, solution):
+            super().write_back(gm, built, solution)
             from executorch.backends.vulkan import utils
 
             conv = next(n for n in gm.graph.nodes if "convolution" in str(n.target))
             utils.set_node_repr(conv.args[0], label_repr("BUFFER:TENSOR_WIDTH_PACKED"))
-            try:
-                validate(gm, self.texture_limits)
-            except LayoutValidationError as exc:
-                errors.append(str(exc))
-            return result
 
-    with collecting_reports(), vk_hooks.substituted_pass(Corrupting):
-        from layout_solver.zoo.models import build
+    from layout_solver.zoo.models import build
 
-        module, inputs = build(f"{TINY}:residual")
+    module, inputs = build(f"{TINY}:residual")
+    with collecting_reports(), vk_hooks.substituted_pass(Corrupting), pytest.raises(Exception) as caught:
         to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
-    assert errors and errors[0].startswith("node '") and "not in TensorRepSet" in errors[0]
+    error = caught.value
+    while error is not None and not isinstance(error, LayoutValidationError):
+        error = error.__cause__ or error.__context__
+    assert error is not None, caught.value
+    assert str(error).startswith("node '") and "not in TensorRepSet" in str(error)
 
 
 def test_unknown_node_falls_back_to_stock_with_warning(monkeypatch):

@@ -154,3 +154,15 @@ def test_the_zoo_runs_a_catalog_model_on_each_target(tmp_path):
     assert by["ethos-u55-128"]["solver"]["vela_total_cycles"] <= by["ethos-u55-128"]["stock"]["vela_total_cycles"]
     assert by["vulkan"]["status"] == "ok"
     assert by["vulkan"]["solver"]["modelled_us"] <= by["vulkan"]["stock"]["modelled_us"] * (1 + 1e-9)
+
+
+def test_outside_models_are_zoo_names():
+    """`outside:NAME` is a model wherever a zoo name is; an unknown one names the known ones."""
+    from layout_solver.zoo.models import ModelError, build
+    from layout_solver.zoo.outside import MODELS
+
+    module, inputs = build("outside:poolformer")
+    assert module(*inputs).shape[0] == 1
+    with pytest.raises(ModelError, match="the outside models are .*poolformer"):
+        build("outside:nope")
+    assert "llama_decode" in MODELS

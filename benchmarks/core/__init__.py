@@ -1,0 +1,1 @@
+"""Benchmarks of the core: solvers, cost models, the service, multi-method problems."""

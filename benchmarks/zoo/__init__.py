@@ -1,0 +1,1 @@
+"""Benchmarks of the zoo's model sources."""

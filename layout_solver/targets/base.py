@@ -1,0 +1,107 @@
+"""What a target is, and the registry every target is looked up in.
+
+A target (`Target`) knows its name, its family, the options its comparison takes, how to compare stock
+against the solver on a module, what the zoo's ratio compares (`headline`) and within what tolerance, and
+what decides its results beyond the model (`cache_inputs`). Each built-in target lives in a module of its own
+in this package and is registered in `layout_solver.targets` (its `__init__`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+
+# The command-line flag each comparison option comes from, for errors said in the user's words.
+FLAGS = {"input_order": "--input-order", "execute": "--execute", "runtime": "--vulkan-runtime",
+         "cost_profile": "--cost-profile", "src": "--src", "dst": "--dst"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Target:
+    """A target: its name, family ("ethos-u", "vulkan"), a description, and the options its comparison (and
+    its cost query) takes."""
+
+    name: str
+    family: ClassVar[str] = ""
+    options: ClassVar[frozenset[str]] = frozenset()  # compare/zoo options this target accepts
+    query_options: ClassVar[frozenset[str]] = frozenset()  # `cost` query fields of this target alone
+    family_name: ClassVar[str] = ""  # the family in words ("Ethos-U")
+    # What the zoo's solver-to-stock ratio compares (the first measure both sides have), and the relative
+    # change within which the two are "unchanged".
+    headline: ClassVar[tuple[str, ...]] = ()
+    headline_name: ClassVar[str] = ""
+    tolerance: ClassVar[float] = 0.001
+    row_fields: ClassVar[tuple[str, ...]] = ()  # each side's measures the zoo's results.csv keeps
+    example: ClassVar[str] = ""  # how a user names a target of this family, for error messages
+
+    @property
+    def description(self) -> str:
+        """What the target is, in words."""
+        return self.name
+
+    def check_options(self, options: dict, accepted: frozenset[str] | None = None) -> None:
+        """Raise ValueError naming any option (set to something but its default) this target does not take
+        (of `accepted`, default its comparison options), and the targets that take it."""
+        accepted = self.options if accepted is None else accepted
+        stray = sorted(k for k, v in options.items() if v not in (None, False) and k not in accepted)
+        if stray:
+            raise ValueError(stray_options_message(stray))
+
+    def take_options(self, given: dict) -> dict:
+        """The options of `given` this target takes (those set), checked as the target checks them."""
+        return self.checked_options({k: v for k, v in given.items() if k in self.options and v not in (None, False)})
+
+    def checked_options(self, options: dict) -> dict:
+        """`options`, checked up front (before any lowering); ValueError says what is wrong."""
+        return options
+
+    def failed(self, comparison, options: dict) -> bool:
+        """Whether the solver side of `comparison` failed where stock's did not (the CLI's exit status)."""
+        return comparison.side("solver").failed
+
+    def cache_inputs(self) -> dict:
+        """What, beyond the model, options and the project's source, decides this target's results (the zoo's
+        cache key): files the user may change between runs."""
+        return {}
+
+    def compare(self, module, inputs, name=None, time_limit: float = DEFAULT_TIME_LIMIT, service=None, **options):
+        """Stock versus solver for one module (layout_solver.compare.result.Comparison)."""
+        raise NotImplementedError
+
+    def compare_methods(self, built, name=None, time_limit: float = DEFAULT_TIME_LIMIT, **options):
+        """Stock versus per-method versus joint for a multi-method model (MethodsComparison)."""
+        raise NotImplementedError
+
+
+TARGETS: dict[str, Target] = {}
+
+
+def register(target: Target) -> Target:
+    """Add `target` to the registry (a name may be registered once)."""
+    if target.name in TARGETS:
+        raise ValueError(f"target {target.name!r} is registered twice")
+    TARGETS[target.name] = target
+    return target
+
+
+def get_target(name: str) -> Target:
+    """The registered target `name`; ValueError names the known ones."""
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGETS)}") from None
+
+
+def stray_options_message(stray: list[str]) -> str:
+    """'--execute, --cost-profile: Vulkan options (--target vulkan)': the options no target asked for takes,
+    by the flags they come from, and the targets that take them."""
+    takers = {t.family: t for t in TARGETS.values() if set(stray) & (t.options | t.query_options)}
+    where = "; ".join(f"{t.family_name} options ({t.example})" for t in takers.values())
+    return f"{', '.join(FLAGS.get(k, k) for k in stray)}: {where or 'not an option of any target'}"
+
+
+def target_names(family: str | None = None) -> list[str]:
+    """Registered target names (of one family, if given)."""
+    return [n for n, t in TARGETS.items() if family is None or t.family == family]

@@ -1,0 +1,170 @@
+"""The Arm Ethos-U NPU configurations, compiled by Vela: one target per accelerator configuration Vela
+accepts (ethos-u55-32 ... ethos-u85-2048)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import tempfile
+import traceback
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets.base import Target
+
+if TYPE_CHECKING:
+    from layout_solver.compare.result import Comparison
+
+
+@dataclass(frozen=True)
+class EthosUTarget(Target):
+    """An Arm Ethos-U NPU configuration, compiled by Vela (e.g. "ethos-u85-256")."""
+
+    family: ClassVar[str] = "ethos-u"
+    options: ClassVar[frozenset[str]] = frozenset({"input_order", "verify"})
+    family_name: ClassVar[str] = "Ethos-U"
+    headline: ClassVar[tuple[str, ...]] = ("vela_total_cycles",)  # deterministic: within 0.1% is unchanged
+    headline_name: ClassVar[str] = "Vela total cycles"
+    row_fields: ClassVar[tuple[str, ...]] = (
+        "tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "predicted_total_cycles", "npu_ops",
+        "cpu_ops", "lower_seconds", "eager_within_tolerance",
+    )  # fmt: skip
+    example: ClassVar[str] = "--target ethos-u55-128, ethos-u85-256, ..."
+
+    @property
+    def description(self) -> str:
+        """The configuration, as "Arm <name> (TOSA INT, Vela)"."""
+        return f"Arm {self.name} (TOSA INT, Vela)"
+
+    def compile_spec(self, **kwargs):
+        """executorch's EthosUCompileSpec for this configuration (its default system config and memory mode)."""
+        from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+        return EthosUCompileSpec(self.name, **kwargs)
+
+    def vela_config(self):
+        """What Vela makes of this configuration's compile flags (cost_models.vela.VelaConfig)."""
+        from cost_models.vela import vela_config
+
+        return vela_config(tuple(self.compile_spec().compiler_flags))
+
+    def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
+        """Stock versus solver lowering for this configuration (compare_ethos_u)."""
+        self.check_options(options)
+        return compare_ethos_u(module, inputs, name, time_limit, self.name, service=service, **options)
+
+    def compare_methods(self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, **options):
+        """Stock versus per-method versus joint lowering for this configuration."""
+        from layout_solver.compare.methods import compare_methods
+
+        return compare_methods(built, self.name, name, time_limit, family=self.family, **options)
+
+
+@cache
+def vela_accelerators() -> tuple[str, ...]:
+    """Every accelerator configuration the installed Vela accepts."""
+    from ethosu.vela.architecture_features import Accelerator
+
+    return tuple(a.value for a in Accelerator)
+
+
+def compare_ethos_u(
+    module,
+    inputs: tuple,
+    name: str | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    target: str = "ethos-u55-128",
+    service: str | None = None,
+    input_order: str = "nchw",
+    verify: str = "vela",
+) -> Comparison:
+    """Stock versus solver lowering of `module` on `inputs` for `target`: TOSA transposes, Vela cycles,
+    equivalence of the two on the TOSA reference model, and each against the quantized eager model;
+    `input_order` is the graph-input contract (see declare_input_order); `verify` is the solver side's
+    (solver_layouts: "vela" keeps stock's delegate where Vela finds the stage's dearer, "model" shows the
+    stage's own layout). `name` labels the result (default: the module's class). A side that fails is
+    recorded with its error; the other side's numbers stay."""
+    from layout_solver.compare.result import Comparison, Side
+    from layout_solver.quiet import quiet
+
+    with quiet():
+        result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify)
+    return Comparison(
+        model=name or type(module).__name__,
+        target=target,
+        input_order=input_order,
+        **{k: Side(**v) if k in ("stock", "solver") else v for k, v in result.items()},
+    )
+
+
+def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify) -> dict:
+    from layout_solver.arm.equivalence import compare_lowerings, same_outputs, versus_quantized_eager
+    from layout_solver.arm.hooks import solver_layouts
+    from layout_solver.arm.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
+    from layout_solver.compare.result import error_record
+
+    inputs = declare_input_order(inputs, input_order)
+    result: dict = {}
+    # Quantize once: both sides lower the same int8 program, so any difference is the layout stage's.
+    try:
+        quantized = quantize_for(module, inputs, target)
+    except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+        error = {
+            "error": f"quantization failed: {type(exc).__name__}: {exc}".splitlines()[0][:500],
+            "traceback": traceback.format_exc(limit=4),
+        }
+        return {**result, "stock": error, "solver": dict(error), "equivalent": False, "max_abs_diff": None}
+    eager_outputs = quantized.module()(*inputs)  # what both programs are held to
+    with tempfile.TemporaryDirectory() as tmp:
+        lowerings, eager_checks = {}, {}
+        for side in ("stock", "solver"):
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):  # Vela prints its summaries
+                    if side == "stock":
+                        lowerings[side] = lower_ethos_u(
+                            module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
+                        )
+                        reports = []
+                    else:
+                        with solver_layouts(time_limit, service=service, verify=verify) as reports:
+                            lowerings[side] = lower_ethos_u(
+                                module, inputs, target, keep_tosa=Path(tmp) / side, quantized=copy.deepcopy(quantized)
+                            )
+            except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+                result[side] = error_record(exc)
+                continue
+            metrics = lowerings[side].metrics()
+            # Each program on its own against the quantized eager model, so a side the other cannot be
+            # compared with (the reference model rejected it) is still checked.
+            eager = eager_checks[side] = versus_quantized_eager(
+                quantized, lowerings[side].program, lowerings[side].tosa_files, inputs, eager_outputs
+            )
+            metrics.update(
+                eager_check=eager.status,
+                max_abs_diff_vs_eager=eager.max_abs_diff,
+                eager_quant_steps=eager.max_quant_steps,
+                eager_within_tolerance=eager.within_tolerance,
+            )
+            if side == "solver":
+                metrics.update(solver_metrics(reports))
+            result[side] = metrics
+        if len(lowerings) == 2:
+            same = compare_lowerings(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files)
+            result["equivalent"], result["max_abs_diff"] = same.equivalent, same.max_abs_diff
+            # None: not checked, because the reference model rejected a side (its Vela numbers stay)
+            result["stock_reference"], result["solver_reference"] = same.reference["left"], same.reference["right"]
+            if same.notes:
+                result["equivalence_notes"] = same.notes
+            if same.equivalent is None:
+                # The reference model refused the random inputs; if both programs ran on the example inputs
+                # (their eager checks), their outputs there, bit for bit.
+                exact, diff = same_outputs(eager_checks["stock"], eager_checks["solver"])
+                if exact is not None:
+                    result["equivalent_on_example_inputs"], result["max_abs_diff_on_example_inputs"] = exact, diff
+        else:
+            result["equivalent"], result["max_abs_diff"] = False, None
+    return result

@@ -1,0 +1,165 @@
+"""ExecuTorch's Vulkan delegate, priced with a device cost profile (or, by default, every profile)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets.base import Target
+
+if TYPE_CHECKING:
+    from layout_solver.compare.result import Comparison
+
+
+@dataclass(frozen=True)
+class VulkanTarget(Target):
+    """ExecuTorch's Vulkan delegate, priced with a device cost profile."""
+
+    family: ClassVar[str] = "vulkan"
+    options: ClassVar[frozenset[str]] = frozenset({"execute", "runtime", "cost_profile", "rounds"})
+    query_options: ClassVar[frozenset[str]] = frozenset({"src", "dst", "cost_profile"})
+    family_name: ClassVar[str] = "Vulkan"
+    headline: ClassVar[tuple[str, ...]] = ("run_ms", "modelled_us")
+    headline_name: ClassVar[str] = "run time (or modelled cost)"
+    row_fields: ClassVar[tuple[str, ...]] = (
+        "transitions", "transition_cost", "lower_seconds", "pass_seconds", "modelled_us", "executed",
+        "max_abs_diff_vs_eager", "run_ms",
+    )  # fmt: skip
+    tolerance: ClassVar[float] = 0.03  # run times: the paired benchmark's noise bound on lavapipe
+    example: ClassVar[str] = "--target vulkan"
+
+    @property
+    def description(self) -> str:
+        """The delegate, as "Vulkan (ExecuTorch Vulkan delegate)"."""
+        return "Vulkan (ExecuTorch Vulkan delegate)"
+
+    def checked_options(self, options: dict) -> dict:
+        """A cost profile must load; a runtime is only for programs that run (`execute`)."""
+        from cost_models.vulkan import load_profile
+
+        if options.get("cost_profile"):
+            try:
+                load_profile(options["cost_profile"])
+            except OSError as exc:
+                raise ValueError(str(exc)) from exc
+        if options.get("runtime") and not options.get("execute"):
+            raise ValueError("--vulkan-runtime needs --execute")
+        return options
+
+    def failed(self, comparison, options: dict) -> bool:
+        """Also a program that ran stock's way and crashed the solver's way on the device."""
+        crashed = (
+            options.get("execute") and comparison.side("stock").executed and not comparison.side("solver").executed
+        )
+        return super().failed(comparison, options) or bool(crashed)
+
+    def cache_inputs(self) -> dict:
+        """The default Vulkan objective weighs every profile, the user's own files included."""
+        from cost_models.vulkan import profiles_digest
+
+        return {"vulkan_profiles": profiles_digest()}
+
+    def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
+        """Stock versus solver lowering on Vulkan (compare_vulkan)."""
+        self.check_options(options)
+        return compare_vulkan(module, inputs, name, time_limit, service=service, **options)
+
+    def compare_methods(self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, **options):
+        """Stock versus per-method versus joint lowering on Vulkan."""
+        from layout_solver.compare.methods import compare_methods
+
+        return compare_methods(built, self.name, name, time_limit, family=self.family, **options)
+
+
+def compare_vulkan(
+    module,
+    inputs: tuple,
+    name: str | None = None,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    execute: bool = False,
+    runtime: str | None = None,
+    cost_profile: str | None = None,
+    rounds: int = 15,
+    service: str | None = None,
+) -> Comparison:
+    """Lower `module` on `inputs` with the stock TagMemoryMetaPass and with the solver (each from a fresh
+    export); with `execute`, run both on the Vulkan device (runtime plugin `runtime` or
+    $LAYOUT_SOLVER_VULKAN_RUNTIME) against eager. `name` labels the result (default: the module's class).
+
+    Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
+    """
+    from layout_solver.quiet import quiet
+
+    with quiet():
+        return _compare_vulkan(
+            module, inputs, name or type(module).__name__, time_limit, execute, runtime, cost_profile, rounds, service
+        )
+
+
+def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_profile, rounds, service) -> Comparison:
+    from layout_solver.compare.result import Comparison, Side, error_record
+    from layout_solver.vulkan import solver_layouts, stock_layouts
+    from layout_solver.vulkan.measure import execute_on_device, lower_vulkan
+    from layout_solver.vulkan.runtime import probe
+
+    if execute:
+        probe(runtime)
+    sides = {}
+    buffers = {}
+    contexts = (
+        ("stock", lambda: stock_layouts(cost_profile)),
+        ("solver", lambda: solver_layouts(time_limit, cost_profile, service)),
+    )
+    for side, context in contexts:
+        start = time.perf_counter()
+        try:
+            buffers[side], reports = lower_vulkan(module, inputs, context)
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal: e.g. upstream fake-mode failures
+            sides[side] = error_record(exc)
+            continue
+        elapsed = time.perf_counter() - start
+        by_repr: Counter = Counter()
+        for r in reports:
+            by_repr.update(r.tensors_by_repr)
+        record = {
+            "transitions": sum(len(r.transitions) for r in reports),
+            "transition_cost": round(sum(r.transition_cost for r in reports), 3),
+            "tensors_by_repr": dict(sorted(by_repr.items())),
+            "lower_seconds": round(elapsed, 3),
+            "pass_seconds": round(sum(r.pass_seconds for r in reports), 4),
+            "delegates": len(reports),
+            "modelled_us": round(sum(r.modelled_us for r in reports), 3),
+            "modelled_us_by_profile": {
+                label: round(sum(r.modelled_us_by_profile.get(label, 0.0) for r in reports), 3)
+                for label in dict.fromkeys(k for r in reports for k in r.modelled_us_by_profile)
+            }
+            or None,
+            "transition_list": [t for r in reports for t in r.transitions],
+        }
+        if side == "solver":
+            record.update(
+                objective=round(sum(r.objective or 0.0 for r in reports), 3),
+                bound=round(sum(r.bound or 0.0 for r in reports), 3),
+                gap=max((r.gap or 0.0 for r in reports), default=0.0),
+                fallbacks=[n for r in reports if r.kind == "stock-fallback" for n in r.notes],
+                delegates_kept_stock=sum(r.kept_stock for r in reports),
+                solver_notes=[n for r in reports if r.kind == "solver" for n in r.notes],
+                problem_ops=sum(r.problem_ops for r in reports),
+                solve_seconds=round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
+                phase_seconds={
+                    k: round(sum(r.phase_seconds.get(k, 0.0) for r in reports), 4)
+                    for k in ("build", "solve", "write_back", "check")
+                },
+            )
+        sides[side] = record
+    extra = execute_on_device(module, inputs, buffers, sides, runtime, rounds) if execute and buffers else {}
+    return Comparison(
+        model=name,
+        target="vulkan",
+        cost_profile=cost_profile or "default",
+        **{side: Side(**record) for side, record in sides.items()},
+        **extra,
+    )
