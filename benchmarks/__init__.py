@@ -2,6 +2,6 @@
 
 Run from the repository root as modules, e.g. `.venv/bin/python -m benchmarks.arm.total --out
 benchmarks/results/arm_total.md`; results are committed under benchmarks/results/. `benchmarks.harness` holds
-what they share (provenance, markdown tables, `--out`, paired ratios, geometric means);
+what they share (`--out`, printing and writing the result, geometric means);
 `benchmarks/fingerprint.py` hashes what the lowering produces, to check a refactor changed no program.
 """

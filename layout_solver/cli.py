@@ -22,6 +22,7 @@ from layout_solver.targets import (
     DEFAULT_ZOO_TARGETS,
     TARGETS,
     get_target,
+    stray_options,
     stray_options_message,
     target_names,
 )
@@ -225,8 +226,7 @@ def _target_options(targets: list, args: argparse.Namespace) -> dict[str, dict]:
         "runtime": args.vulkan_runtime,
         "cost_profile": args.cost_profile,
     }
-    taken = set().union(*(t.options for t in targets))
-    stray = sorted(k for k, v in given.items() if v not in (None, False) and k not in taken)
+    stray = stray_options(given, set().union(*(t.options for t in targets)))
     try:
         if stray:
             raise ValueError(stray_options_message(stray))

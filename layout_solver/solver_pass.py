@@ -65,8 +65,7 @@ class SolverPass:
             self.check(graph_module, self.before)
         seconds = time.perf_counter() - started
         self.run.phase_seconds["check"] = self.run.phase_seconds.get("check", 0.0) + seconds
-        if self.report is not None:
-            self.report.phase_seconds = self.run.phase_seconds
+        if self.report is not None:  # its phase_seconds is the run's own dict (solver_report)
             self.report.pass_seconds += seconds
 
     def solve_graph(self, graph_module, built=None, solution=None) -> SolverPassRun:

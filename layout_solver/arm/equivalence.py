@@ -135,6 +135,15 @@ class EagerCheck:
     within_tolerance: bool | None = None
     outputs: list | None = field(default=None, repr=False)
 
+    def fields(self) -> dict:
+        """The check as a comparison side's fields (layout_solver.compare.result.Side)."""
+        return {
+            "eager_check": self.status,
+            "max_abs_diff_vs_eager": self.max_abs_diff,
+            "eager_quant_steps": self.max_quant_steps,
+            "eager_within_tolerance": self.within_tolerance,
+        }
+
 
 def versus_quantized_eager(quantized, lowered, tosa_files: list[Path], inputs: tuple, reference=None) -> EagerCheck:
     """Run `lowered` (an EdgeProgramManager from to_edge_transform_and_lower) with each delegate executed by

@@ -136,11 +136,13 @@ def _delegate_order(tosa: Path) -> int:
 
 
 def quantize(module: torch.nn.Module, inputs: tuple, spec):
-    """PT2E int8 (EthosUQuantizer, symmetric), calibrated on `inputs`: the exported quantized program."""
-    from executorch.backends.arm.quantizer import EthosUQuantizer, get_symmetric_quantization_config
+    """PT2E int8 (symmetric), calibrated on `inputs`, with the quantizer of `spec`'s pipeline (EthosUQuantizer
+    for an Ethos-U compile spec, TOSAQuantizer for a TOSA one): the exported quantized program."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+    from executorch.backends.arm.quantizer import EthosUQuantizer, TOSAQuantizer, get_symmetric_quantization_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    quantizer = EthosUQuantizer(spec)
+    quantizer = (EthosUQuantizer if isinstance(spec, EthosUCompileSpec) else TOSAQuantizer)(spec)
     quantizer.set_global(get_symmetric_quantization_config())
     exported = torch.export.export(module, inputs)
     prepared = prepare_pt2e(exported.module(check_guards=False), quantizer)  # torch 2.13: no guards

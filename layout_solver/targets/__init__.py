@@ -19,7 +19,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from layout_solver.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets.base import FLAGS, TARGETS, Target, get_target, register, stray_options_message, target_names
+from layout_solver.targets.base import (
+    FLAGS,
+    TARGETS,
+    Target,
+    get_target,
+    register,
+    stray_options,
+    stray_options_message,
+    target_names,
+)
 from layout_solver.targets.ethos_u import EthosUTarget, vela_accelerators
 from layout_solver.targets.tosa import TosaTarget
 from layout_solver.targets.vulkan import VulkanTarget
@@ -28,7 +37,7 @@ if TYPE_CHECKING:  # the comparisons import torch and executorch: each target im
     from layout_solver.compare.result import Comparison, MethodsComparison
 
 __all__ = ["FLAGS", "TARGETS", "EthosUTarget", "Target", "TosaTarget", "VulkanTarget", "compare", "get_target",
-           "register", "stray_options_message", "target_names"]  # fmt: skip
+           "register", "stray_options", "stray_options_message", "target_names"]  # fmt: skip
 
 for _accelerator in vela_accelerators():
     register(EthosUTarget(_accelerator))

@@ -44,8 +44,7 @@ class Target:
     def check_options(self, options: dict, accepted: frozenset[str] | None = None) -> None:
         """Raise ValueError naming any option (set to something but its default) this target does not take
         (of `accepted`, default its comparison options), and the targets that take it."""
-        accepted = self.options if accepted is None else accepted
-        stray = sorted(k for k, v in options.items() if v not in (None, False) and k not in accepted)
+        stray = stray_options(options, self.options if accepted is None else accepted)
         if stray:
             raise ValueError(stray_options_message(stray))
 
@@ -92,6 +91,11 @@ def get_target(name: str) -> Target:
         return TARGETS[name]
     except KeyError:
         raise ValueError(f"unknown target {name!r}; known: {', '.join(TARGETS)}") from None
+
+
+def stray_options(options: dict, accepted) -> list[str]:
+    """The options set (to anything but None or False) that are not in `accepted`, sorted."""
+    return sorted(k for k, v in options.items() if v not in (None, False) and k not in accepted)
 
 
 def stray_options_message(stray: list[str]) -> str:

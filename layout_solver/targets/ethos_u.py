@@ -143,12 +143,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
             eager = eager_checks[side] = versus_quantized_eager(
                 quantized, lowerings[side].program, lowerings[side].tosa_files, inputs, eager_outputs
             )
-            metrics.update(
-                eager_check=eager.status,
-                max_abs_diff_vs_eager=eager.max_abs_diff,
-                eager_quant_steps=eager.max_quant_steps,
-                eager_within_tolerance=eager.within_tolerance,
-            )
+            metrics.update(eager.fields())
             if side == "solver":
                 metrics.update(solver_metrics(reports))
             result[side] = metrics

@@ -22,11 +22,13 @@ from math import prod
 from pathlib import Path
 from typing import ClassVar
 
+from cost_models import ethos_u55
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.base import Target
 
 TOSA_SPEC = "TOSA-1.0+INT"
-DTYPE_BYTES = {"int8": 1, "uint8": 1, "bool": 1, "int16": 2, "fp16": 2, "bf16": 2, "int32": 4, "fp32": 4, "int48": 6}
+# graph_io.tosa names TOSA's dtypes: the integer ones as cost_models.ethos_u55 does, the float ones its own way.
+DTYPE_BYTES = {**ethos_u55.DTYPE_BYTES, "fp16": 2, "bf16": 2, "fp32": 4, "int48": 6}
 
 
 def transpose_figures(ops) -> dict:
@@ -51,26 +53,19 @@ def _lower(quantized, spec_dir: Path):
 
 def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, target="tosa-int"):
     """Stock versus the solver's stage on `module` for a TOSA INT program (see the module docstring)."""
-    import torch
-    from executorch.backends.arm.quantizer import TOSAQuantizer, get_symmetric_quantization_config
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     from graph_io.tosa import tosa_ops
     from layout_solver.arm.equivalence import compare_lowerings, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
-    from layout_solver.arm.measure import solver_metrics
+    from layout_solver.arm.measure import quantize, solver_metrics
     from layout_solver.compare.result import Comparison, Side, error_record
     from layout_solver.quiet import quiet
 
     result: dict = {}
     with quiet(), tempfile.TemporaryDirectory() as tmp:
         try:  # quantize once: both sides lower the same int8 program
-            quantizer = TOSAQuantizer(TosaCompileSpec(TOSA_SPEC))
-            quantizer.set_global(get_symmetric_quantization_config())
-            prepared = prepare_pt2e(torch.export.export(module, inputs).module(check_guards=False), quantizer)
-            prepared(*inputs)
-            quantized = torch.export.export(convert_pt2e(prepared), inputs)
+            quantized = quantize(module, inputs, TosaCompileSpec(TOSA_SPEC))
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
             failed = error_record(exc)
             return Comparison(model=name or type(module).__name__, target=target, stock=Side(**failed),
@@ -92,10 +87,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
             metrics = {
                 **transpose_figures([tosa_ops(f.read_bytes()) for f in files[side]]),
                 "lower_seconds": round(seconds, 3),
-                "eager_check": eager.status,
-                "max_abs_diff_vs_eager": eager.max_abs_diff,
-                "eager_quant_steps": eager.max_quant_steps,
-                "eager_within_tolerance": eager.within_tolerance,
+                **eager.fields(),
             }
             if side == "solver":
                 metrics.update(solver_metrics(reports))
