@@ -1,13 +1,22 @@
-"""What the benchmarks share: the parser with `--out`, printing and writing the result, geometric means of
-paired ratios. (Each script still writes its own provenance line and table header.)"""
+"""What the benchmarks share: the parser with `--out`, the provenance line (the command as run, the day, the
+installed tools' versions, the machine), markdown tables, paired ratios and their geometric mean, printing and
+writing the result."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import shlex
 import statistics
-from collections.abc import Iterable
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from importlib import metadata
 from pathlib import Path
+
+# The tools a results line names, in this order, as "name version" (the ones installed).
+NAMED_TOOLS = {"executorch": "executorch", "ethos-u-vela": "Vela", "torch": "torch", "transformers": "transformers"}
 
 
 def parser(doc: str | None, out_help: str = "also write the result to this markdown file") -> argparse.ArgumentParser:
@@ -15,6 +24,53 @@ def parser(doc: str | None, out_help: str = "also write the result to this markd
     made = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     made.add_argument("--out", help=out_help)
     return made
+
+
+def command() -> str:
+    """The command that is running, as a reader would retype it from the repository root."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    program = f"-m {spec.name}" if spec is not None else sys.argv[0]
+    return f".venv/bin/python {program} {shlex.join(sys.argv[1:])}".rstrip()
+
+
+def versions(tools: Iterable[str] = NAMED_TOOLS) -> str:
+    """'executorch 1.5.1, Vela 5.1.0, torch 2.13.0+cpu' for the tools given that are installed."""
+    found = []
+    for tool in tools:
+        try:
+            found.append(f"{NAMED_TOOLS.get(tool, tool)} {metadata.version(tool)}")
+        except metadata.PackageNotFoundError:
+            continue
+    return ", ".join(found)
+
+
+def provenance(note: str = "", tools: Iterable[str] = NAMED_TOOLS) -> str:
+    """The line every result opens with: `Command: ... (day; versions; cores[; note])`."""
+    parts = [time.strftime("%Y-%m-%d"), versions(tools), f"{os.cpu_count()}-core machine"]
+    return f"Command: {command()} ({'; '.join(p for p in (*parts, note) if p)})"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A markdown table: the header, its rule, one line per row (cells as given, None as empty)."""
+    return [row(header), "|" + "---|" * len(header), *(row(cells) for cells in rows)]
+
+
+def row(cells: Sequence[object]) -> str:
+    """One markdown table row (None as an empty cell), for tables printed as they are measured."""
+    return "| " + " | ".join("" if cell is None else str(cell) for cell in cells) + " |"
+
+
+def ratio(solver: float | None, stock: float | None) -> float | None:
+    """The paired ratio solver / stock of one measured quantity (None when either is missing or stock is 0)."""
+    if solver is None or not stock:
+        return None
+    return solver / stock
+
+
+def geomean(values: Iterable[float | None]) -> float:
+    """The geometric mean of the positive values given (NaN if there are none)."""
+    kept = [v for v in values if isinstance(v, (int, float)) and v > 0]
+    return statistics.geometric_mean(kept) if kept else math.nan
 
 
 def emit(lines: list[str], out: str | Path | None) -> None:
@@ -27,9 +83,3 @@ def write(lines: list[str], out: str | Path | None) -> None:
     """With `--out`, write the result (already printed as it came) to that file."""
     if out:
         Path(out).write_text("\n".join(lines) + "\n")
-
-
-def geomean(values: Iterable[float | None]) -> float:
-    """The geometric mean of the positive values given (NaN if there are none)."""
-    kept = [v for v in values if isinstance(v, (int, float)) and v > 0]
-    return statistics.geometric_mean(kept) if kept else math.nan

@@ -389,68 +389,24 @@ def _add_service_argument(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """`layout-solver calibrate vulkan`: measure the present Vulkan device's profile and write it."""
-    from layout_solver.vulkan.calibrate import PROBES
-    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
-
-    ops = [o.strip() for o in args.ops.split(",")] if args.ops else None
-    unknown = sorted(set(ops or []) - set(PROBES))
-    if unknown:
-        raise ProblemError(f"unknown op classes {unknown}; known: {', '.join(PROBES)}")
-    if not 1 <= args.sizes <= 3 or args.rounds < 3:
-        raise ProblemError("--sizes takes 1 to 3, --rounds at least 3")
-    out = Path(args.out)
-    if not out.parent.is_dir():
-        raise ProblemError(f"cannot write {out}: {out.parent} is not a directory")
-    if args.extend and args.rescale:
-        raise ProblemError("--extend and --rescale: one at a time (rescale the extended profile afterwards)")
-    base = None
-    for flag, given in (("--extend", args.extend), ("--rescale", args.rescale)):
-        if given:
-            from cost_models.vulkan import load_profile
-
-            try:
-                base = load_profile(given)
-            except (ValueError, OSError) as exc:
-                raise ProblemError(str(exc)) from exc
-            if not base.measured:
-                raise ProblemError(f"{flag} {given}: not a measured profile (it holds assumptions)")
+    """`layout-solver calibrate TARGET`: measure the present device's costs for the target and write them."""
+    settings = {
+        "runtime": args.vulkan_runtime,
+        "ops": [o.strip() for o in args.ops.split(",")] if args.ops else None,
+        "sizes": args.sizes,
+        "rounds": args.rounds,
+        "transitions": not args.no_transitions,
+        "shapes": args.shapes,
+        "extend": args.extend,
+        "rescale": args.rescale,
+        "command": shlex.join(["layout-solver", *args.argv]),
+        "log": lambda line: print(line, file=sys.stderr, flush=True),
+    }
     try:
-        probe(args.vulkan_runtime)
-    except VulkanRuntimeUnavailable as exc:
+        print(get_target(args.kind).calibrate(args.out, **settings))
+    except ValueError as exc:
         raise ProblemError(str(exc)) from exc
-    log = lambda line: print(line, file=sys.stderr, flush=True)
-    command = shlex.join(["layout-solver", *args.argv])
-    if args.rescale:
-        from layout_solver.vulkan.calibrate import rescale
-
-        profile = rescale(base, args.vulkan_runtime, rounds=args.rounds, log=log, command=command)
-    else:
-        profile = _calibrated(args, ops, base, log, command)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(profile.model_dump_json(indent=1) + "\n")
-    tmp.replace(out)
-    print(
-        f"profile for {profile.device}: {sum(len(t) for t in profile.op_modes.values())} op modes, "
-        f"{len(profile.transitions)} transitions -> {out}"
-    )
     return 0
-
-
-def _calibrated(args: argparse.Namespace, ops, base, log, command: str):
-    from layout_solver.vulkan.calibrate import calibrate
-
-    return calibrate(
-        args.vulkan_runtime,
-        ops=ops,
-        sizes=args.sizes,
-        rounds=args.rounds,
-        transitions=not args.no_transitions,
-        log=log,
-        command=command,
-        shapes=args.shapes,
-        extend=base,
-    )
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shlex
 import tempfile
 import time
 from collections import Counter
@@ -106,20 +105,8 @@ def main() -> None:
                 flush=True,
             )
     lost = conformance.regressions(results["stock"], results["solver"])
-    if args.all:
-        scope = "--all "
-    elif args.ops == ",".join(conformance.LAYOUT_RELEVANT):
-        scope = ""
-    else:
-        scope = f"--ops {args.ops} "
     lines = [
-        (
-            "Command: .venv/bin/python -m benchmarks.arm.conformance "
-            + scope
-            + f"--keyword {shlex.quote(args.keyword)} --every {args.every} --jobs {args.jobs} "
-            f"({time.strftime('%Y-%m-%d')}; executorch's own Arm op tests, run as shipped and with "
-            "solver_layouts() active; 2-core machine)"
-        ),
+        harness.provenance("executorch's own Arm op tests, run as shipped and with solver_layouts() active"),
         "",
         (
             "| file | tests | stock passed / failed / error / xfailed / skipped | solver passed / failed / error / "

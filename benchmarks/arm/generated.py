@@ -23,7 +23,7 @@ from benchmarks import harness
 from layout_solver.arm import generated
 from layout_solver.zoo import differential
 from layout_solver.zoo.models import expand_names
-from layout_solver.zoo.runner import run_zoo, tool_versions
+from layout_solver.zoo.runner import run_zoo
 
 
 def seed_of(model: str) -> int:
@@ -92,13 +92,9 @@ def main() -> None:
     results = run_zoo(models, targets, work, jobs=args.jobs, log=lambda m: None)
     records = [differential.record(r) for r in results]
     ops = Counter(op for m in models for op in generated.random_graph(seed_of(m)).ops())
-    versions = tool_versions()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.arm.generated {' '.join(sys.argv[1:])} "
-            f"({time.strftime('%Y-%m-%d')}; executorch {versions['executorch']}, Vela {versions['ethos-u-vela']}, "
-            f"torch {versions['torch']}; {len(models)} graphs x {len(targets)} targets; "
-            f"{(time.time() - start) / 60:.0f} min of new runs on a 2-core machine)"
+        harness.provenance(
+            f"{len(models)} graphs x {len(targets)} targets; {(time.time() - start) / 60:.0f} min of new runs"
         ),
         "",
         "Ops drawn over these graphs: " + ", ".join(f"{op} {n}" for op, n in ops.most_common()),

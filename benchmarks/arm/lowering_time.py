@@ -116,11 +116,9 @@ def main() -> None:
     parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.arm.lowering_time --models {args.models} --target "
-            f"{args.target} --rounds {args.rounds} --min-seconds {args.min_seconds:g} ({time.strftime('%Y-%m-%d')}; "
-            f"executorch 1.5.1, {args.target}, Vela 5.1; medians of interleaved rounds, warm caches, each from a "
-            "collected heap with the cyclic collector paused; 2-core machine)"
+        harness.provenance(
+            f"{args.target}; medians of interleaved rounds, warm caches, each from a collected heap with the cyclic "
+            "collector paused"
         ),
         "",
         (

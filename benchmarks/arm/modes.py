@@ -26,7 +26,6 @@ U55 flags), next to what the graph does today, on the attention shapes of layout
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 import tosa_serializer as ts
@@ -235,20 +234,15 @@ def main() -> None:
             )
         )
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.arm.modes ({time.strftime('%Y-%m-%d')}; Vela 5.1, "
-            "ethos-u55-128, int8; cycles are Vela's per-layer Op Cycles on the NPU)"
-        ),
+        harness.provenance("ethos-u55-128, int8; cycles are Vela's per-layer Op Cycles on the NPU"),
         "",
-        "| mode | today | Vela rows | cycles | candidate | Vela rows | cycles | change |",
-        "|" + "---|" * 8,
+        *harness.table(("mode", "today", "Vela rows", "cycles", "candidate", "Vela rows", "cycles", "change"), ()),
     ]
     for name, base_label, base, alt_label, alt in cases:
         a, b = vela(base), vela(alt)
         ca, cb = sum(c for _, c in a), sum(c for _, c in b)
-        lines.append(
-            f"| {name} | {base_label} | {_summary(a)} | {ca:,} | {alt_label} | {_summary(b)} | {cb:,} | {cb / ca - 1:+.0%} |"
-        )
+        cells = (name, base_label, _summary(a), f"{ca:,}", alt_label, _summary(b), f"{cb:,}", f"{cb / ca - 1:+.0%}")
+        lines.append(harness.row(cells))
         print(lines[-1], flush=True)
     harness.write(lines, args.out)
 

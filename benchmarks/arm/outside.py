@@ -14,7 +14,6 @@ along a non-innermost axis), and the layout inside the graph, the only part a la
 from __future__ import annotations
 
 import argparse
-import time
 
 from benchmarks import harness
 from layout_solver.arm.measure import CAUSES
@@ -29,11 +28,7 @@ def main() -> None:
     parser.add_argument("--out", help="also write the tables to this markdown file")
     args = parser.parse_args()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.arm.outside --models {args.models} "
-            f"({time.strftime('%Y-%m-%d')}; stock executorch 1.5.1 vs solver_layouts(); ethos-u55-128, Vela 5.1; "
-            "2-core machine)"
-        ),
+        harness.provenance("stock vs solver_layouts(); ethos-u55-128"),
         "",
         (
             "| model | TOSA transposes stock / solver | transpose cycles stock | solver | change | total cycles stock "

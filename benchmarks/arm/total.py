@@ -178,7 +178,7 @@ def fp_cases(names: list[str]) -> list[str]:
 
 
 def main() -> None:
-    from layout_solver.zoo.runner import run_zoo, tool_versions
+    from layout_solver.zoo.runner import run_zoo
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
@@ -197,13 +197,9 @@ def main() -> None:
         models = [m for m in models if short(m) in wanted]
     start = time.time()
     results = run_zoo(models, targets, Path(args.work), jobs=args.jobs, log=lambda m: print(m, file=sys.stderr))
-    versions = tool_versions()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.arm.total {' '.join(sys.argv[1:])} "
-            f"({time.strftime('%Y-%m-%d')}; executorch {versions['executorch']}, Vela {versions['ethos-u-vela']}, "
-            f"torch {versions['torch']}; {len(models)} models x {len(targets)} targets; "
-            f"{(time.time() - start) / 60:.0f} min of new runs on a 2-core machine)"
+        harness.provenance(
+            f"{len(models)} models x {len(targets)} targets; {(time.time() - start) / 60:.0f} min of new runs"
         ),
         "",
         (

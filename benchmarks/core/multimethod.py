@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import harness
 from layout_solver.targets import get_target
 from layout_solver.zoo.models import MULTI_METHOD_ZOO
 from layout_solver.zoo.runner import compare_named
@@ -164,14 +165,7 @@ def main() -> int:
     out = [
         "# Multi-method programs: stock, per-method and joint solving",
         "",
-        "Command: `"
-        + " ".join(
-            [
-                "LAYOUT_SOLVER_VULKAN_RUNTIME=... .venv/bin/python -m benchmarks.core.multimethod",
-                f"--models {args.models} --targets {args.targets} --rounds {args.rounds}",
-            ]
-        )
-        + "`",
+        harness.provenance("LAYOUT_SOLVER_VULKAN_RUNTIME set"),
         "",
         (
             "Vulkan: lavapipe (Mesa's CPU Vulkan driver, 2 cores), `lavapipe` cost profile, median of "

@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from benchmarks import harness
 from layout_solver.problem import parse_problem
 from layout_solver.solve import solve
 from layout_solver.synthetic import cnn_like, transformer_like
@@ -257,8 +258,10 @@ def main() -> None:
         (
             f"Problems: {len(everything)} distinct graph-shaped problems, {ops[0]}-{ops[-1]} ops "
             f"(median {ops[len(ops) // 2]}), {statistics.mean(len(b) for b in everything) / 1024:.0f} KiB of JSON "
-            f"on average, in {args.rounds} rounds of {args.distinct}. Command: `{' '.join(['python', *sys.argv])}`"
+            f"on average, in {args.rounds} rounds of {args.distinct}."
         ),
+        "",
+        harness.provenance(tools=("ortools",)),
         "",
     ]
     print("\n".join(lines), flush=True)

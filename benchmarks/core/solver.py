@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the markdown report here")
     args = parser.parse_args()
     sizes = [1200, 10_000] if args.quick else [1200, 10_000, 100_000]
-    lines = [f"Command: `python {' '.join(os.sys.argv)}` ({os.cpu_count()} cores)", ""]
+    lines = [harness.provenance(tools=("ortools",)), ""]
 
     def emit(*text: str) -> None:
         lines.extend(text)

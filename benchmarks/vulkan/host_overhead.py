@@ -13,7 +13,6 @@ device, against the number of dispatches, says what one more dispatch costs that
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
@@ -34,10 +33,7 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.vulkan.host_overhead --models {args.models} --profile "
-            f"{args.profile} --rounds {args.rounds} --runs {args.runs} ({time.strftime('%Y-%m-%d')}; the runtime's Vulkan device)"
-        ),
+        harness.provenance("the runtime's Vulkan device"),
         "",
         "| model | side | wall ms | device ms | wall - device ms | dispatches |",
         "|---|---|---|---|---|---|",

@@ -97,12 +97,8 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     base = vk_cost.load_profile(args.profile)
-    command = (
-        f".venv/bin/python -m benchmarks.vulkan.layout_search --models {args.models} --profile {args.profile} "
-        f"--variants {args.variants} --sigma {args.sigma} --seed {args.seed} --rounds {args.rounds}"
-    )
     lines = [
-        f"Command: {command} ({time.strftime('%Y-%m-%d')}; the runtime's Vulkan device; median of interleaved rounds)",
+        harness.provenance("the runtime's Vulkan device; median of interleaved rounds"),
         "",
         (
             "| model | transitions stock / solver / best variant | distinct variants | selection: solver ratio | "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import Counter
 
 from benchmarks import harness
@@ -120,10 +119,7 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.vulkan.profile --profile {args.profile} --runs {args.runs} "
-            f"({time.strftime('%Y-%m-%d')}; device times from the runtime's query pool, median of runs)"
-        ),
+        harness.provenance("device times from the runtime's query pool, median of runs"),
         "",
     ]
     for model in args.models.split(","):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 from benchmarks import harness
 from layout_solver.zoo.models import ZOO
@@ -132,11 +131,7 @@ def main() -> None:
     parser.add_argument("--out", help="also write the table and checks to this markdown file")
     args = parser.parse_args()
     lines = [
-        (
-            f"Command: .venv/bin/python -m benchmarks.vulkan.runtime --profile {args.profile} "
-            f"--rounds {args.rounds}{'' if args.models == ','.join(ZOO) else ' --models ' + args.models} (device: the runtime's Vulkan device; {time.strftime('%Y-%m-%d')}; "
-            "2-core machine; median of interleaved rounds)"
-        ),
+        harness.provenance("the runtime's Vulkan device; median of interleaved rounds"),
         "",
         (
             "| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "

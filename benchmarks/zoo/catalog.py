@@ -24,7 +24,6 @@ from collections import Counter
 import torch
 
 from benchmarks import harness
-from layout_solver.provenance import tool_versions
 from layout_solver.zoo import catalog
 
 
@@ -77,14 +76,9 @@ def main() -> None:
             stage, reason, seconds, params = check(name, args.timeout)
         rows.append((name, modality[name], stage, reason, seconds, params))
         print(f"[{k}/{len(names)}] {name}: {stage} {reason} ({seconds:.1f} s)", flush=True)
-    versions = tool_versions()
     built = [r for r in rows if r[2] == "ok"]
     lines = [
-        "Command: .venv/bin/python -m benchmarks.zoo.catalog"
-        + (f" --modality {args.modality}" if args.modality else "")
-        + (" --all-tasks" if args.all_tasks else "")
-        + f" ({time.strftime('%Y-%m-%d')}; transformers {catalog.transformers_version()}, torch {versions['torch']}; "
-        "2-core machine)",
+        harness.provenance(tools=("transformers", "torch")),
         "",
         f"- architectures: {len(rows)}; built, ran and exported: **{len(built)}**"
         + "".join(
@@ -95,12 +89,14 @@ def main() -> None:
         "- failed at: "
         + ", ".join(f"{stage} {n}" for stage, n in Counter(r[2] for r in rows if r[2] != "ok").most_common()),
         "",
-        "| model | modality | result | parameters | seconds | reason |",
-        "|---|---|---|---|---|---|",
+        *harness.table(
+            ("model", "modality", "result", "parameters", "seconds", "reason"),
+            (
+                (name, kind, "ok" if stage == "ok" else f"failed at {stage}", f"{params:,}", f"{seconds:.1f}", reason)
+                for name, kind, stage, reason, seconds, params in rows
+            ),
+        ),
     ]
-    for name, kind, stage, reason, seconds, params in rows:
-        result = "ok" if stage == "ok" else f"failed at {stage}"
-        lines.append(f"| {name} | {kind} | {result} | {params:,} | {seconds:.1f} | {reason} |")
     harness.emit(lines, args.out)
 
 

@@ -1,7 +1,7 @@
 """What a target is, and the registry every target is looked up in.
 
 A target (`Target`) knows its name, its family, the options its comparison takes, how to compare stock
-against the solver on a module, what the zoo's ratio compares (`headline`) and within what tolerance, and
+against the solver on a module, how to calibrate its costs on the present device (where it has any), what the zoo's ratio compares (`headline`) and within what tolerance, and
 what decides its results beyond the model (`cache_inputs`). Each built-in target lives in a module of its own
 in this package and is registered in `layout_solver.targets` (its `__init__`).
 """
@@ -64,6 +64,12 @@ class Target:
         """What, beyond the model, options and the project's source, decides this target's results (the zoo's
         cache key): files the user may change between runs."""
         return {}
+
+    def calibrate(self, out, **settings) -> str:
+        """Measure the present device's costs for this target and write them to `out`; returns a one-line
+        summary. ValueError says what is wrong with the settings. Targets priced by their own compiler for
+        the lowering's compile spec (Ethos-U: Vela probes) have nothing to calibrate."""
+        raise ValueError(f"{self.name}: nothing to calibrate (priced by its compiler for each compile spec)")
 
     def compare(self, module, inputs, name=None, time_limit: float = DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver for one module (layout_solver.compare.result.Comparison)."""

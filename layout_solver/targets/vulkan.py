@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from layout_solver.solve import DEFAULT_TIME_LIMIT
@@ -61,6 +62,63 @@ class VulkanTarget(Target):
         from cost_models.vulkan import profiles_digest
 
         return {"vulkan_profiles": profiles_digest()}
+
+    def calibrate(
+        self,
+        out,
+        runtime=None,
+        ops: list[str] | None = None,
+        sizes: int = 3,
+        rounds: int = 9,
+        transitions: bool = True,
+        shapes=None,
+        extend: str | None = None,
+        rescale: str | None = None,
+        command: str = "",
+        log=print,
+    ) -> str:
+        """Measure the present Vulkan device's profile (op modes and transitions) and write it to `out`; with
+        `extend`, add the new points to that measured profile; with `rescale`, re-time its reference probes and
+        write it rescaled to today's speed."""
+        from cost_models.vulkan import load_profile
+        from layout_solver.vulkan import calibrate as calibration
+        from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
+
+        unknown = sorted(set(ops or []) - set(calibration.PROBES))
+        if unknown:
+            raise ValueError(f"unknown op classes {unknown}; known: {', '.join(calibration.PROBES)}")
+        if not 1 <= sizes <= 3 or rounds < 3:
+            raise ValueError("--sizes takes 1 to 3, --rounds at least 3")
+        out = Path(out)
+        if not out.parent.is_dir():
+            raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
+        if extend and rescale:
+            raise ValueError("--extend and --rescale: one at a time (rescale the extended profile afterwards)")
+        base = None
+        for flag, given in (("--extend", extend), ("--rescale", rescale)):
+            if given:
+                try:
+                    base = load_profile(given)
+                except OSError as exc:
+                    raise ValueError(str(exc)) from exc
+                if not base.measured:
+                    raise ValueError(f"{flag} {given}: not a measured profile (it holds assumptions)")
+        try:
+            probe(runtime)
+        except VulkanRuntimeUnavailable as exc:
+            raise ValueError(str(exc)) from exc
+        if rescale:
+            profile = calibration.rescale(base, runtime, rounds=rounds, log=log, command=command)
+        else:
+            profile = calibration.calibrate(
+                runtime, ops=ops, sizes=sizes, rounds=rounds, transitions=transitions, log=log, command=command,
+                shapes=shapes, extend=base,
+            )  # fmt: skip
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(profile.model_dump_json(indent=1) + "\n")
+        tmp.replace(out)
+        modes = sum(len(t) for t in profile.op_modes.values())
+        return f"profile for {profile.device}: {modes} op modes, {len(profile.transitions)} transitions -> {out}"
 
     def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver lowering on Vulkan (compare_vulkan)."""

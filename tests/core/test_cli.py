@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from layout_solver.cli import bundled_example, main
 from layout_solver.synthetic import random_problem
 
@@ -88,3 +90,16 @@ def test_method_weights_are_checked_before_lowering(capsys):
         else:
             raise AssertionError(f"--method-weights {bad} was accepted")
         assert "method-weights" in capsys.readouterr().err
+
+
+def test_calibration_is_the_targets_own(tmp_path):
+    """Calibration is a method of the target: Vulkan measures a device profile; a target its compiler
+    prices for each compile spec says it has nothing to calibrate, before any lowering."""
+    from layout_solver.targets import get_target
+
+    with pytest.raises(ValueError, match="nothing to calibrate"):
+        get_target("ethos-u55-128").calibrate(tmp_path / "profile.json")
+    with pytest.raises(ValueError, match="unknown op classes"):
+        get_target("vulkan").calibrate(tmp_path / "profile.json", ops=["no_such_op"])
+    with pytest.raises(ValueError, match="not a directory"):
+        get_target("vulkan").calibrate(tmp_path / "missing" / "profile.json")
