@@ -41,6 +41,8 @@ from functools import cache
 from importlib import resources
 
 DTYPE_BYTES = {"int8": 1, "uint8": 1, "int16": 2, "int32": 4, "bool": 1}
+# The configuration this module's model was calibrated for (executorch's compile spec of it, Vela 5.1).
+CALIBRATED_FOR = "ethos-u55-128"
 MAX_AXIS = 1 << 16  # largest axis one U55 transpose op accepts
 MAX_INNER_32BIT_HW = 1 << 14  # and the largest innermost axis of a 32-bit H<->W swap
 WIDEST_INNER = 32  # input innermost dims above this all read at the same burst length

@@ -9,7 +9,6 @@ cannot price in constant memory.
 from __future__ import annotations
 
 import math
-from functools import cache
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -22,20 +21,22 @@ VULKAN_DTYPES = ("float32", "float16", "int32", "int8", "uint8", "bool")
 
 
 class TransposeQuery(BaseModel):
-    """Price of one transpose (Ethos-U) or representation change (Vulkan).
+    """Price of one transpose (Ethos-U, TOSA) or representation change (Vulkan). What every target's price
+    needs is checked here; what one target's needs (dtype, perm or src/dst) is checked by its pricing below,
+    which the target (`layout_solver.targets`) picks.
 
-    >>> TransposeQuery(target="ethos-u55-128", shape=[1, 8, 8, 16], perm=[0, 2, 3, 1]).dtype
-    'int8'
+    >>> TransposeQuery(target="ethos-u55-128", shape=[1, 8, 8, 16], perm=[0, 2, 3, 1]).perm
+    [0, 2, 3, 1]
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    target: str = "ethos-u55-128"  # "vulkan" or an Ethos-U configuration Vela accepts ("ethos-u85-256")
+    target: str = "ethos-u55-128"  # a registered target: "vulkan", "tosa-int", an Ethos-U configuration
     shape: list[int] = Field(min_length=1, max_length=MAX_RANK)
-    perm: list[int] | None = None  # Ethos-U55 only
-    dtype: str | None = None  # default: int8 (Ethos-U55), float32 (Vulkan)
-    form: Literal["cheapest", "as_given"] = "cheapest"  # Ethos-U55 only
-    exact: bool = False  # Ethos-U55: also ask Vela
+    perm: list[int] | None = None  # transposes (Ethos-U, TOSA)
+    dtype: str | None = None  # default: int8 (Ethos-U, TOSA), float32 (Vulkan)
+    form: Literal["cheapest", "as_given"] = "cheapest"  # Ethos-U only
+    exact: bool = False  # Ethos-U: also ask Vela
     src: str = "TEXTURE_3D:TENSOR_CHANNELS_PACKED"  # Vulkan only
     dst: str = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
     cost_profile: str | None = None  # Vulkan: built-in name or profile file
@@ -50,83 +51,89 @@ class TransposeQuery(BaseModel):
                 f"shape {self.shape} has {math.prod(self.shape):,} elements, above the limit "
                 f"{MAX_ELEMENTS:,} (32-bit tensor addressing)"
             )
-        if self.target != "vulkan" and self.target not in ethos_u_accelerators():
-            raise ValueError(f"unknown target {self.target!r}; expected vulkan or one of {ethos_u_accelerators()}")
-        if self.target != "vulkan":
-            self.dtype = self.dtype or "int8"
-            if self.dtype not in ETHOS_DTYPES:
-                raise ValueError(f"dtype {self.dtype!r} is not an Ethos-U dtype; expected one of {ETHOS_DTYPES}")
-            if self.perm is None:
-                raise ValueError("an Ethos-U transpose needs a permutation (perm)")
-            if sorted(self.perm) != list(range(len(self.shape))):
-                raise ValueError(f"perm {self.perm} is not a permutation of the {len(self.shape)} axes of {self.shape}")
-        else:
-            self.dtype = self.dtype or "float32"
-            if self.dtype not in VULKAN_DTYPES:
-                raise ValueError(f"dtype {self.dtype!r} is not a Vulkan dtype; expected one of {VULKAN_DTYPES}")
-            if self.perm is not None:
-                raise ValueError(
-                    "perm means nothing for Vulkan: a transition changes storage and packing "
-                    "(src, dst), not the dim order"
-                )
-            if self.exact or self.form != "cheapest":
-                raise ValueError("exact and form are Ethos-U options")
+        if self.perm is not None and sorted(self.perm) != list(range(len(self.shape))):
+            raise ValueError(f"perm {self.perm} is not a permutation of the {len(self.shape)} axes of {self.shape}")
         return self
 
 
-@cache
-def ethos_u_accelerators() -> tuple[str, ...]:
-    """Every Ethos-U configuration Vela compiles for."""
-    from ethosu.vela.architecture_features import Accelerator
+def _transpose_fields(query: TransposeQuery, dtypes, family: str) -> str:
+    """The dtype of a transpose query (default int8), checked against `dtypes`, with its permutation."""
+    dtype = query.dtype or "int8"
+    if dtype not in dtypes:
+        raise ValueError(f"dtype {dtype!r}: a transpose on {family} takes one of {tuple(dtypes)}")
+    if query.perm is None:
+        raise ValueError(f"a transpose on {family} needs a permutation (perm)")
+    return dtype
 
-    return tuple(a.value for a in Accelerator)
+
+def ethos_u_transpose(query: TransposeQuery, vela_flags: tuple[str, ...] | None = None) -> dict:
+    """An Ethos-U transpose's cycles, JSON-ready. With no `vela_flags` (ethos-u55-128 as executorch compiles for
+    it), `cycles` is the calibrated model (no Vela run; `exact` adds Vela's own figure); with a configuration's
+    flags, Vela prices the transpose for that configuration."""
+    from cost_models import ethos_u55, vela
+
+    dtype = _transpose_fields(query, ETHOS_DTYPES, "Ethos-U")
+    if vela_flags is None:
+        predicted = ethos_u55.transpose_cost(query.shape, query.perm, dtype, form=query.form)
+    else:
+        predicted = vela.transpose_cost(query.shape, query.perm, dtype, query.form, vela.vela_config(vela_flags))
+    result = {
+        "target": query.target,
+        "shape": query.shape,
+        "perm": query.perm,
+        "dtype": dtype,
+        "form": query.form,
+        "cycles": round(predicted.cycles, 1),
+        "npu_ops": predicted.npu_ops,
+        "source": predicted.source,
+        "priced_shape": list(predicted.shape),
+        "priced_perm": list(predicted.perm),
+        "canonical_shape": list(predicted.canonical_shape),
+        "canonical_perm": list(predicted.canonical_perm),
+    }
+    if query.exact and vela_flags is None:
+        exact = vela.transpose_cost(query.shape, query.perm, dtype, query.form)
+        result.update(vela_cycles=exact.cycles, vela_npu_ops=exact.npu_ops)
+    elif query.exact:
+        result.update(vela_cycles=predicted.cycles, vela_npu_ops=predicted.npu_ops)
+    return result
 
 
-def price(query: TransposeQuery) -> dict:
-    """The JSON-ready answer; ValueError for a representation or profile the models do not know.
+def moved_bytes_transpose(query: TransposeQuery, dtype_bytes: dict[str, int]) -> dict:
+    """A TOSA transpose priced target-neutrally: the bytes it moves (none for the identity), JSON-ready."""
+    dtype = _transpose_fields(query, dtype_bytes, "TOSA")
+    moves = query.perm != sorted(query.perm)
+    return {
+        "target": query.target,
+        "shape": query.shape,
+        "perm": query.perm,
+        "dtype": dtype,
+        "cycles": None,
+        "bytes_moved": math.prod(query.shape) * dtype_bytes[dtype] if moves else 0,
+    }
 
-    On ethos-u55-128, `cycles` is the calibrated model (no Vela run; `exact` adds Vela's own figure); on every
-    other Ethos-U configuration, Vela prices the transpose for executorch's compile spec of that target."""
-    if query.target != "vulkan":
-        from cost_models import ethos_u55, vela
 
-        if query.target == "ethos-u55-128":
-            predicted = ethos_u55.transpose_cost(query.shape, query.perm, query.dtype, form=query.form)
-        else:
-            from executorch.backends.arm.ethosu import EthosUCompileSpec
-
-            config = vela.vela_config(tuple(EthosUCompileSpec(query.target).compiler_flags))
-            predicted = vela.transpose_cost(query.shape, query.perm, query.dtype, query.form, config)
-        result = {
-            "target": query.target,
-            "shape": query.shape,
-            "perm": query.perm,
-            "dtype": query.dtype,
-            "form": query.form,
-            "cycles": round(predicted.cycles, 1),
-            "npu_ops": predicted.npu_ops,
-            "source": predicted.source,
-            "priced_shape": list(predicted.shape),
-            "priced_perm": list(predicted.perm),
-            "canonical_shape": list(predicted.canonical_shape),
-            "canonical_perm": list(predicted.canonical_perm),
-        }
-        if query.exact and query.target == "ethos-u55-128":
-            exact = vela.transpose_cost(query.shape, query.perm, query.dtype, query.form)
-            result.update(vela_cycles=exact.cycles, vela_npu_ops=exact.npu_ops)
-        elif query.exact:
-            result.update(vela_cycles=predicted.cycles, vela_npu_ops=predicted.npu_ops)
-        return result
+def vulkan_transition(query: TransposeQuery) -> dict:
+    """A Vulkan representation change's microseconds under the query's cost profile, JSON-ready."""
     from cost_models import vulkan
 
+    dtype = query.dtype or "float32"
+    if dtype not in VULKAN_DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not a Vulkan dtype; expected one of {VULKAN_DTYPES}")
+    if query.perm is not None:
+        raise ValueError(
+            "perm means nothing for Vulkan: a transition changes storage and packing (src, dst), not the dim order"
+        )
+    if query.exact or query.form != "cheapest":
+        raise ValueError("exact and form are Ethos-U options")
     profile = vulkan.load_profile(query.cost_profile)
     for representation in (query.src, query.dst):
         vulkan.split_repr(representation)
-    microseconds = vulkan.transition_cost(query.shape, query.dtype, query.src, query.dst, profile)
+    microseconds = vulkan.transition_cost(query.shape, dtype, query.src, query.dst, profile)
     return {
-        "target": "vulkan",
+        "target": query.target,
         "shape": query.shape,
-        "dtype": query.dtype,
+        "dtype": dtype,
         "src": query.src,
         "dst": query.dst,
         "profile": profile.name,

@@ -255,7 +255,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def cmd_cost(args: argparse.Namespace) -> int:
     """`layout-solver cost`: price one transpose or transition with the target's cost model (cost_models.query)."""
-    from cost_models.query import TransposeQuery, price
+    from cost_models.query import TransposeQuery
 
     fields = {
         "target": args.target,
@@ -276,7 +276,9 @@ def cmd_cost(args: argparse.Namespace) -> int:
         raise ProblemError(str(exc)) from exc
     fields = {k: v for k, v in fields.items() if k not in own or k in target.query_options}
     try:
-        result = price(TransposeQuery.model_validate({k: v for k, v in fields.items() if v is not None}))
+        result = target.price_transpose(
+            TransposeQuery.model_validate({k: v for k, v in fields.items() if v is not None})
+        )
     except ValidationError as exc:
         raise ProblemError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from exc
     except ValueError as exc:
@@ -414,8 +416,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     try:
+        from layout_solver.client import TOKEN_ENV
         from layout_solver.service.app import ServiceSettings, serve
-        from layout_solver.service.client import TOKEN_ENV
     except ImportError as exc:
         raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc
     token = args.token or os.environ.get(TOKEN_ENV) or None

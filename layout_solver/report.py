@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from layout_solver.client import solve_problem
 from layout_solver.joint_lowering import current_partition, program_links, solve_partition
 from layout_solver.problem import Problem, Solution
-from layout_solver.service.client import solve_problem
 from layout_solver.solver_pass import SolverPassRun
 
 

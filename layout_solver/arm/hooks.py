@@ -17,10 +17,10 @@ import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from layout_solver.client import solve_problem
 from layout_solver.joint_lowering import JointReports, joint_preprocess
 from layout_solver.multimethod import SubproblemCache
 from layout_solver.report import collecting_reports
-from layout_solver.service.client import solve_problem
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 # Stock heuristics the solver takes over: they push permutes through views and merge them without a cost

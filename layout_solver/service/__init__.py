@@ -1,10 +1,10 @@
-"""The solver as a service: `layout-solver serve` (HTTP/JSON) and the client passes use (the solution cache it
-keeps is the core's `layout_solver.solution_cache`, which multi-method solves share).
+"""The solver as a service: `layout-solver serve` (HTTP/JSON) (the solution cache it keeps is the core's
+`layout_solver.solution_cache`, which multi-method solves share).
 
-- `app.py`: the FastAPI application (routes, limits, auth, metrics) and `serve()`.
+- `app.py`: the FastAPI application (routes, limits, auth, metrics) and `serve()`; its cost query prices
+  with the target the query names (`layout_solver.targets`).
 - `pool.py`: solves in worker processes, with hard time limits and crash isolation.
-- `client.py`: `solve_problem()`, which passes and the zoo call: the service if one is
-  configured (argument or $LAYOUT_SOLVER_SERVICE), else, or when it fails, in-process.
 
-Only `client.py` is imported by the lowering path; it needs nothing beyond the standard library.
+The lowering path never imports this package: what passes call is `layout_solver.client.solve_problem()`
+(the service if one is configured, else in-process; the standard library only).
 """

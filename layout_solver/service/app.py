@@ -364,8 +364,10 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     @app.post("/v1/cost/transpose")
     async def cost_transpose(request: Request) -> dict:
-        """Price one transpose (Ethos-U55) or representation change (Vulkan): a TransposeQuery in the body."""
-        from cost_models.query import TransposeQuery, price
+        """Price one transpose (Ethos-U, TOSA) or representation change (Vulkan), as its target prices it: a
+        TransposeQuery in the body."""
+        from cost_models.query import TransposeQuery
+        from layout_solver.targets import get_target
 
         body = await read_body(request, COST_BODY_LIMIT)
         try:
@@ -379,7 +381,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
                 ),
             ) from exc
         try:
-            return await run_in_threadpool(price, query)
+            return await run_in_threadpool(get_target(query.target).price_transpose, query)
         except ValueError as exc:
             raise ServiceError(422, str(exc)) from exc
 

@@ -65,6 +65,12 @@ class Target:
         cache key): files the user may change between runs."""
         return {}
 
+    def price_transpose(self, query) -> dict:
+        """One transpose or layout change priced by this target's cost model (a cost_models.query.TransposeQuery;
+        the answer JSON-ready, as `layout-solver cost transpose` and the service's /v1/cost/transpose give it).
+        ValueError says what the query lacks for this target."""
+        raise ValueError(f"{self.name}: no cost query")
+
     def calibrate(self, out, **settings) -> str:
         """Measure the present device's costs for this target and write them to `out`; returns a one-line
         summary. ValueError says what is wrong with the settings. Targets priced by their own compiler for

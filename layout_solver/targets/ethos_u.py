@@ -52,6 +52,15 @@ class EthosUTarget(Target):
 
         return vela_config(tuple(self.compile_spec().compiler_flags))
 
+    def price_transpose(self, query) -> dict:
+        """A transpose's cycles: on the configuration the Ethos-U55 model was calibrated for, that model (no
+        Vela run); on any other, Vela for this configuration's compile flags."""
+        from cost_models import ethos_u55
+        from cost_models import query as queries
+
+        calibrated = self.name == ethos_u55.CALIBRATED_FOR
+        return queries.ethos_u_transpose(query, None if calibrated else tuple(self.compile_spec().compiler_flags))
+
     def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver lowering for this configuration (compare_ethos_u)."""
         self.check_options(options)

@@ -29,6 +29,8 @@ from layout_solver.targets.base import Target
 TOSA_SPEC = "TOSA-1.0+INT"
 # graph_io.tosa names TOSA's dtypes: the integer ones as cost_models.ethos_u55 does, the float ones its own way.
 DTYPE_BYTES = {**ethos_u55.DTYPE_BYTES, "fp16": 2, "bf16": 2, "fp32": 4, "int48": 6}
+# The same, under the names the cost query takes (torch's).
+QUERY_DTYPE_BYTES = {**ethos_u55.DTYPE_BYTES, "float16": 2, "bfloat16": 2, "float32": 4}
 
 
 def transpose_figures(ops) -> dict:
@@ -122,6 +124,12 @@ class TosaTarget(Target):
     def description(self) -> str:
         """The pipeline, as "TOSA 1.0 INT (no compiler; moved bytes)"."""
         return "TOSA 1.0 INT (no compiler; moved bytes)"
+
+    def price_transpose(self, query) -> dict:
+        """A transpose priced as the stage prices this target: the bytes it moves."""
+        from cost_models.query import moved_bytes_transpose
+
+        return moved_bytes_transpose(query, QUERY_DTYPE_BYTES)
 
     def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver lowering of `module` to a TOSA INT program (compare_tosa)."""

@@ -63,6 +63,12 @@ class VulkanTarget(Target):
 
         return {"vulkan_profiles": profiles_digest()}
 
+    def price_transpose(self, query) -> dict:
+        """A representation change's microseconds under the query's cost profile (default mobile-gpu)."""
+        from cost_models.query import vulkan_transition
+
+        return vulkan_transition(query)
+
     def calibrate(
         self,
         out,

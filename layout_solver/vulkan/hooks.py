@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cost_models import vulkan as vk_cost
+from layout_solver.client import solve_problem
 from layout_solver.joint_lowering import JointReports, joint_preprocess
 from layout_solver.multimethod import SubproblemCache
 from layout_solver.report import PassReport, collecting_reports
-from layout_solver.service.client import solve_problem
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.vulkan.passes import CountingTagMemoryMetaPass, SolverTagMemoryMetaPass
 

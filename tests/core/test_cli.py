@@ -103,3 +103,14 @@ def test_calibration_is_the_targets_own(tmp_path):
         get_target("vulkan").calibrate(tmp_path / "profile.json", ops=["no_such_op"])
     with pytest.raises(ValueError, match="not a directory"):
         get_target("vulkan").calibrate(tmp_path / "missing" / "profile.json")
+
+
+def test_cost_query_is_priced_by_the_target(capsys):
+    """`cost transpose` asks the registered target: moved bytes for TOSA INT (none for a reshape-like identity),
+    and a target without a cost model of that kind says so."""
+    assert main(["cost", "transpose", "--target", "tosa-int", "--shape", "1,4,8,2", "--perm", "0,2,3,1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["bytes_moved"] == 4 * 8 * 2
+    assert main(["cost", "transpose", "--target", "tosa-int", "--shape", "3,5", "--perm", "0,1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["bytes_moved"] == 0
+    assert main(["cost", "transpose", "--target", "tosa-int", "--shape", "3,5", "--perm", "1,0", "--dtype", "x"]) == 2
+    assert "a transpose on TOSA takes one of" in capsys.readouterr().err

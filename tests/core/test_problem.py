@@ -140,7 +140,7 @@ def test_core_does_not_import_torch():
 def test_service_layers_import_what_they_need_only():
     """The client the passes use needs only the standard library; the server and pool need no torch."""
     code = (
-        "import sys, layout_solver.service.client, cost_models.query;"
+        "import sys, layout_solver.client, cost_models.query;"
         "bad = [m for m in ('fastapi', 'uvicorn', 'pebble', 'prometheus_client', 'torch') if m in sys.modules];"
         "assert not bad, bad;"
         "import layout_solver.service.app, layout_solver.service.pool;"

@@ -19,8 +19,8 @@ import pytest
 
 from layout_solver import solve
 from layout_solver.cli import bundled_example
+from layout_solver.client import SERVICE_ENV, solve_problem
 from layout_solver.problem import Solution, parse_problem
-from layout_solver.service.client import SERVICE_ENV, solve_problem
 from layout_solver.solution_cache import CacheEntry, SolutionCache
 from layout_solver.synthetic import cnn_like, window_problem
 
@@ -232,12 +232,15 @@ def test_schema_cost_docs_and_metrics(server):
         "/v1/cost/transpose", json={"target": "vulkan", "shape": [1, 16, 32, 64], "dst": "BUFFER:TENSOR_WIDTH_PACKED"}
     )
     assert vk.status_code == 200 and vk.json()["microseconds"] > 0
+    tosa = client.post("/v1/cost/transpose", json={"target": "tosa-int", "shape": [1, 4, 8, 2], "perm": [0, 2, 3, 1]})
+    assert tosa.status_code == 200 and tosa.json()["bytes_moved"] == 64
     for query, words in (
         ({"shape": [1, 0], "perm": [0, 1]}, ">= 1"),
         ({"shape": [2, 3], "perm": [0, 0]}, "not a permutation"),
         ({"target": "vulkan", "shape": [4], "src": "FOO"}, "not a Vulkan representation"),
         ({"shape": [4]}, "needs a permutation"),
         ({"target": "vulkan", "shape": [4], "perm": [0]}, "perm means nothing"),
+        ({"target": "no-such-npu", "shape": [4], "perm": [0]}, "unknown target 'no-such-npu'; known: ethos-u55-32"),
     ):
         r = client.post("/v1/cost/transpose", json=query)
         assert r.status_code == 422 and words in r.json()["detail"], (query, r.text)
