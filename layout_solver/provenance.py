@@ -43,6 +43,18 @@ def node_signature(node) -> bytes:
                  getattr(val, "dtype", None))).encode()  # fmt: skip
 
 
+def graph_content(nodes, node_bytes=lambda node: b"") -> bytes:
+    """A graph's content for a content key, whatever order its nodes come in: the placeholders in order (they
+    are the graph's input positions), then every node's signature (with `node_bytes(node)`, e.g. its
+    constant's values) hashed and sorted. A node's arguments name the nodes it reads, so the sorted signatures
+    still pin the wiring. executorch 1.5.1 can hand the same graph over in another topological order from one
+    process to the next; a key that read the order missed its own stored answer in about half the processes."""
+    nodes = list(nodes)
+    placeholders = repr([n.name for n in nodes if n.op == "placeholder"]).encode()
+    signatures = sorted(hashlib.sha1(node_signature(n) + node_bytes(n)).digest() for n in nodes)
+    return placeholders + b"".join(signatures)
+
+
 def tensor_bytes(tensor) -> bytes:
     """A tensor's raw bytes for a content key, whatever its dtype (bfloat16 has no numpy twin, so the bytes are
     read as uint8). Raises RuntimeError or TypeError for a dtype with no byte view (quantized tensors)."""

@@ -26,7 +26,7 @@ from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.arm.validate import GraphSnapshot, snapshot, validate
 from layout_solver.joint_lowering import in_joint_lowering
 from layout_solver.problem import Solution
-from layout_solver.provenance import node_signature, source_digest, tensor_bytes, tool_versions
+from layout_solver.provenance import graph_content, source_digest, tensor_bytes, tool_versions
 from layout_solver.report import PassReport, lowering_solver, record, solver_report
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.solver_pass import SolverPass
@@ -103,11 +103,13 @@ def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmP
     """A digest of everything the stage's answer depends on: the graph (nodes, arguments, tensor metadata), the
     values of its constants, the pricing's configuration, the pinned rule kinds, the tool versions and the
     project's source."""
-    digest = hashlib.sha1()
-    for node in graph_module.graph.nodes:
-        digest.update(node_signature(node))
+
+    def constant_bytes(node) -> bytes:
         if node.op in ("placeholder", "get_attr") and isinstance(tensor := constant_value(node), torch.Tensor):
-            digest.update(tensor_bytes(tensor))
+            return tensor_bytes(tensor)
+        return b""
+
+    digest = hashlib.sha1(graph_content(graph_module.graph.nodes, constant_bytes))
     digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest()]).encode())
     return digest.hexdigest()
 

@@ -23,15 +23,13 @@ from pathlib import Path
 
 from cost_models.store import JsonStore, default_store
 from cost_models.vela import compile_network, vela_config
-from layout_solver.provenance import node_signature, source_digest, tensor_bytes, tool_versions
+from layout_solver.provenance import graph_content, source_digest, tensor_bytes, tool_versions
 
 
 def delegate_digest(edge_program, flags) -> str:
     """A digest of everything that decides how a delegate lowers: its graph (nodes and tensor metadata), its
     constants' values, the compile flags, the tool versions and the project's source."""
-    digest = hashlib.sha1()
-    for node in edge_program.graph.nodes:
-        digest.update(node_signature(node))
+    digest = hashlib.sha1(graph_content(edge_program.graph.nodes))
     for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
         digest.update(name.encode())
         if hasattr(tensor, "detach"):
