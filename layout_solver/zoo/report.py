@@ -268,11 +268,28 @@ def report_markdown(table: list[dict]) -> str:
                 f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |"
             )
         lines.append("")
+    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) not in ("ethos-u", "vulkan")):
+        lines += _measures_table(target, [r for r in table if r["target"] == target])
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
         lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
     lines += ["Plots: `total_cycles*.png`, `transpose_cycles*.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
     return "\n".join(lines)
+
+
+def _measures_table(target: str, mine: list[dict]) -> list[str]:
+    """A target's detail table from what it says it measures (`Target.row_fields`), stock / solver per column:
+    the section of any target without a table of its own."""
+    fields = get_target(target).row_fields
+    lines = [f"## {get_target(target).description}: {target}", "",
+             "| model | status | " + " | ".join(f"{f} stock / solver" for f in fields) + " | ratio | equivalent |",
+             "|" + "---|" * (len(fields) + 4)]  # fmt: skip
+    for r in mine:
+        cells = [f"{r[f'stock_{f}']} / {r[f'solver_{f}']}" for f in fields]
+        lines.append(
+            f"| {r['model']} | {r['status']} | " + " | ".join(cells) + f" | {r['ratio']} | {r['equivalent']} |"
+        )
+    return [*lines, ""]
 
 
 def plot(table: list[dict], out: Path) -> None:

@@ -36,3 +36,16 @@ def test_options_of_other_targets_are_refused(capsys):
 
     assert main(["compare", f"{TINY}:residual", "--target", "tosa-int", "--execute"]) == 2
     assert "Vulkan options" in capsys.readouterr().err
+
+
+def test_the_zoo_report_has_a_section_from_what_the_target_measures(tmp_path):
+    """A target with no hand-written report table gets one from its own measures (`Target.row_fields`)."""
+    from layout_solver.cli import main
+
+    assert (
+        main(["zoo", "--models", f"{TINY}:residual", "--target", "tosa-int", "--jobs", "1", "--out", str(tmp_path)])
+        == 0
+    )
+    report = (tmp_path / "report.md").read_text()
+    section = report[report.index("## TOSA 1.0 INT (no compiler; moved bytes): tosa-int") :]
+    assert "| transition_cost stock / solver |" in section and "| 512.0 / 256.0 |" in section
