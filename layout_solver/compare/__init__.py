@@ -70,6 +70,7 @@ def _single_table(result: dict) -> str:
         "equivalent_on_example_inputs",
         "max_abs_diff_on_example_inputs",
         "run_ratio",
+        "run_ratio_paired",
         "measured_delta_us",
         "predicted_delta_us",
         "max_abs_diff_stock_vs_solver",

@@ -3,6 +3,8 @@ and both sides' programs run on the Vulkan device against eager."""
 
 from __future__ import annotations
 
+import statistics
+
 
 def lower_vulkan(module, inputs: tuple, context) -> tuple[bytes, list]:
     """One Vulkan lowering of a fresh export inside `context()` (stock_layouts or solver_layouts):
@@ -56,6 +58,11 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
     stock, solver = ran.get("stock"), ran.get("solver")
     if stock and solver and stock.run_ms and solver.run_ms:
         extra["run_ratio"] = round(solver.run_ms / stock.run_ms, 4)
+        if len(solver.run_ms_all) == len(stock.run_ms_all) > 0:
+            # each round runs both programs back to back: the median of the rounds' own ratios cancels the drift
+            # between rounds that the ratio of the two medians keeps
+            paired = [o / s for o, s in zip(solver.run_ms_all, stock.run_ms_all, strict=True) if s > 0]
+            extra["run_ratio_paired"] = round(statistics.median(paired), 4) if paired else None
         extra["measured_delta_us"] = round((solver.run_ms - stock.run_ms) * 1000.0, 1)
         extra["predicted_delta_us"] = round(sides["solver"]["modelled_us"] - sides["stock"]["modelled_us"], 1)
     if stock and solver and stock.executed and solver.executed:

@@ -230,7 +230,8 @@ def test_compare_cli_executes_on_the_device(runtime, capsys):
         assert result[side]["executed"] is True
         assert result[side]["max_abs_diff_vs_eager"] <= TOLERANCE
         assert result[side]["run_ms"] > 0
-    assert {"run_ratio", "measured_delta_us", "predicted_delta_us"} <= set(result)
+    assert {"run_ratio", "run_ratio_paired", "measured_delta_us", "predicted_delta_us"} <= set(result)
+    assert 0 < result["run_ratio_paired"] < 10
 
 
 def test_compare_cli_without_a_runtime_says_how_to_get_one(capsys, monkeypatch):
