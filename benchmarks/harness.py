@@ -12,8 +12,9 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from importlib import metadata
 from pathlib import Path
+
+from layout_solver.provenance import tool_versions
 
 # The tools a results line names, in this order, as "name version" (the ones installed).
 NAMED_TOOLS = {"executorch": "executorch", "ethos-u-vela": "Vela", "torch": "torch", "transformers": "transformers"}
@@ -35,13 +36,8 @@ def command() -> str:
 
 def versions(tools: Iterable[str] = NAMED_TOOLS) -> str:
     """'executorch 1.5.1, Vela 5.1.0, torch 2.13.0+cpu' for the tools given that are installed."""
-    found = []
-    for tool in tools:
-        try:
-            found.append(f"{NAMED_TOOLS.get(tool, tool)} {metadata.version(tool)}")
-        except metadata.PackageNotFoundError:
-            continue
-    return ", ".join(found)
+    installed = tool_versions(tuple(tools))
+    return ", ".join(f"{NAMED_TOOLS.get(t, t)} {v}" for t, v in installed.items() if v != "absent")
 
 
 def provenance(note: str = "", tools: Iterable[str] = NAMED_TOOLS) -> str:

@@ -12,10 +12,10 @@ TOOLS = ("layout-solver", "executorch", "torch", "ethos-u-vela", "tosa-tools", "
 
 
 @cache
-def tool_versions() -> dict[str, str]:
-    """The installed version of every tool that can change a number."""
+def tool_versions(tools: tuple[str, ...] = TOOLS) -> dict[str, str]:
+    """The installed version of every tool that can change a number (or of `tools`); "absent" if not installed."""
     versions = {}
-    for tool in TOOLS:
+    for tool in tools:
         try:
             versions[tool] = metadata.version(tool)
         except metadata.PackageNotFoundError:
@@ -48,7 +48,8 @@ def graph_content(nodes, node_bytes=lambda node: b"") -> bytes:
     are the graph's input positions), then every node's signature (with `node_bytes(node)`, e.g. its
     constant's values) hashed and sorted. A node's arguments name the nodes it reads, so the sorted signatures
     still pin the wiring. executorch 1.5.1 can hand the same graph over in another topological order from one
-    process to the next; a key that read the order missed its own stored answer in about half the processes."""
+    process to the next (resnet8: two orders in five processes); a key that read the order missed the answer an
+    earlier process stored."""
     nodes = list(nodes)
     placeholders = repr([n.name for n in nodes if n.op == "placeholder"]).encode()
     signatures = sorted(hashlib.sha1(node_signature(n) + node_bytes(n)).digest() for n in nodes)

@@ -17,7 +17,6 @@ where the last one stopped.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import tempfile
@@ -64,7 +63,7 @@ def run_chunk(tests: list[str], stage: str, folder: Path, work: Path | None) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--ops", default=",".join(conformance.LAYOUT_RELEVANT))
     parser.add_argument("--all", action="store_true", help="every op-test file of the suite (overrides --ops)")
     parser.add_argument("--keyword", default="tosa_INT", help="pytest -k expression (default %(default)s)")
@@ -72,7 +71,6 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=150, help="about this many tests per pytest process")
     parser.add_argument("--jobs", type=int, default=1, help="pytest processes at a time (default %(default)s)")
     parser.add_argument("--work", help="keep each chunk's outcomes here; a rerun resumes")
-    parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     files = (
         conformance.peer_test_files() + conformance.other_peer_test_files()

@@ -12,7 +12,6 @@ With --shrink every violation is shrunk in this process and written as a Python 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -77,13 +76,12 @@ def summary(records: list[dict], target: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--seeds", default="0-199", help="a range A-B (inclusive)")
     parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--work", default="zoo-out/arm_generated", help="results cache (a rerun resumes)")
     parser.add_argument("--shrink", action="store_true", help="shrink each violation and write it as a module")
-    parser.add_argument("--out", help="write the tables to this markdown file")
     args = parser.parse_args()
     models = expand_names([f"generated:{args.seeds}"])
     targets = args.targets.split(",")

@@ -24,7 +24,6 @@ summarised by its median and a bootstrap 95% confidence interval: pairing cancel
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import gc
@@ -102,7 +101,7 @@ def paired_ratio(stock: list[float], solver: list[float]) -> tuple[float, float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join(ARM_ZOO))
     parser.add_argument("--target", default="ethos-u55-128", help="an Ethos-U configuration")
     parser.add_argument("--rounds", type=int, default=3, help="at least this many rounds per model")
@@ -113,7 +112,6 @@ def main() -> None:
         help="and more rounds until each side has lowered for this long (small models: their round-to-round "
         "spread is larger than the difference being measured)",
     )
-    parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     lines = [
         harness.provenance(

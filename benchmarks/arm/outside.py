@@ -13,8 +13,6 @@ along a non-innermost axis), and the layout inside the graph, the only part a la
 
 from __future__ import annotations
 
-import argparse
-
 from benchmarks import harness
 from layout_solver.arm.measure import CAUSES
 from layout_solver.zoo.runner import compare_named
@@ -23,19 +21,30 @@ from layout_solver.zoo.runner import compare_named
 def main() -> None:
     from layout_solver.zoo import outside
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join(outside.MODELS))
-    parser.add_argument("--out", help="also write the tables to this markdown file")
     args = parser.parse_args()
     lines = [
         harness.provenance("stock vs solver_layouts(); ethos-u55-128"),
         "",
-        (
-            "| model | TOSA transposes stock / solver | transpose cycles stock | solver | change | total cycles stock "
-            "| solver | change | equivalent | vs quantized eager: stock / solver (max quant steps) | lower s stock "
-            "| solver | algebraic modes (solver) |"
+        *harness.table(
+            (
+                "model",
+                "TOSA transposes stock / solver",
+                "transpose cycles stock",
+                "solver",
+                "change",
+                "total cycles stock",
+                "solver",
+                "change",
+                "equivalent",
+                "vs quantized eager: stock / solver (max quant steps)",
+                "lower s stock",
+                "solver",
+                "algebraic modes (solver)",
+            ),
+            (),
         ),
-        "|" + "---|" * 13,
     ]
     print("\n".join(lines), flush=True)
     results = {}

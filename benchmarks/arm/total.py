@@ -21,7 +21,6 @@ counts per case.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -180,14 +179,13 @@ def fp_cases(names: list[str]) -> list[str]:
 def main() -> None:
     from layout_solver.zoo.runner import run_zoo
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--targets", default="ethos-u55-128,ethos-u85-256")
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--models", help="only these (names as in the table)")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--work", default="zoo-out/arm_total", help="results cache (a rerun resumes)")
     parser.add_argument("--fp-cases", action="store_true", help="also run the transpose-count suite in TOSA FP")
-    parser.add_argument("--out", help="write the tables to this markdown file")
     args = parser.parse_args()
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # flatc, for the FP counts
     targets = args.targets.split(",")

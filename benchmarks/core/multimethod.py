@@ -16,7 +16,6 @@ per-method on the weighted objective, every program runs and matches, no constan
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -156,11 +155,10 @@ def section(r: dict, warm: dict | None) -> tuple[list[str], list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join(MULTI_METHOD_ZOO))
     parser.add_argument("--targets", default="ethos-u55-128,vulkan")
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     out = [
         "# Multi-method programs: stock, per-method and joint solving",
@@ -201,7 +199,7 @@ def main() -> int:
     text = "\n".join(out)
     print(text)
     if args.out:
-        args.out.write_text(text)
+        Path(args.out).write_text(text)
     return 1 if failures else 0
 
 

@@ -19,7 +19,6 @@ within 20% of in-process.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import http.client
 import os
@@ -237,14 +236,13 @@ def zoo_equivalence(models: str, url: str, token: str, out: Path) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--requests", type=int, default=2000, help="cached requests")
     parser.add_argument("--distinct", type=int, default=300, help="distinct (uncached) problems per round")
     parser.add_argument("--rounds", type=int, default=3, help="uncached rounds, in-process and service in turn")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--zoo", help="comma-separated zoo models to run with and without --service")
-    parser.add_argument("--out", help="write the markdown report here")
     args = parser.parse_args()
     everything = zoo_sized_problems(args.distinct * args.rounds)
     sets = [everything[r :: args.rounds] for r in range(args.rounds)]  # distinct problems per round: all uncached

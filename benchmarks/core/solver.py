@@ -19,7 +19,6 @@ window-40 gap <= 2% and uniform random gap <= 10%; 100k ops within 1.5 GB.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import itertools
 import os
@@ -283,13 +282,12 @@ def suite_mincut(sizes: list[int], time_limit: float, emit) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="1.2k and 10k ops only")
     parser.add_argument("--suite", default="blocks,irregular,mincut")
     parser.add_argument("--time-limit", type=float, default=10.0, help="irregular and min-cut suites (default 10)")
     parser.add_argument("--blocks-time-limit", type=float, default=60.0)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--out", help="write the markdown report here")
     args = parser.parse_args()
     sizes = [1200, 10_000] if args.quick else [1200, 10_000, 100_000]
     lines = [harness.provenance(tools=("ortools",)), ""]

@@ -12,8 +12,6 @@ device, against the number of dispatches, says what one more dispatch costs that
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from benchmarks import harness
@@ -25,12 +23,11 @@ from layout_solver.zoo.models import ZOO, build
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument("--profile", default="lavapipe")
     parser.add_argument("--rounds", type=int, default=21, help="timed wall-clock rounds per program")
     parser.add_argument("--runs", type=int, default=7, help="profiled runs per program (device times)")
-    parser.add_argument("--out")
     args = parser.parse_args()
     lines = [
         harness.provenance("the runtime's Vulkan device"),

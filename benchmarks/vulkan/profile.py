@@ -11,7 +11,6 @@ both sides: the change in one column and not the other is where a prediction goe
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 
@@ -112,11 +111,10 @@ def table(model: str, measured: dict[str, Counter], modelled: dict[str, Counter]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join([*ZOO, "decoder_kv"]))
     parser.add_argument("--profile", default="lavapipe")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--out")
     args = parser.parse_args()
     lines = [
         harness.provenance("device times from the runtime's query pool, median of runs"),

@@ -18,7 +18,6 @@ time (the two run back to back), which cancels the drift between rounds that the
 
 from __future__ import annotations
 
-import argparse
 import statistics
 
 from benchmarks import harness
@@ -122,7 +121,7 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default=",".join(ZOO))
     parser.add_argument(
         "--profile",
@@ -132,16 +131,26 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--runtime", help="runtime plugin (default $LAYOUT_SOLVER_VULKAN_RUNTIME)")
-    parser.add_argument("--out", help="also write the table and checks to this markdown file")
     args = parser.parse_args()
     lines = [
         harness.provenance("the runtime's Vulkan device; median of interleaved rounds"),
         "",
-        (
-            "| model | transitions stock / solver | runs stock / solver | max abs diff vs eager stock / solver | "
-            "stock ms | solver ms | ratio | paired ratio | predicted ratio | measured change us | predicted change us |"
+        *harness.table(
+            (
+                "model",
+                "transitions stock / solver",
+                "runs stock / solver",
+                "max abs diff vs eager stock / solver",
+                "stock ms",
+                "solver ms",
+                "ratio",
+                "paired ratio",
+                "predicted ratio",
+                "measured change us",
+                "predicted change us",
+            ),
+            (),
         ),
-        "|" + "---|" * 11,
     ]
     print("\n".join(lines), flush=True)
     rows = {}

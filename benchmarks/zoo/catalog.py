@@ -12,7 +12,6 @@ why. Stock-against-solver comparisons of the catalog run through the zoo: `layou
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import logging
@@ -60,11 +59,10 @@ def check(name: str, timeout: int) -> tuple[str, str, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.parser(__doc__)
     parser.add_argument("--modality", choices=catalog.MODALITIES)
     parser.add_argument("--all-tasks", action="store_true", help="every (architecture, task), not one task each")
     parser.add_argument("--timeout", type=int, default=180, help="seconds per architecture (default %(default)s)")
-    parser.add_argument("--out", help="also write the table to this markdown file")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
