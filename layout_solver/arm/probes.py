@@ -28,7 +28,7 @@ import torch
 
 from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
 from graph_io.fx import dtype_name, tensor_of
-from layout_solver.arm.op_rules import MatMul, SameOrder, rule_for, short_target
+from layout_solver.arm.op_rules import MatMul, Reduction, SameOrder, rule_for, short_target
 from layout_solver.arm.orders import Order, compose, inverse, view_output_order
 
 log = logging.getLogger(__name__)
@@ -261,10 +261,7 @@ _REDUCE = {"sum.dim_IntList": "REDUCE_SUM", "amax.default": "REDUCE_MAX", "amin.
 
 @translates(*_REDUCE)
 def _reduce(w, node, reads, order):
-    source = node.args[0]
-    rank = tensor_of(source).dim()
-    dims = node.args[1] if len(node.args) > 1 else list(range(rank))
-    dims = [d % rank for d in (dims if isinstance(dims, (list, tuple)) else [dims])]
+    source, dims = node.args[0], Reduction.axes(node)
     x, ops = w.tensor(source, reads[0]), []
     shape = [int(tensor_of(source).shape[i]) for i in order]
     name = _REDUCE[short_target(node)]

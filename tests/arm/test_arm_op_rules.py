@@ -117,6 +117,40 @@ def test_a_reduction_is_priced_where_its_axis_lands():
     assert 0.0 < cost["0,1,2,3"] < cost["0,3,1,2"]
 
 
+def test_a_reduction_along_an_outer_axis_is_offered_its_axis_innermost():
+    """An int32 sum over H of an NHWC tensor (global response normalisation's sum over H and W, one axis at a
+    time as DecomposeSumPass leaves it): Vela transposes the 32-bit operand before reducing an outer axis,
+    which on Ethos-U85 costs several times a reduction along the innermost one. The rule offers the order with
+    H innermost, and Vela for ethos-u85-256 prices that mode far below the identity's."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+    from layout_solver.arm.pricing import pricing_for
+
+    gm, _ = _graph(lambda g, xs: [_call(g, aten.sum.dim_IntList, xs[0], [1], True)], [(1, 16, 16, 64)])
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "call_function"):
+            node.meta["val"] = node.meta["val"].to(torch.int32)
+    arm = build_problem(gm, pricing=pricing_for(EthosUCompileSpec("ethos-u85-256")))
+    reduction = next(op for op in arm.problem.ops if op.target == "sum.dim_IntList")
+    cost = {m.name: m.cost for m in reduction.modes}
+    assert cost["0,2,3,1"] < cost["0,1,2,3"] / 2, cost
+
+
+def test_a_repeat_is_offered_its_repeated_axes_outermost():
+    """An int32 repeat along the innermost axis (BEiT's relative position index, computed in the program, tiles
+    [64, 64, 1] to [64, 64, 2] twenty times): Vela runs a TILE as one memory copy per repeat, element-strided
+    when the repeated axis is inner. The rule offers the order with that axis outermost, where each copy is one
+    contiguous block, and Vela for ethos-u55-128 prices that mode at a fraction of the identity's."""
+    gm, _ = _graph(lambda g, xs: [_call(g, aten.repeat.default, xs[0], [1, 1, 2])], [(64, 64, 1)])
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "call_function"):
+            node.meta["val"] = node.meta["val"].to(torch.int32)
+    arm = build_problem(gm, pricing=default_vela_pricing())
+    repeat = next(op for op in arm.problem.ops if op.target == "repeat.default")
+    cost = {m.name: m.cost for m in repeat.modes}
+    assert cost["2,0,1"] < cost["0,1,2"] / 4, cost
+
+
 def test_registered_pinned_and_unknown_ops_keep_the_identity_order():
     def body(graph, xs):
         y = _call(graph, aten.permute_copy.default, xs[0], NHWC)

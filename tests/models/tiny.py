@@ -199,3 +199,24 @@ class Resample(nn.Module):
 
 def resample():
     return Resample(), (torch.randn(1, 3, 8, 8),)
+
+
+class ResponseNorm(nn.Module):
+    """ConvNeXt V2's global response normalisation on a channels-last map between two linear layers (as in its
+    blocks, here with no permute nearby to offer other orders): the squared map summed over H and W, one
+    REDUCE_SUM per axis of the 32-bit operand the INT pipeline rescales to."""
+
+    def __init__(self, channels: int = 64):
+        super().__init__()
+        self.mix = nn.Linear(channels, channels)
+        self.out = nn.Linear(channels, channels)
+        self.gamma = nn.Parameter(torch.rand(1, 1, 1, channels))
+
+    def forward(self, x):
+        x = self.mix(x)
+        norm = torch.norm(x, p=2, dim=(1, 2), keepdim=True)
+        return self.out(self.gamma * x * (norm / (norm.mean(dim=-1, keepdim=True) + 1e-6)) + x)
+
+
+def response_norm():
+    return ResponseNorm(), (torch.randn(1, 16, 16, 64),)
