@@ -28,7 +28,7 @@ import torch
 
 from graph_io.arm import ArgRemap
 from graph_io.fx import dtype_name, tensor_of
-from layout_solver.arm.orders import Order, compose, inverse, order_label, view_output_order
+from layout_solver.arm.orders import Order, axes_moved, compose, inverse, order_label, view_output_order
 
 MAX_DOMAIN = 6  # candidate orders per value: enough for every permute chain seen, small enough to solve fast
 
@@ -368,9 +368,9 @@ class Reduction(SameOrder):
         # Offer the order with the reduced axes innermost (the others keep their places): Vela's own transpose
         # before a reduction along an outer axis moves the 32-bit accumulator operand, which on Ethos-U85 costs
         # far more than moving the 8-bit tensor once upstream; the pricing sets one against the other.
-        rank, axes = tensor_of(node).dim(), sorted(set(self.axes(node)))
-        order = tuple(a for a in range(rank) if a not in axes) + tuple(axes)
-        if rank > 1 and order != tuple(range(rank)):
+        rank = tensor_of(node).dim()
+        order = axes_moved(rank, sorted(set(self.axes(node))), innermost=True)
+        if order != tuple(range(rank)):
             domains.offer(node, order)
 
 
@@ -403,8 +403,7 @@ class Repeat(SameOrder):
         # element-strided copy when it is inner (ethos-u55-128, int32 [64, 64, 1] x [1, 1, 2]: 262,568 cycles;
         # stored [1, 64, 64] x [2, 1, 1]: 34,048). The pricing sets that against what the order costs around it.
         multiples = node.args[1]
-        repeated = [a for a, m in enumerate(multiples) if int(m) > 1]
-        order = tuple(repeated) + tuple(a for a in range(len(multiples)) if a not in repeated)
+        order = axes_moved(len(multiples), [a for a, m in enumerate(multiples) if int(m) > 1], innermost=False)
         if order != tuple(range(len(multiples))):
             domains.offer(node, order)
 

@@ -41,6 +41,17 @@ def compose(a, b) -> Order:
     return tuple(a[i] for i in b)
 
 
+def axes_moved(rank: int, axes, innermost: bool) -> Order:
+    """The order that stores `axes` (in their own order) innermost, or outermost, the other axes keeping theirs.
+
+    >>> axes_moved(4, [1], innermost=True), axes_moved(3, [2], innermost=False)
+    ((0, 2, 3, 1), (2, 0, 1))
+    """
+    moved = [int(a) for a in axes]
+    rest = [a for a in range(rank) if a not in moved]
+    return tuple(rest + moved if innermost else moved + rest)
+
+
 def inverse(p) -> Order:
     """The permutation that undoes `p`.
 

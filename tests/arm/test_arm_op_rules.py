@@ -43,6 +43,13 @@ def _graph(body, shapes):
     return gm, args
 
 
+def _as_int32(gm):
+    """Give every tensor of `gm` the int32 dtype the INT pipeline reduces and tiles in (the pricing reads it)."""
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "call_function"):
+            node.meta["val"] = node.meta["val"].to(torch.int32)
+
+
 def _call(graph, target, *args, **kwargs):
     return graph.call_function(target, args, kwargs)
 
@@ -108,9 +115,7 @@ def test_a_reduction_is_priced_where_its_axis_lands():
     """Sum over C of an int32 NHWC view, priced by Vela (ethos-u55-128): in the identity order C is innermost
     (native); stored NCHW it is not, so that mode pays for the transpose Vela inserts before REDUCE_SUM."""
     gm, _ = _graph(_wrapped(CASES["reduction"][0]), [(2, 3, 4, 5)])
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "call_function"):
-            node.meta["val"] = node.meta["val"].to(torch.int32)
+    _as_int32(gm)
     problem = build_problem(gm, pricing=default_vela_pricing()).problem
     reduction = next(op for op in problem.ops if op.target == "sum.dim_IntList")
     cost = {m.name: m.cost for m in reduction.modes}
@@ -127,9 +132,7 @@ def test_a_reduction_along_an_outer_axis_is_offered_its_axis_innermost():
     from layout_solver.arm.pricing import pricing_for
 
     gm, _ = _graph(lambda g, xs: [_call(g, aten.sum.dim_IntList, xs[0], [1], True)], [(1, 16, 16, 64)])
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "call_function"):
-            node.meta["val"] = node.meta["val"].to(torch.int32)
+    _as_int32(gm)
     arm = build_problem(gm, pricing=pricing_for(EthosUCompileSpec("ethos-u85-256")))
     reduction = next(op for op in arm.problem.ops if op.target == "sum.dim_IntList")
     cost = {m.name: m.cost for m in reduction.modes}
@@ -142,9 +145,7 @@ def test_a_repeat_is_offered_its_repeated_axes_outermost():
     when the repeated axis is inner. The rule offers the order with that axis outermost, where each copy is one
     contiguous block, and Vela for ethos-u55-128 prices that mode at a fraction of the identity's."""
     gm, _ = _graph(lambda g, xs: [_call(g, aten.repeat.default, xs[0], [1, 1, 2])], [(64, 64, 1)])
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "call_function"):
-            node.meta["val"] = node.meta["val"].to(torch.int32)
+    _as_int32(gm)
     arm = build_problem(gm, pricing=default_vela_pricing())
     repeat = next(op for op in arm.problem.ops if op.target == "repeat.default")
     cost = {m.name: m.cost for m in repeat.modes}
