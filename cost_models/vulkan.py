@@ -28,7 +28,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+from scipy.optimize import nnls
 
 MIB = 1024 * 1024
 DTYPE_BYTES = {
@@ -257,7 +259,8 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
     measured = p.transitions.get(f"{src}->{dst}")
     if measured is not None:
         # a clone dispatches over its texture side (texture -> buffer included)
-        return measured.at(nbytes, texture_slices(shape, dst if dst.startswith("TEXTURE_3D") else src))
+        slices = texture_slices(shape, dst if dst.startswith("TEXTURE_3D") else src)
+        return measured.at(nbytes, slices) * near_sample_factor(p, f"transition:{src}->{dst}", nbytes, slices)
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
     factor = 1.0
@@ -286,6 +289,86 @@ def _view_change_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p:
         if routes:
             return min(routes)
     return _transition_cost(shape, dtype, src, dst, p)
+
+
+def fit_samples(points: list[tuple[float, ...]]) -> Linear:
+    """Non-negative overhead + rate per MiB + rate per slice (+ rates per MFLOP and per operand MiB) through
+    (bytes, slices, microseconds[, MFLOP, operand bytes]) points, least squares on relative error (a probe of
+    50 us counts as much as one of 5 ms)."""
+    padded = [(*p, 0.0, 0.0, 0.0)[:6] for p in points]
+    a = np.array([[1.0, p[0] / MIB, p[1], p[3], p[4] / MIB, p[5]] for p in padded])
+    y = np.array([max(p[2], 1.0) for p in points])
+    (overhead, rate, per_slice, per_mflop, per_operand, per_krow), _ = nnls(a / y[:, None], np.ones(len(y)))
+    return Linear(
+        overhead_us=round(float(overhead), 3),
+        us_per_mib=round(float(rate), 3),
+        us_per_slice=round(float(per_slice), 4),
+        us_per_mflop=round(float(per_mflop), 4),
+        us_per_operand_mib=round(float(per_operand), 4),
+        us_per_krow=round(float(per_krow), 3),
+        points=len(points),
+    )
+
+
+# Nearest-sample pricing. A fit is one line through a key's samples, and a device's times do not lie on one
+# line: on lavapipe every transition into or out of a one-slice texture of 32 KiB ran 1.2-3x its fit, and a
+# one-token row costs what no larger probe says. So a price near measured samples takes their residual: the
+# fit times the nearby samples' measured / fitted ratio (geometric, weighted by inverse squared distance in
+# doublings of bytes, texture slices and work), shrunk back to the fit as the samples get far: a sample one
+# doubling away (in one term) weighs as much as the fit, one at three doublings a ninth of it.
+NEAR_DOUBLINGS = 1.0
+NEIGHBOURS = 3
+
+
+def _sample_features(nbytes: float, slices: float, mflop_: float, operand: float, rows: float) -> np.ndarray:
+    # log2(1 + x) with x in units where 1 is small (KiB, slices, kFLOP, KiB of operand, rows): doublings above it
+    return np.log2(1.0 + np.array([nbytes / 1024, slices, mflop_ * 1e3, operand / 1024, rows * 1e3]))
+
+
+@lru_cache(maxsize=1024)
+def _residuals(p: VulkanProfile, key: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """(features, log measured / fitted) of `key`'s samples ("op:CLASS|LABEL" or "transition:SRC->DST"), or
+    None where the key has no samples or no fit."""
+    kind, _, rest = key.partition(":")
+    if kind == "op":
+        op_class, _, label = rest.partition("|")
+        fit = p.op_modes.get(op_class, {}).get(label)
+    else:
+        fit = p.transitions.get(rest)
+    points = p.samples.get(key)
+    if fit is None or not points:
+        return None
+    features, logs = [], []
+    for point in points:
+        nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
+        features.append(_sample_features(nbytes, slices, mflop_, operand, rows))
+        logs.append(math.log(max(us, 1.0) / max(fit.at(nbytes, slices, mflop_, operand, rows), 1.0)))
+    return np.array(features), np.array(logs)
+
+
+@lru_cache(maxsize=65536)
+def near_sample_factor(
+    p: VulkanProfile,
+    key: str,
+    nbytes: float,
+    slices: float = 0.0,
+    mflop_: float = 0.0,
+    operand: float = 0.0,
+    rows: float = 0.0,
+) -> float:
+    """The factor on `key`'s fit at this point from its nearest samples (1.0 where it has none).
+
+    >>> near_sample_factor(VulkanProfile(version=3, parameters={}), "op:unary|BUFFER:TENSOR_WIDTH_PACKED", 4096)
+    1.0
+    """
+    residuals = _residuals(p, key)
+    if residuals is None:
+        return 1.0
+    features, logs = residuals
+    distance = np.linalg.norm(features - _sample_features(nbytes, slices, mflop_, operand, rows), axis=1)
+    nearest = np.argsort(distance)[:NEIGHBOURS]
+    weights = 1.0 / np.maximum(distance[nearest], 1e-3) ** 2
+    return float(math.exp(float(weights @ logs[nearest]) / (float(weights.sum()) + NEAR_DOUBLINGS**-2)))
 
 
 UNFIT_FACTOR = 5.0
@@ -352,6 +435,21 @@ def mflop(shape, contraction: int) -> float:
 
 
 ROW_REDUCTIONS = ("layer_norm", "softmax")
+# The measured classes whose median prices an op a measured profile has no class for (they move data and do
+# little arithmetic, as most unmeasured ops do).
+COPY_LIKE = ("unary", "binary", "view", "permute", "select")
+
+
+def priced_results(op_class: str | None, profile: VulkanProfile, results: list) -> list:
+    """The results of one op whose representations its price is summed over: only the first where `profile`
+    measured the class (calibration timed the op's dispatch against its first result: native_layer_norm's
+    mean and rstd are written by the same dispatch, and priced as three layer_norms they tripled the op's
+    price), every result otherwise.
+
+    >>> priced_results("softmax", load_profile("lavapipe"), ["out", "aux"]), priced_results(None, load_profile("lavapipe"), [1, 2])
+    (['out'], [1, 2])
+    """
+    return results[:1] if op_class in profile.op_modes else list(results)
 
 
 def krows(op_class: str | None, shape) -> float:
@@ -406,13 +504,27 @@ def op_mode_cost(
         # clone between the two (Clone.cpp dispatches the same view shader), so it costs that transition.
         return _view_change_cost(tuple(shape), dtype, input_label, output_label, p)
     table = p.op_modes.get(op_class or "")
+    if not table and p.op_modes:
+        # A class this measured profile did not probe (expand, slice, cat, ...) is priced as a typical
+        # data-movement op writing that tensor in that representation: the median of the classes it measured.
+        # Left free, the solver moved such ops anywhere: crnn's expand of a [256, 192] weight to 16 steps ran
+        # 4.8 ms in stock's texture and 26 ms in the buffer the solver chose for nothing (lavapipe).
+        typical = [op_mode_cost(c, shape, dtype, output_label, p) for c in COPY_LIKE if c in p.op_modes]
+        if typical:
+            return statistics.median(typical)
     if table:
         slices = texture_slices(shape, output_label)
         work = (mflop(shape, contraction), operand_bytes(op_class, shape, contraction, dtype), krows(op_class, shape))
         # A label the calibration could not run the op in, or could not fit, is priced as the dearest
         # one it could (a price the measurements do not support would lure the solver into it).
         trusted = _trusted_modes(p, op_class)
-        measured = trusted.get(output_label) or max(trusted.values(), key=lambda c: c.at(output_bytes, slices, *work))
-        return measured.at(output_bytes, slices, *work)
+        label = (
+            output_label
+            if output_label in trusted
+            else max(trusted, key=lambda lab: trusted[lab].at(output_bytes, slices, *work))
+        )
+        return trusted[label].at(output_bytes, slices, *work) * near_sample_factor(
+            p, f"op:{op_class}|{label}", output_bytes, slices, *work
+        )
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

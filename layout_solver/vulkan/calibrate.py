@@ -37,7 +37,6 @@ from multiprocessing import get_context
 
 import numpy as np
 import torch
-from scipy.optimize import nnls
 from torch import nn
 from torch.nn import functional as F
 
@@ -346,18 +345,36 @@ def calibrate(
     (a measured profile), the new points join that profile's samples and every
     touched (class, label) or transition is refitted over old and new points:
     probing the shapes a model actually has (one-token decode, say) without
-    measuring everything again.
+    measuring everything again. The same run re-times `extend`'s reference probes
+    and brings the new points to its scale first (the device's speed moves
+    between days by up to 2x on lavapipe: points of two days on one line would
+    price the day, not the shape).
     """
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, links, transitions, shapes)
-    points, lowered, failed = _measure(jobs, probes, runtime, rounds, workers, log)
-    if extend is not None:
-        return _extended(extend, points, lowered, len(jobs), failed, command)
+    if extend is None:
+        measured, lowered, failed = _measure(jobs, runtime, rounds, workers, log)
+        points = _read(probes, measured)
+    else:
+        ref_jobs, ref_probes = reference_plan(extend, links)
+        both = {job.name: job for job in [*jobs, *ref_jobs]}
+        measured, lowered, failed = _measure(list(both.values()), runtime, rounds, workers, log)
+        try:
+            factors = rescale_factors(extend, _read(ref_probes, measured))
+        except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
+            log(f"[calibrate] new points kept at today's scale: {exc}")
+            factors = {"*": 1.0}
+        log("[calibrate] today / profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())))
+        points = {
+            (kind, key): [(*p[:2], round(p[2] / _factor(factors, kind, key), 2), *p[3:]) for p in pts]
+            for (kind, key), pts in _read(probes, measured).items()
+        }
+        return _extended(extend, points, lowered, len(jobs), failed, command, factors)
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
     for (kind, key), pts in sorted(points.items()):
-        fit = _fit(pts)
+        fit = vk_cost.fit_samples(pts)
         if kind == "op":
             op, label = key.split("|")
             op_modes.setdefault(op, {})[label] = fit
@@ -390,9 +407,9 @@ def calibrate(
 
 
 def _measure(
-    jobs: list[Job], probes: list[Probe], runtime, rounds: int, workers: int, log: Callable[[str], None]
-) -> tuple[dict[tuple[str, str], list[tuple[float, ...]]], int, dict[str, str]]:
-    """Lower every job, profile the programs on the device, read each probe: (points by (kind, key), programs
+    jobs: list[Job], runtime, rounds: int, workers: int, log: Callable[[str], None]
+) -> tuple[dict[str, list], int, dict[str, str]]:
+    """Lower every job and profile the programs on the device: (dispatches by program that ran, programs
     lowered, programs that failed on the device with their errors)."""
     programs: dict[str, bytes] = {}
     inputs: dict[str, tuple] = {}
@@ -413,9 +430,14 @@ def _measure(
         f"[calibrate] profiled {len(profiled) - len(failed)} programs on the device, {len(failed)} failed "
         f"({time.perf_counter() - start:.0f} s)"
     )
+    return {n: r for n, r in profiled.items() if n not in failed}, len(programs), failed
+
+
+def _read(probes: list[Probe], profiled: dict[str, list]) -> dict[tuple[str, str], list[tuple[float, ...]]]:
+    """Each probe's points from its program's dispatches, by (kind, key)."""
     points: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     for probe in probes:
-        if probe.program in profiled and probe.program not in failed:
+        if probe.program in profiled:
             # one point per probe and key: the median of its ops (or clones), all of one shape
             same: dict[tuple[str, str], list[tuple[float, ...]]] = {}
             for key, point in read_probe(probe, profiled[probe.program]):
@@ -423,7 +445,7 @@ def _measure(
             for key, pts in same.items():
                 middle = sorted(pts, key=lambda p: p[2])[len(pts) // 2]
                 points.setdefault(key, []).append(middle)
-    return points, len(programs), failed
+    return points
 
 
 # Rescaling: a few probes re-timed on the day stand for the whole profile (a CPU driver's speed moves
@@ -568,10 +590,10 @@ def rescale(
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = reference_plan(base, links)
-    points, _, failed = _measure(jobs, probes, runtime, rounds, workers, log)
+    measured, _, failed = _measure(jobs, runtime, rounds, workers, log)
     if failed:
         log(f"[calibrate] {len(failed)} reference programs failed on the device: {', '.join(failed)}")
-    factors = rescale_factors(base, points)
+    factors = rescale_factors(base, _read(probes, measured))
     log("[calibrate] today / profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())))
     return rescaled(base, factors, command)
 
@@ -583,8 +605,9 @@ def _extended(
     planned: int,
     failed: dict[str, str],
     command: str,
+    factors: dict[str, float],
 ) -> vk_cost.VulkanProfile:
-    """`base` with the `new` points added to its samples (replacing old points that lack a term the new ones
+    """`base` with the `new` points (already at its scale: divided by today's `factors`) added to its samples (replacing old points that lack a term the new ones
     have) and every touched entry refitted."""
     samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
     for (kind, key), pts in new.items():
@@ -595,7 +618,7 @@ def _extended(
     op_modes = {op: dict(table) for op, table in base.op_modes.items()}
     trans = dict(base.transitions)
     for kind, key in new:
-        fit = _fit(samples[f"{kind}:{key}"])
+        fit = vk_cost.fit_samples(samples[f"{kind}:{key}"])
         if kind == "op":
             op, label = key.split("|")
             op_modes.setdefault(op, {})[label] = fit
@@ -612,29 +635,12 @@ def _extended(
                 *base.notes,
                 (
                     f"extended: {added} points from {lowered} of {planned} probe programs, "
-                    f"{len(failed)} failed on the device; {len(new)} entries refitted"
+                    f"{len(failed)} failed on the device; {len(new)} entries refitted; measured on "
+                    f"{time.strftime('%Y-%m-%d')}, brought to this profile's scale by its reference probes (today / "
+                    "profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())) + ")"
                 ),
             ],
         }
-    )
-
-
-def _fit(points: list[tuple[float, ...]]) -> vk_cost.Linear:
-    """Non-negative overhead + rate per MiB + rate per slice (+ rates per MFLOP and per operand MiB) through
-    (bytes, slices, microseconds[, MFLOP, operand bytes]) points, least squares on relative error (a probe of
-    50 us counts as much as one of 5 ms)."""
-    padded = [(*p, 0.0, 0.0, 0.0)[:6] for p in points]
-    a = np.array([[1.0, p[0] / vk_cost.MIB, p[1], p[3], p[4] / vk_cost.MIB, p[5]] for p in padded])
-    y = np.array([max(p[2], 1.0) for p in points])
-    (overhead, rate, per_slice, per_mflop, per_operand, per_krow), _ = nnls(a / y[:, None], np.ones(len(y)))
-    return vk_cost.Linear(
-        overhead_us=round(float(overhead), 3),
-        us_per_mib=round(float(rate), 3),
-        us_per_slice=round(float(per_slice), 4),
-        us_per_mflop=round(float(per_mflop), 4),
-        us_per_operand_mib=round(float(per_operand), 4),
-        us_per_krow=round(float(per_krow), 3),
-        points=len(points),
     )
 
 

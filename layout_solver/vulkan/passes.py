@@ -95,9 +95,9 @@ def modelled_cost_by_op(graph_module: torch.fx.GraphModule, profile: vk_cost.Vul
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None
         reads = repr_label(first_reprs[0]) if first_reprs else None
-        for r, val in zip(
-            reprs_of(node) or [],
-            node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]],
+        outputs = node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]]
+        for r, val in vk_cost.priced_results(
+            op_class(node), profile or vk_cost.load_profile(), list(zip(reprs_of(node) or [], outputs))
         ):
             shape, dtype = shape_of(val), dtype_name(val)
             total[name] += vk_cost.op_mode_cost(

@@ -497,7 +497,7 @@ def _mode(
     reads = operand_labels[0] if operand_labels else None
     cost = sum(
         vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction, reads)
-        for r, lab in zip(results, result_labels)
+        for r, lab in vk_cost.priced_results(op_class, profile, list(zip(results, result_labels)))
     )
     return {
         "name": "|".join(operand_labels + ["->"] + result_labels),

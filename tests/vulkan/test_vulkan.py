@@ -86,16 +86,17 @@ def _by_profile(reports) -> dict[str, float]:
 @pytest.mark.parametrize("model", ["window_heads", "decode_attention", "mixed"])
 def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(model):
     """Without a profile the solver weighs every profile: each prices its program at most stock's (1 us of
-    noise), the two tiny models whose layouts change are cheaper on the measured one, and where the layout
-    is kept, the program is stock's byte for byte."""
-    stock_reports, stock_pte = _stock_lowering(model)
-    reports, pte = _lower(model, solver_layouts)
+    noise); the two tiny attention models' layouts are cheaper on the measured one by more than 100 us, and
+    mixed's (one transition where stock has two) cheaper on both. (Where the layout is kept, the program is
+    stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
+    stock_reports, _ = _stock_lowering(model)
+    reports, _ = _lower(model, solver_layouts)
     stock, solver = _by_profile(stock_reports), _by_profile(reports)
     assert set(solver) == {"mobile-gpu", "lavapipe"} <= set(stock)  # (a cached stock may be priced by more)
     assert all(solver[p] <= stock[p] + robust.NOISE_US for p in stock), (stock, solver)
     assert all(r.pricing == "every profile: mobile-gpu, lavapipe" and r.gap is None for r in reports)
     if model == "mixed":
-        assert all(r.kept_stock for r in reports) and pte == stock_pte
+        assert not any(r.kept_stock for r in reports) and all(solver[p] < stock[p] for p in solver)
     else:
         assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"] - 100
 

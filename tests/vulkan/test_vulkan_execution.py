@@ -315,6 +315,8 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     grown = load_profile(str(extended))
     assert all(c.points == sizes + 1 for c in grown.op_modes["view"].values())
     assert grown.command.startswith(profile.command) and "--extend" in grown.command
+    # ... measured beside the reference probes, at the extended profile's scale (a day's speed is not a shape's)
+    assert "brought to this profile's scale" in grown.notes[-1] and "view@TEXTURE_3D" in grown.notes[-1]
     # Rescaling: the reference probes (view in a width-packed texture and buffer, the smallest 4-D shape)
     # re-timed a minute later on the same device: factors near 1, written into the prices and the notes.
     again = tmp_path / "rescaled.json"
