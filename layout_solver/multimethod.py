@@ -82,25 +82,32 @@ def merged_keys(parts: list[PartitionProblem], constant_byte_cost: float = 0.0) 
     """Link keys whose values become one value of the joint problem.
 
     Only constants merge (they are one stored object), only when the same key
-    has the same shape and dtype everywhere, and only when where they are stored
+    has the same shape and dtype everywhere, only when where they are stored
     can cost something: with free constant transitions (the backends' default)
     and no storage price, a merged constant could take any home label at no
-    cost, so merging would change nothing but the problem's size.
+    cost, so merging would change nothing but the problem's size; and only when
+    every label an op of any partition reads it in is one every partition allows
+    (the merged value's domain is their intersection: an op reading it in a
+    label one partition does not allow would be left with no valid mode).
     """
     if constant_byte_cost <= 0 and not any(p.problem.price_constants for p in parts):
         return set()
     members: dict[str, list[Value]] = {}
+    read_in: dict[str, set[str]] = {}
     for part in parts:
         by_id = {v.id: v for v in part.problem.values}
+        wanted = _wanted_labels(part.problem)
         for vid, key in part.links.items():
             if vid in by_id:
                 members.setdefault(key, []).append(by_id[vid])
+                read_in.setdefault(key, set()).update(wanted.get(vid, ()))
     return {
         key
         for key, vals in members.items()
         if len(vals) > 1
         and all(v.kind == "constant" for v in vals)
         and len({(tuple(v.shape), v.dtype) for v in vals}) == 1
+        and read_in[key] <= set.intersection(*(set(v.domain) for v in vals))
     }
 
 
@@ -245,9 +252,13 @@ def weighted_objective(
             if vid not in produced:
                 free.setdefault(jid, solution.labels[vid])
                 candidates.setdefault(jid, set()).add(solution.labels[vid])
+    domains = {v.id: v.domain for v in joint.values}
     for jid, labels in candidates.items():
-        if len(labels) > 1:
-            free[jid] = min(sorted(labels), key=lambda label: evaluate(joint, modes, {**free, jid: label}).objective)
+        # A partition alone may store the constant where the merged value (the partitions' common labels) may
+        # not: its home is then the cheapest common label.
+        labels = [label for label in sorted(labels) if label in domains[jid]] or domains[jid]
+        if len(labels) > 1 or free[jid] not in labels:
+            free[jid] = min(labels, key=lambda label: evaluate(joint, modes, {**free, jid: label}).objective)
     return evaluate(joint, modes, free).objective
 
 

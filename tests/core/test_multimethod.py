@@ -13,6 +13,7 @@ from layout_solver.multimethod import (
     PartitionProblem,
     SubproblemCache,
     join,
+    merged_keys,
     solve_jointly,
     split,
     weighted_objective,
@@ -156,3 +157,19 @@ def test_split_of_an_unproven_joint_answer_claims_no_partition_bound():
     unproven = solve(joint, time_limit=5).model_copy(update={"status": "feasible", "gap": 0.01})
     for sol in split(joint, unproven, parts, ids).values():
         assert sol.bound == 0.0 and sol.gap == 1.0 and "own bound is unknown" in sol.notes[-1]
+
+
+def test_a_constant_read_in_a_label_another_method_does_not_allow_stays_unmerged():
+    """Found by the property test above (seeds 59 and 260): the merged value's domain is the intersection of the
+    partitions', and an op reading the constant in a label only its own partition allows was left with no valid
+    mode (a ValidationError out of join). Such a key is not merged; each method keeps its own copy."""
+    a, b = random_problem(59, n_ops=3), random_problem(260, n_ops=3)
+    parts = [
+        PartitionProblem("m1", 0, a, {a.values[0].id: "shared-0"}),
+        PartitionProblem("m2", 0, b, {b.values[0].id: "shared-0"}),
+    ]
+    assert merged_keys(parts, constant_byte_cost=0.5) == set()
+    joint, ids = join(parts, {"m1": 1, "m2": 1}, 0.5)
+    assert ids["m1#0"][a.values[0].id] != ids["m2#0"][b.values[0].id]
+    result = solve_jointly(parts, {"m1": 1, "m2": 1}, lambda p: solve(p, time_limit=10), 0.5)
+    assert result.objective == pytest.approx(brute_force(joint)[0], rel=1e-9, abs=1e-9)
