@@ -295,7 +295,7 @@ def fit_samples(points: list[tuple[float, ...]]) -> Linear:
     """Non-negative overhead + rate per MiB + rate per slice (+ rates per MFLOP and per operand MiB) through
     (bytes, slices, microseconds[, MFLOP, operand bytes]) points, least squares on relative error (a probe of
     50 us counts as much as one of 5 ms)."""
-    padded = [(*p, 0.0, 0.0, 0.0)[:6] for p in points]
+    padded = [_terms(p) for p in points]
     a = np.array([[1.0, p[0] / MIB, p[1], p[3], p[4] / MIB, p[5]] for p in padded])
     y = np.array([max(p[2], 1.0) for p in points])
     (overhead, rate, per_slice, per_mflop, per_operand, per_krow), _ = nnls(a / y[:, None], np.ones(len(y)))
@@ -329,18 +329,12 @@ def _sample_features(nbytes: float, slices: float, mflop_: float, operand: float
 def _residuals(p: VulkanProfile, key: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(features, log measured / fitted) of `key`'s samples ("op:CLASS|LABEL" or "transition:SRC->DST"), or
     None where the key has no samples or no fit."""
-    kind, _, rest = key.partition(":")
-    if kind == "op":
-        op_class, _, label = rest.partition("|")
-        fit = p.op_modes.get(op_class, {}).get(label)
-    else:
-        fit = p.transitions.get(rest)
-    points = p.samples.get(key)
+    fit, points = _fit_of(p, key), p.samples.get(key)
     if fit is None or not points:
         return None
     features, logs = [], []
     for point in points:
-        nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
+        nbytes, slices, us, mflop_, operand, rows = _terms(point)
         features.append(_sample_features(nbytes, slices, mflop_, operand, rows))
         logs.append(math.log(max(us, 1.0) / max(fit.at(nbytes, slices, mflop_, operand, rows), 1.0)))
     return np.array(features), np.array(logs)
@@ -374,14 +368,27 @@ def near_sample_factor(
 UNFIT_FACTOR = 5.0
 
 
+def _terms(point: tuple[float, ...]) -> tuple[float, ...]:
+    """(bytes, slices, us, MFLOP, operand bytes, thousand rows) of a sample, the terms it lacks 0."""
+    return (*point, 0.0, 0.0, 0.0)[:6]
+
+
+def _fit_of(p: VulkanProfile, key: str) -> Linear | None:
+    """The fit behind a sample key ("op:CLASS|LABEL" or "transition:SRC->DST"), or None."""
+    kind, _, rest = key.partition(":")
+    if kind == "op":
+        op_class, _, label = rest.partition("|")
+        return p.op_modes.get(op_class, {}).get(label)
+    return p.transitions.get(rest)
+
+
 def _fit_on_samples(p: VulkanProfile) -> Iterator[tuple[str, str, float, float]]:
     """(op class, label, fitted us, measured us) for every op-mode sample of `p` whose class and label have a fit."""
     for key, points in p.samples.items():
-        kind, _, rest = key.partition(":")
-        op_class, _, label = rest.partition("|")
-        fit = p.op_modes.get(op_class, {}).get(label) if kind == "op" else None
+        fit = _fit_of(p, key) if key.startswith("op:") else None
+        op_class, _, label = key.removeprefix("op:").partition("|")
         for point in points if fit is not None else ():
-            nbytes, slices, us, mflop_, operand, rows = (*point, 0.0, 0.0, 0.0)[:6]
+            nbytes, slices, us, mflop_, operand, rows = _terms(point)
             yield op_class, label, fit.at(nbytes, slices, mflop_, operand, rows), us
 
 
@@ -446,8 +453,9 @@ def priced_results(op_class: str | None, profile: VulkanProfile, results: list) 
     mean and rstd are written by the same dispatch, and priced as three layer_norms they tripled the op's
     price), every result otherwise.
 
-    >>> priced_results("softmax", load_profile("lavapipe"), ["out", "aux"]), priced_results(None, load_profile("lavapipe"), [1, 2])
-    (['out'], [1, 2])
+    >>> lavapipe = load_profile("lavapipe")
+    >>> priced_results("softmax", lavapipe, ["out", "aux"]), priced_results(None, lavapipe, ["a", "b"])
+    (['out'], ['a', 'b'])
     """
     return results[:1] if op_class in profile.op_modes else list(results)
 

@@ -365,7 +365,7 @@ def calibrate(
         except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
             log(f"[calibrate] new points kept at today's scale: {exc}")
             factors = {"*": 1.0}
-        log("[calibrate] today / profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())))
+        log("[calibrate] today / profile: " + _shown(factors))
         points = {
             (kind, key): [(*p[:2], round(p[2] / _factor(factors, kind, key), 2), *p[3:]) for p in pts]
             for (kind, key), pts in _read(probes, measured).items()
@@ -521,6 +521,11 @@ def rescale_factors(
     return factors
 
 
+def _shown(factors: dict[str, float]) -> str:
+    """Rescale factors as notes and logs show them: "group factor, ..." sorted by group."""
+    return ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items()))
+
+
 def _factor(factors: dict[str, float], kind: str, key: str) -> float:
     return next((factors[g] for g in _group(kind, key) if g in factors), factors["*"])
 
@@ -555,7 +560,7 @@ def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: st
         else param
         for name, param in base.parameters.items()
     }
-    shown = ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items()))
+    shown = _shown(factors)
     return base.model_copy(
         update={
             "op_modes": {
@@ -594,7 +599,7 @@ def rescale(
     if failed:
         log(f"[calibrate] {len(failed)} reference programs failed on the device: {', '.join(failed)}")
     factors = rescale_factors(base, _read(probes, measured))
-    log("[calibrate] today / profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())))
+    log("[calibrate] today / profile: " + _shown(factors))
     return rescaled(base, factors, command)
 
 
@@ -607,8 +612,8 @@ def _extended(
     command: str,
     factors: dict[str, float],
 ) -> vk_cost.VulkanProfile:
-    """`base` with the `new` points (already at its scale: divided by today's `factors`) added to its samples (replacing old points that lack a term the new ones
-    have) and every touched entry refitted."""
+    """`base` with the `new` points (already at its scale: divided by today's `factors`) added to its samples
+    (replacing old points that lack a term the new ones have) and every touched entry refitted."""
     samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
     for (kind, key), pts in new.items():
         old = samples.get(f"{kind}:{key}", [])
@@ -637,7 +642,7 @@ def _extended(
                     f"extended: {added} points from {lowered} of {planned} probe programs, "
                     f"{len(failed)} failed on the device; {len(new)} entries refitted; measured on "
                     f"{time.strftime('%Y-%m-%d')}, brought to this profile's scale by its reference probes (today / "
-                    "profile: " + ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items())) + ")"
+                    "profile: " + _shown(factors) + ")"
                 ),
             ],
         }
