@@ -77,7 +77,8 @@ class Parameter(_Strict):
 
 class Linear(_Strict):
     """overhead_us + us_per_mib * MiB + us_per_slice * texture depth + us_per_mflop * MFLOP
-    + us_per_operand_mib * operand MiB, fitted on `points` measurements.
+    + us_per_operand_mib * operand MiB + us_per_krow * thousand rows + us_per_flat_slice * flat slices,
+    fitted on `points` measurements.
 
     Thousand rows only for row-wise reductions over the last dim (`ROW_REDUCTIONS`): their shaders give a
     row to an invocation, so they pay per row more than per byte (measured on lavapipe: a layer_norm over
@@ -86,6 +87,8 @@ class Linear(_Strict):
     product with few rows (a classifier head, one decode token) is bound by reading its weight or second
     operand, not by its arithmetic (measured on lavapipe: a [1, 512] x [512, 1000] linear runs at a tenth
     of the MFLOP rate of a square one).
+    Flat slices only for a texture one texel high (`flat_slices`): lavapipe pays ten times as much per
+    slice there as in a taller texture of as many slices.
     """
 
     overhead_us: float = Field(ge=0)
@@ -94,14 +97,21 @@ class Linear(_Strict):
     us_per_mflop: float = Field(0.0, ge=0)
     us_per_operand_mib: float = Field(0.0, ge=0)
     us_per_krow: float = Field(0.0, ge=0)
+    us_per_flat_slice: float = Field(0.0, ge=0)
     points: int = 0
 
     def at(
-        self, nbytes: float, slices: float = 0.0, mflop: float = 0.0, operand_bytes: float = 0.0, krows: float = 0.0
+        self,
+        nbytes: float,
+        slices: float = 0.0,
+        mflop: float = 0.0,
+        operand_bytes: float = 0.0,
+        krows: float = 0.0,
+        flat_slices: float = 0.0,
     ) -> float:
         """Modelled microseconds for `nbytes` bytes written, `slices` texture slices, `mflop` MFLOP,
-        `operand_bytes` bytes of weight / second operand read and `krows` thousand rows of a row-wise
-        reduction: overhead plus rates."""
+        `operand_bytes` bytes of weight / second operand read, `krows` thousand rows of a row-wise
+        reduction and `flat_slices` slices of a texture one texel high: overhead plus rates."""
         return (
             self.overhead_us
             + self.us_per_mib * nbytes / MIB
@@ -109,6 +119,7 @@ class Linear(_Strict):
             + self.us_per_mflop * mflop
             + self.us_per_operand_mib * operand_bytes / MIB
             + self.us_per_krow * krows
+            + self.us_per_flat_slice * flat_slices
         )
 
 
@@ -124,8 +135,9 @@ class VulkanProfile(_Strict):
     parameters: dict[str, Parameter]
     transitions: dict[str, Linear] = Field(default_factory=dict)  # "SRC->DST"
     op_modes: dict[str, dict[str, Linear]] = Field(default_factory=dict)  # op class -> output label -> cost
-    # The measurements behind the fits: key -> [bytes, texture slices, microseconds] per probe
-    # (then MFLOP and operand bytes, where the class is a contraction; then thousand rows, for a row reduction)
+    # The measurements behind the fits: key -> [bytes, texture slices, microseconds] per probe, then (where
+    # not 0) MFLOP and operand bytes of a contraction, thousand rows of a row reduction, flat texture slices
+    # (the order of `dispatch_terms`, with the microseconds third)
     samples: dict[str, list[tuple[float, ...]]] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
 
@@ -246,6 +258,35 @@ def texture_slices(shape, label: str) -> int:
     return 0 if storage == "BUFFER" else texture_extents(shape, layout)[2]
 
 
+def flat_slices(shape, label: str) -> int:
+    """Depth of the texture a dispatch writes where that texture is one texel high (y extent 1); else 0.
+
+    Measured on lavapipe (2026-11-27, chains of sigmoid and of view_copy): a dispatch over such a texture pays
+    per slice ten times what a taller one does. [256, 4, 1, 1] width-packed (1 x 1 x 1024 texels): sigmoid
+    1,586 us, view 9,765 us; [256, 4, 2, 2] (1 x 2 x 1024 texels): 110 us and 365 us. Height-packed,
+    [256, 4, 2, 2] is 2 x 1 x 1024 texels and runs 1,591 us: the height, not the width or the bytes."""
+    storage, _, layout = label.partition(":")
+    if storage == "BUFFER":
+        return 0
+    _, height, depth = texture_extents(shape, layout)
+    return depth if height == 1 else 0
+
+
+def dispatch_terms(
+    op_class: str | None, shape, dtype: str, label: str, contraction: int = 0
+) -> tuple[float, float, float, float, float, float]:
+    """What a dispatch writing `shape` x `dtype` in `label` is priced by, in `Linear.at`'s order: bytes,
+    texture slices, MFLOP and operand bytes (contractions), thousand rows (row reductions), flat slices."""
+    return (
+        float(tensor_bytes(shape, dtype)),
+        float(texture_slices(shape, label)),
+        mflop(shape, contraction),
+        float(operand_bytes(op_class, shape, contraction, dtype)),
+        krows(op_class, shape),
+        float(flat_slices(shape, label)),
+    )
+
+
 def transition_cost(shape, dtype: str, src: str, dst: str, profile: VulkanProfile | None = None) -> float:
     """Microseconds for one clone from representation `src` to `dst` (0 if equal)."""
     if src == dst:
@@ -259,8 +300,8 @@ def _transition_cost(shape: tuple[int, ...], dtype: str, src: str, dst: str, p: 
     measured = p.transitions.get(f"{src}->{dst}")
     if measured is not None:
         # a clone dispatches over its texture side (texture -> buffer included)
-        slices = texture_slices(shape, dst if dst.startswith("TEXTURE_3D") else src)
-        return measured.at(nbytes, slices) * near_sample_factor(p, f"transition:{src}->{dst}", nbytes, slices)
+        terms = dispatch_terms(None, shape, dtype, dst if dst.startswith("TEXTURE_3D") else src)
+        return measured.at(*terms) * near_sample_factor(p, f"transition:{src}->{dst}", *terms)
     s_storage, s_layout = split_repr(src)
     d_storage, d_layout = split_repr(dst)
     factor = 1.0
@@ -295,10 +336,12 @@ def fit_samples(points: list[tuple[float, ...]]) -> Linear:
     """Non-negative overhead + rate per MiB + rate per slice (+ rates per MFLOP and per operand MiB) through
     (bytes, slices, microseconds[, MFLOP, operand bytes]) points, least squares on relative error (a probe of
     50 us counts as much as one of 5 ms)."""
-    padded = [_terms(p) for p in points]
-    a = np.array([[1.0, p[0] / MIB, p[1], p[3], p[4] / MIB, p[5]] for p in padded])
+    terms = [_priced(p) for p in points]
+    a = np.array([[1.0, t[0] / MIB, t[1], t[2], t[3] / MIB, t[4], t[5]] for t in terms])
     y = np.array([max(p[2], 1.0) for p in points])
-    (overhead, rate, per_slice, per_mflop, per_operand, per_krow), _ = nnls(a / y[:, None], np.ones(len(y)))
+    (overhead, rate, per_slice, per_mflop, per_operand, per_krow, per_flat), _ = nnls(
+        a / y[:, None], np.ones(len(y))
+    )
     return Linear(
         overhead_us=round(float(overhead), 3),
         us_per_mib=round(float(rate), 3),
@@ -306,6 +349,7 @@ def fit_samples(points: list[tuple[float, ...]]) -> Linear:
         us_per_mflop=round(float(per_mflop), 4),
         us_per_operand_mib=round(float(per_operand), 4),
         us_per_krow=round(float(per_krow), 3),
+        us_per_flat_slice=round(float(per_flat), 4),
         points=len(points),
     )
 
@@ -320,9 +364,12 @@ NEAR_DOUBLINGS = 1.0
 NEIGHBOURS = 3
 
 
-def _sample_features(nbytes: float, slices: float, mflop_: float, operand: float, rows: float) -> np.ndarray:
-    # log2(1 + x) with x in units where 1 is small (KiB, slices, kFLOP, KiB of operand, rows): doublings above it
-    return np.log2(1.0 + np.array([nbytes / 1024, slices, mflop_ * 1e3, operand / 1024, rows * 1e3]))
+def _sample_features(
+    nbytes: float, slices: float, mflop_: float, operand: float, rows: float, flat: float = 0.0
+) -> np.ndarray:
+    # log2(1 + x) with x in units where 1 is small (KiB, slices, kFLOP, KiB of operand, rows, flat slices):
+    # doublings above it
+    return np.log2(1.0 + np.array([nbytes / 1024, slices, mflop_ * 1e3, operand / 1024, rows * 1e3, flat]))
 
 
 @lru_cache(maxsize=1024)
@@ -334,9 +381,9 @@ def _residuals(p: VulkanProfile, key: str) -> tuple[np.ndarray, np.ndarray] | No
         return None
     features, logs = [], []
     for point in points:
-        nbytes, slices, us, mflop_, operand, rows = _terms(point)
-        features.append(_sample_features(nbytes, slices, mflop_, operand, rows))
-        logs.append(math.log(max(us, 1.0) / max(fit.at(nbytes, slices, mflop_, operand, rows), 1.0)))
+        terms = _priced(point)
+        features.append(_sample_features(*terms))
+        logs.append(math.log(max(point[2], 1.0) / max(fit.at(*terms), 1.0)))
     return np.array(features), np.array(logs)
 
 
@@ -349,8 +396,10 @@ def near_sample_factor(
     mflop_: float = 0.0,
     operand: float = 0.0,
     rows: float = 0.0,
+    flat: float = 0.0,
 ) -> float:
-    """The factor on `key`'s fit at this point from its nearest samples (1.0 where it has none).
+    """The factor on `key`'s fit at this point from its nearest samples (1.0 where it has none); the point's
+    terms in `dispatch_terms`' order.
 
     >>> near_sample_factor(VulkanProfile(version=3, parameters={}), "op:unary|BUFFER:TENSOR_WIDTH_PACKED", 4096)
     1.0
@@ -359,7 +408,7 @@ def near_sample_factor(
     if residuals is None:
         return 1.0
     features, logs = residuals
-    distance = np.linalg.norm(features - _sample_features(nbytes, slices, mflop_, operand, rows), axis=1)
+    distance = np.linalg.norm(features - _sample_features(nbytes, slices, mflop_, operand, rows, flat), axis=1)
     nearest = np.argsort(distance)[:NEIGHBOURS]
     weights = 1.0 / np.maximum(distance[nearest], 1e-3) ** 2
     return float(math.exp(float(weights @ logs[nearest]) / (float(weights.sum()) + NEAR_DOUBLINGS**-2)))
@@ -368,9 +417,10 @@ def near_sample_factor(
 UNFIT_FACTOR = 5.0
 
 
-def _terms(point: tuple[float, ...]) -> tuple[float, ...]:
-    """(bytes, slices, us, MFLOP, operand bytes, thousand rows) of a sample, the terms it lacks 0."""
-    return (*point, 0.0, 0.0, 0.0)[:6]
+def _priced(point: tuple[float, ...]) -> tuple[float, ...]:
+    """The terms a sample was priced by (`dispatch_terms`' order: bytes, slices, MFLOP, operand bytes, thousand
+    rows, flat slices), those it lacks 0; its microseconds are `point[2]`."""
+    return (*point[:2], *(*point[3:], 0.0, 0.0, 0.0, 0.0)[:4])
 
 
 def _fit_of(p: VulkanProfile, key: str) -> Linear | None:
@@ -388,15 +438,14 @@ def _fit_on_samples(p: VulkanProfile) -> Iterator[tuple[str, str, float, float]]
         fit = _fit_of(p, key) if key.startswith("op:") else None
         op_class, _, label = key.removeprefix("op:").partition("|")
         for point in points if fit is not None else ():
-            nbytes, slices, us, mflop_, operand, rows = _terms(point)
-            yield op_class, label, fit.at(nbytes, slices, mflop_, operand, rows), us
+            yield op_class, label, fit.at(*_priced(point)), point[2]
 
 
 @lru_cache(maxsize=16)
 def unfit_op_modes(p: VulkanProfile) -> frozenset[tuple[str, str]]:
     """(op class, label) pairs whose fit prices one of its own samples more than UNFIT_FACTOR times too
     cheap: the op's time there does not follow the fit's terms (on lavapipe: layer_norm in a channels-packed
-    texture, 0.8 to 25 ms at one texture slice), so the fit is not a price."""
+    texture, 0.7 to 22 ms at one texture slice), so the fit is not a price."""
     return frozenset(
         (op_class, label) for op_class, label, fitted, us in _fit_on_samples(p) if us > UNFIT_FACTOR * max(fitted, 1.0)
     )
@@ -521,18 +570,20 @@ def op_mode_cost(
         if typical:
             return statistics.median(typical)
     if table:
-        slices = texture_slices(shape, output_label)
-        work = (mflop(shape, contraction), operand_bytes(op_class, shape, contraction, dtype), krows(op_class, shape))
-        # A label the calibration could not run the op in, or could not fit, is priced as the dearest
-        # one it could (a price the measurements do not support would lure the solver into it).
+        terms = dispatch_terms(op_class, shape, dtype, output_label, contraction)
         trusted = _trusted_modes(p, op_class)
-        label = (
-            output_label
-            if output_label in trusted
-            else max(trusted, key=lambda lab: trusted[lab].at(output_bytes, slices, *work))
-        )
-        return trusted[label].at(output_bytes, slices, *work) * near_sample_factor(
-            p, f"op:{op_class}|{label}", output_bytes, slices, *work
-        )
+
+        def price(label: str) -> float:
+            return table[label].at(*terms) * near_sample_factor(p, f"op:{op_class}|{label}", *terms)
+
+        if output_label in trusted:
+            return price(output_label)
+        # A label the calibration could not run the op in, or could not fit (`unfit_op_modes`), is priced as
+        # the dearest one it could: a price the measurements do not support would lure the solver into it.
+        # (Priced instead by its own nearest samples, never below the cheapest trusted label, layer_norm's
+        # channels-packed texture lured swin_like's solver on lavapipe: its layer_norms, priced 4.6 ms,
+        # ran 17.1 ms, and the program 1.42x stock. There a [4, 49, 96] sample ran 0.7 ms and a [1, 196, 192]
+        # one 22 ms: one slice each, and no term of the fit tells them apart.)
+        return max(price(label) for label in trusted)
     storage = output_label.partition(":")[0]
     return p.param("buffer_op_penalty_per_mib") * output_bytes / MIB if storage == "BUFFER" else 0.0

@@ -285,15 +285,14 @@ def dispatch_label(tensor: tuple) -> str:
 
 
 def _point(tensor: tuple, us: float, label: str, op: str = "", contraction: int = 0) -> tuple[float, ...]:
-    """A sample (bytes, texture slices, microseconds[, MFLOP, operand bytes[, thousand rows]]) for a dispatch
-    that wrote `tensor` in `label`: the contraction terms for linear / matmul, the rows for a row reduction."""
-    shape = tensor[0]
-    point: tuple[float, ...] = (float(np.prod(shape) * 4), float(vk_cost.texture_slices(shape, label)), round(us, 2))
-    if op in vk_cost.ROW_REDUCTIONS:
-        return (*point, 0.0, 0.0, round(vk_cost.krows(op, shape), 4))
-    if not contraction:
-        return point
-    return (*point, round(vk_cost.mflop(shape, contraction), 4), float(vk_cost.operand_bytes(op, shape, contraction)))
+    """A sample for a dispatch that wrote `tensor` in `label`: bytes, texture slices, microseconds, then the
+    rest of `cost_models.vulkan.dispatch_terms` (contraction, row and flat-slice terms) up to its last
+    non-zero one."""
+    terms = vk_cost.dispatch_terms(op or None, tensor[0], "float32", label, contraction)
+    rest = [round(t, 4) for t in terms[2:]]
+    while rest and not rest[-1]:
+        rest.pop()
+    return (*terms[:2], round(us, 2), *rest)
 
 
 def read_probe(probe: Probe, dispatches: list) -> list[tuple[tuple[str, str], tuple[float, ...]]]:

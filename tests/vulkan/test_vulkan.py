@@ -87,7 +87,7 @@ def _by_profile(reports) -> dict[str, float]:
 def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(model):
     """Without a profile the solver weighs every profile: each prices its program at most stock's (1 us of
     noise); the two tiny attention models' layouts are cheaper on the measured one by more than 100 us, and
-    mixed's (one transition where stock has two) cheaper on both. (Where the layout is kept, the program is
+    mixed's cheaper on the measured one and no dearer on the assumed one. (Where the layout is kept, the program is
     stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
     stock_reports, _ = _stock_lowering(model)
     reports, _ = _lower(model, solver_layouts)
@@ -96,7 +96,7 @@ def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(mod
     assert all(solver[p] <= stock[p] + robust.NOISE_US for p in stock), (stock, solver)
     assert all(r.pricing == "every profile: mobile-gpu, lavapipe" and r.gap is None for r in reports)
     if model == "mixed":
-        assert not any(r.kept_stock for r in reports) and all(solver[p] < stock[p] for p in solver)
+        assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"]
     else:
         assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"] - 100
 
@@ -384,9 +384,14 @@ def test_calibration_reads_each_op_and_clone_from_its_dispatches():
         Dispatch(0, "aten.linear.default", "linear_tail", (((1, 8, 16), *tex_w), ((1, 8, 32), *tex_w)), 10.0),
         Dispatch(0, "aten.linear.default", "image_to_nchw_texture3d", (((1, 8, 32), *tex_w),), 99.0),
         Dispatch(1, "aten.clone.default", "clone_image_to_buffer", (((1, 8, 32), *tex_w), ((1, 8, 32), *buf_w)), 7.0),
+        # into a texture one texel high (2 x 1 x 4 texels): its flat slices are the sample's seventh term
+        Dispatch(2, "aten.clone.default", "buffer_to_image", (((1, 4, 1, 8), *buf_w), ((1, 4, 1, 8), *tex_w)), 5.0),
     ]
     got = read_probe(Probe("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED", (1, 8, 16), "p"), dispatches)
     mflop, weight = round(2 * 256 * 16 / 1e6, 4), 16.0 * 32 * 4
     assert got == [(("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 40.0, mflop, weight))]
     got = read_probe(Probe("transition", "a<->b", (1, 8, 32), "p"), dispatches)
-    assert got == [(("transition", "TEXTURE_3D:TENSOR_WIDTH_PACKED->BUFFER:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 7.0))]
+    assert got == [
+        (("transition", "TEXTURE_3D:TENSOR_WIDTH_PACKED->BUFFER:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 7.0)),
+        (("transition", "BUFFER:TENSOR_WIDTH_PACKED->TEXTURE_3D:TENSOR_WIDTH_PACKED"), (128.0, 4.0, 5.0, 0, 0, 0, 4.0)),
+    ]
