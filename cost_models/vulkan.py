@@ -544,10 +544,13 @@ def op_mode_cost(
     profile: VulkanProfile | None = None,
     contraction: int = 0,
     input_label: str | None = None,
+    estimate: bool = False,
 ) -> float:
     """Microseconds for one op of `op_class` writing a `shape` x `dtype` tensor in `output_label`;
     `contraction` is the length of the sums behind each output element (linear, matmul), else 0;
     `input_label` the representation a view reads (a view between two texture packings costs a clone).
+    `estimate` prices a label whose fit cannot explain its samples by those samples (the best estimate, for
+    predictions) instead of as the class's dearest label (the price the solver decides by).
 
     Measured where the profile has the (class, label) pair. Otherwise only the
     difference between storages counts (textures are the baseline, a buffer
@@ -576,7 +579,7 @@ def op_mode_cost(
         def price(label: str) -> float:
             return table[label].at(*terms) * near_sample_factor(p, f"op:{op_class}|{label}", *terms)
 
-        if output_label in trusted:
+        if output_label in trusted or (estimate and output_label in table):
             return price(output_label)
         # A label the calibration could not run the op in, or could not fit (`unfit_op_modes`), is priced as
         # the dearest one it could: a price the measurements do not support would lure the solver into it.

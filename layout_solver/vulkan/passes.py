@@ -70,16 +70,24 @@ def _transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | No
     }
 
 
-def modelled_cost(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> float:
+def modelled_cost(
+    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
+) -> float:
     """The profile's price of a tagged graph: every op in its representation, every transition.
 
     Both sides of a comparison are priced by this one function, so their
-    difference is the model's prediction of the change in run time.
+    difference is the model's prediction of the change in run time. The solver
+    decides by the prices its problem has (`estimate=False`: a label whose fit
+    cannot explain its samples costs the class's dearest); reports and
+    predictions take the best estimate (`estimate=True`: that label priced by
+    its own samples, see `cost_models.vulkan.op_mode_cost`).
     """
-    return sum(modelled_cost_by_op(graph_module, profile).values())
+    return sum(modelled_cost_by_op(graph_module, profile, estimate).values())
 
 
-def modelled_cost_by_op(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> Counter:
+def modelled_cost_by_op(
+    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
+) -> Counter:
     """`modelled_cost` split by operator name ("aten.clone.default" holds the transitions), the names the
     runtime's dispatch profile uses, so each op's price can be held against its measured time."""
     total: Counter = Counter()
@@ -101,7 +109,7 @@ def modelled_cost_by_op(graph_module: torch.fx.GraphModule, profile: vk_cost.Vul
         ):
             shape, dtype = shape_of(val), dtype_name(val)
             total[name] += vk_cost.op_mode_cost(
-                op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads
+                op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads, estimate
             )
     return total
 
@@ -117,8 +125,8 @@ def _modelled(
     profile: vk_cost.VulkanProfile | None,
     profiles: dict[str, vk_cost.VulkanProfile] | None = None,
 ) -> dict:
-    by_op = modelled_cost_by_op(graph_module, profile)
-    by_profile = {label: modelled_cost(graph_module, p) for label, p in (profiles or {}).items()}
+    by_op = modelled_cost_by_op(graph_module, profile, estimate=True)
+    by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
     return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
 
 

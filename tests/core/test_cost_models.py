@@ -540,7 +540,7 @@ def test_vulkan_row_reductions_priced_by_their_rows():
 def test_vulkan_a_label_the_fit_cannot_explain_is_priced_as_the_dearest():
     """Where a fit prices one of its own samples more than UNFIT_FACTOR times too cheap, the op's time does not
     follow the fit's terms there: that label is priced like an unmeasured one (the class's dearest), so the
-    solver is not lured into it by a price the measurements contradict."""
+    solver is not lured into it by a price the measurements contradict; a prediction prices it by its samples."""
     lavapipe = vulkan.load_profile("lavapipe")
     table = dict(lavapipe.op_modes["unary"])
     fast, slow = "TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"
@@ -553,6 +553,10 @@ def test_vulkan_a_label_the_fit_cannot_explain_is_priced_as_the_dearest():
     assert vulkan.op_mode_cost("unary", shape, "float32", slow, broken) == pytest.approx(
         table[slow].at(nbytes, 0)  # no samples of its own: the fit
     )
+    # A prediction takes the best estimate instead: the label's own samples (here, at its sample, what was
+    # measured there), not the price the solver decides by.
+    estimate = vulkan.op_mode_cost("unary", shape, "float32", fast, broken, estimate=True)
+    assert estimate == pytest.approx(1e6, rel=1e-3)
 
 
 def test_vulkan_mode_differences_inside_the_fits_error_are_not_prices():
