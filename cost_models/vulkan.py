@@ -339,9 +339,7 @@ def fit_samples(points: list[tuple[float, ...]]) -> Linear:
     terms = [_priced(p) for p in points]
     a = np.array([[1.0, t[0] / MIB, t[1], t[2], t[3] / MIB, t[4], t[5]] for t in terms])
     y = np.array([max(p[2], 1.0) for p in points])
-    (overhead, rate, per_slice, per_mflop, per_operand, per_krow, per_flat), _ = nnls(
-        a / y[:, None], np.ones(len(y))
-    )
+    (overhead, rate, per_slice, per_mflop, per_operand, per_krow, per_flat), _ = nnls(a / y[:, None], np.ones(len(y)))
     return Linear(
         overhead_us=round(float(overhead), 3),
         us_per_mib=round(float(rate), 3),

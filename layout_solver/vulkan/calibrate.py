@@ -35,7 +35,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F

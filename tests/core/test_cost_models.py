@@ -372,7 +372,12 @@ def test_vulkan_flat_textures_pay_per_slice():
     assert vulkan.flat_slices((256, 4, 2, 2), "TEXTURE_3D:TENSOR_HEIGHT_PACKED") == 1024
     assert vulkan.flat_slices((256, 4, 1, 1), "BUFFER:TENSOR_WIDTH_PACKED") == 0
     assert vulkan.dispatch_terms("linear", (1, 7, 64), "float32", "TEXTURE_3D:TENSOR_WIDTH_PACKED", 32) == (
-        4 * 7 * 64, 1.0, 2 * 7 * 64 * 32 / 1e6, 4 * 32 * 64, 0.0, 0.0
+        4 * 7 * 64,
+        1.0,
+        2 * 7 * 64 * 32 / 1e6,
+        4 * 32 * 64,
+        0.0,
+        0.0,
     )
     lavapipe = vulkan.load_profile("lavapipe")
     assert any(len(p) >= 7 and p[6] for pts in lavapipe.samples.values() for p in pts)

@@ -395,3 +395,29 @@ def test_calibration_reads_each_op_and_clone_from_its_dispatches():
         (("transition", "TEXTURE_3D:TENSOR_WIDTH_PACKED->BUFFER:TENSOR_WIDTH_PACKED"), (1024.0, 1.0, 7.0)),
         (("transition", "BUFFER:TENSOR_WIDTH_PACKED->TEXTURE_3D:TENSOR_WIDTH_PACKED"), (128.0, 4.0, 5.0, 0, 0, 0, 4.0)),
     ]
+
+
+def test_a_change_the_best_estimate_prices_dearer_keeps_stock():
+    """The solver decides as if a label its profile's fits cannot explain cost the class's dearest (lavapipe:
+    layer_norm in a channels-packed texture), so leaving stock's layer_norms there looks like a saving; the
+    profile's best estimate (that label priced by its own samples) says the optimum is dearer than stock's
+    program, and stock's is kept, byte for byte, with the reason in the report."""
+    from layout_solver.zoo.models import build
+
+    factory = f"{Path(__file__).parents[2] / 'benchmarks' / 'vulkan' / 'unseen_models.py'}:permute_layernorm"
+
+    def lower(context):
+        module, inputs = build(factory)
+        with context() as reports:
+            program = to_edge_transform_and_lower(
+                torch.export.export(module, inputs), partitioner=[VulkanPartitioner()]
+            )
+            return reports, program.to_executorch().buffer
+
+    assert ("layer_norm", "TEXTURE_3D:TENSOR_CHANNELS_PACKED") in vk_cost.unfit_op_modes(
+        vk_cost.load_profile("lavapipe")
+    )
+    _, stock_pte = lower(stock_layouts)
+    reports, pte = lower(lambda: solver_layouts(cost_profile="lavapipe"))
+    assert all(r.kept_stock for r in reports) and pte == stock_pte
+    assert any("best estimate" in note for r in reports for note in r.notes)
