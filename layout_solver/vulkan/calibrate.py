@@ -611,13 +611,11 @@ def _extended(
     factors: dict[str, float],
 ) -> vk_cost.VulkanProfile:
     """`base` with the `new` points (already at its scale: divided by today's `factors`) added to its samples
-    (replacing old points that lack a term the new ones have) and every touched entry refitted."""
+    and every touched entry refitted."""
     samples = {key: [tuple(p) for p in pts] for key, pts in base.samples.items()}
     for (kind, key), pts in new.items():
-        old = samples.get(f"{kind}:{key}", [])
-        # Points of another arity were measured without a term the fit now has: the new ones replace them.
-        kept = [p for p in old if len(p) == len(pts[0])]
-        samples[f"{kind}:{key}"] = kept + list(pts)
+        # A sample's arity says nothing of its age: its trailing zero terms are left off (`_point`).
+        samples[f"{kind}:{key}"] = samples.get(f"{kind}:{key}", []) + list(pts)
     op_modes = {op: dict(table) for op, table in base.op_modes.items()}
     trans = dict(base.transitions)
     for kind, key in new:
