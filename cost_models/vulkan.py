@@ -362,11 +362,10 @@ NEAR_DOUBLINGS = 1.0
 NEIGHBOURS = 3
 
 
-def _sample_features(
-    nbytes: float, slices: float, mflop_: float, operand: float, rows: float, flat: float = 0.0
-) -> np.ndarray:
-    # log2(1 + x) with x in units where 1 is small (KiB, slices, kFLOP, KiB of operand, rows, flat slices):
-    # doublings above it
+def _sample_features(*terms: float) -> np.ndarray:
+    # `terms` in `dispatch_terms`' order (those left off 0), as log2(1 + x) with x in units where 1 is small
+    # (KiB, slices, kFLOP, KiB of operand, rows, flat slices): doublings above it
+    nbytes, slices, mflop_, operand, rows, flat = (*terms, 0.0, 0.0, 0.0, 0.0, 0.0)[:6]
     return np.log2(1.0 + np.array([nbytes / 1024, slices, mflop_ * 1e3, operand / 1024, rows * 1e3, flat]))
 
 
@@ -386,16 +385,7 @@ def _residuals(p: VulkanProfile, key: str) -> tuple[np.ndarray, np.ndarray] | No
 
 
 @lru_cache(maxsize=65536)
-def near_sample_factor(
-    p: VulkanProfile,
-    key: str,
-    nbytes: float,
-    slices: float = 0.0,
-    mflop_: float = 0.0,
-    operand: float = 0.0,
-    rows: float = 0.0,
-    flat: float = 0.0,
-) -> float:
+def near_sample_factor(p: VulkanProfile, key: str, *terms: float) -> float:
     """The factor on `key`'s fit at this point from its nearest samples (1.0 where it has none); the point's
     terms in `dispatch_terms`' order.
 
@@ -406,7 +396,7 @@ def near_sample_factor(
     if residuals is None:
         return 1.0
     features, logs = residuals
-    distance = np.linalg.norm(features - _sample_features(nbytes, slices, mflop_, operand, rows, flat), axis=1)
+    distance = np.linalg.norm(features - _sample_features(*terms), axis=1)
     nearest = np.argsort(distance)[:NEIGHBOURS]
     weights = 1.0 / np.maximum(distance[nearest], 1e-3) ** 2
     return float(math.exp(float(weights @ logs[nearest]) / (float(weights.sum()) + NEAR_DOUBLINGS**-2)))

@@ -237,13 +237,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         a saving the samples do not show: permute_layernorm's solver bought 16 transitions to leave
         channels-packed layer_norms the estimate prices 0.7 ms below the layout it bought (lavapipe).
         """
-        profile = self.profiles[label]
-        if in_joint_lowering() or not (profile.measured and vk_cost.unfit_op_modes(profile)):
+        estimate = {name: v for name, v in _pricings({label: self.profiles[label]}).items() if v[1]}
+        if in_joint_lowering() or not estimate:
             return
-        stock_graph = _detached_copy(self.graph_module)
-        TagMemoryMetaPass.call(self, stock_graph)
-        stock = modelled_cost(stock_graph, profile, estimate=True)
-        mine = self._priced_copy(self.graph_module, self.built[label], solution, {label: (profile, True)})[label]
+        (name,) = estimate
+        stock = self._stock_prices(self.graph_module, estimate)[name]
+        mine = self._priced_copy(self.graph_module, self.built[label], solution, estimate)[name]
         if mine > stock + robust.NOISE_US:
             self.decision["label"] = None
             self.decision["note"] = (
@@ -316,10 +315,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
     def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:
         """Solve the candidates of `layout_solver.robust`, price each written layout and stock's with every
         profile, and record in `decision` which profile's problem writes the chosen one (label None: stock)."""
-        stock_graph = _detached_copy(graph_module)
-        TagMemoryMetaPass.call(self, stock_graph)
         pricings = _pricings(profiles)
-        stock = {name: modelled_cost(stock_graph, p, estimate) for name, (p, estimate) in pricings.items()}
+        stock = self._stock_prices(graph_module, pricings)
         candidates: dict[str, tuple[str, Solution]] = {}
         labels = list(problems)
         try:
@@ -355,6 +352,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         label, solution = candidates[choice.chosen]
         decision["label"] = label
         return solution
+
+    def _stock_prices(self, graph_module, pricings) -> dict[str, float]:
+        """Every pricing's (`_pricings`) price of stock's own tagging of a copy of the graph."""
+        stock_graph = _detached_copy(graph_module)
+        TagMemoryMetaPass.call(self, stock_graph)
+        return {name: modelled_cost(stock_graph, p, estimate) for name, (p, estimate) in pricings.items()}
 
     def _priced_copy(self, graph_module, vproblem, solution, pricings) -> dict[str, float]:
         """Every pricing's (`_pricings`) price of `solution` written onto a copy of the graph."""
