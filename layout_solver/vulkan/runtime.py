@@ -261,8 +261,10 @@ def _dispatches(etdump: bytes, runs: int) -> list[tuple]:
 
     from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
 
-    timed: dict[int, list[float]] = {}
-    described: dict[int, tuple] = {}
+    # A dispatch id counts within one delegate: a program of several delegates (ops between them on the CPU)
+    # repeats the ids, so a dispatch is its delegate call's instruction and its id there.
+    timed: dict[tuple[int, int, int], list[float]] = {}
+    described: dict[tuple[int, int, int], tuple] = {}
     for run in deserialize_from_etdump_flatcc(etdump).run_data[-runs:]:
         for event in run.events or []:
             info = event.profile_event.delegate_debug_id_str if event.profile_event else None
@@ -274,9 +276,10 @@ def _dispatches(etdump: bytes, runs: int) -> list[tuple]:
                 (tuple(a["sizes"]), a["storage"], a["packed_dim"]) for a in op.get("args", []) if a["type"] == "TENSOR"
             )
             node = op.get("delegate_node_id", -1)
-            described[info["dispatch_id"]] = (node, op.get("name", ""), info["kernel_name"], tensors)
+            key = (event.profile_event.chain_index, event.profile_event.instruction_id, info["dispatch_id"])
+            described[key] = (node, op.get("name", ""), info["kernel_name"], tensors)
             ns = event.profile_event.end_time - event.profile_event.start_time
-            timed.setdefault(info["dispatch_id"], []).append(ns / 1000.0)
+            timed.setdefault(key, []).append(ns / 1000.0)
     return [(*described[k], statistics.median(timed[k])) for k in sorted(described)]
 
 

@@ -365,3 +365,25 @@ def test_profile_times_every_dispatch_and_the_model_prices_the_same_ops(runtime)
     # processes on shared cores, reads up to ~2x apart on a quiet CI machine and 16x on one running a benchmark
     # beside the suite (the least disturbed round is taken; other load only adds to the wall time).
     assert 0.05 * timed < sum(d.us for d in dispatches) < 4 * timed
+
+
+def test_profile_keeps_every_delegates_dispatches(runtime):
+    """A program of several delegates (here a mean the Vulkan partitioner leaves on the CPU between two) numbers
+    its dispatches per delegate: each delegate's ops are timed, none overwritten by another's of the same id."""
+    from layout_solver.vulkan.runtime import profile
+
+    class TwoDelegates(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.before, self.after = torch.nn.Conv2d(3, 8, 3), torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            pooled = torch.sigmoid(self.before(x)).mean((2, 3))  # mean over H, W: the CPU's in 1.5.1
+            return self.after(torch.tanh(pooled))
+
+    inputs = (torch.randn(1, 3, 16, 16),)
+    program, _ = lower_vulkan(TwoDelegates().eval(), inputs, lambda: stock_layouts("lavapipe"))
+    dispatches = profile({"p": program}, inputs, runtime=runtime, runs=3)["p"]
+    operators = {d.operator for d in dispatches}
+    assert {"aten.convolution.default", "aten.sigmoid.default"} <= operators  # the first delegate's
+    assert {"aten.tanh.default", "aten.linear.default"} <= operators  # the second's
