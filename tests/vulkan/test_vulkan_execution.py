@@ -387,3 +387,11 @@ def test_profile_keeps_every_delegates_dispatches(runtime):
     operators = {d.operator for d in dispatches}
     assert {"aten.convolution.default", "aten.sigmoid.default"} <= operators  # the first delegate's
     assert {"aten.tanh.default", "aten.linear.default"} <= operators  # the second's
+
+
+def test_a_calibrated_profile_names_the_device(runtime):
+    """The device name a profile records comes from the Vulkan loader, not from vulkaninfo (vulkan-tools), which a
+    machine with only the loader and a driver lacks."""
+    from layout_solver.vulkan.calibrate import device_name
+
+    assert device_name() not in ("", "unknown")
