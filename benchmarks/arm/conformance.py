@@ -1,12 +1,13 @@
 """ExecuTorch's own Arm op tests, stock versus the solver's memory-format stage: pass / fail / xfail per file.
 
 Run: .venv/bin/python -m benchmarks.arm.conformance [--ops permute,view,... | --all] [--keyword tosa_INT]
-     [--every 1] [--jobs 2] [--work zoo-out/arm_conformance] [--out benchmarks/results/arm_conformance.md]
+     [--every 1 [--offset 0]] [--jobs 2] [--work zoo-out/arm_conformance] [--out benchmarks/results/arm_conformance.md]
 
 The tests are the executorch wheel's (`executorch/backends/arm/test/ops/test_<op>.py`, found in the installed
 wheel); each runs twice in a pytest subprocess, once as shipped and once with `solver_layouts()` active
 (the `layout_solver.arm.conformance` plugin). `--every N` keeps every N-th test of each file (CI runs a
-sample; the benchmark runs them all); `--all` takes every op-test file, not only the layout-relevant ones.
+sample; the benchmark runs them all), from the `--offset`-th (the whole suite in N parts: offsets 0 to N-1);
+`--all` takes every op-test file, not only the layout-relevant ones.
 Every test that passes stock must pass with the solver stage.
 
 The tests run in chunks of whole files (about `--chunk` tests each; one pytest process per chunk and stage, so
@@ -68,6 +69,9 @@ def main() -> None:
     parser.add_argument("--all", action="store_true", help="every op-test file of the suite (overrides --ops)")
     parser.add_argument("--keyword", default="tosa_INT", help="pytest -k expression (default %(default)s)")
     parser.add_argument("--every", type=int, default=1, help="keep every N-th test per file (default all)")
+    parser.add_argument(
+        "--offset", type=int, default=0, help="with --every N: start at each file's K-th test (0..N-1: one part of N)"
+    )
     parser.add_argument("--chunk", type=int, default=150, help="about this many tests per pytest process")
     parser.add_argument("--jobs", type=int, default=1, help="pytest processes at a time (default %(default)s)")
     parser.add_argument("--work", help="keep each chunk's outcomes here; a rerun resumes")
@@ -77,7 +81,7 @@ def main() -> None:
         if args.all
         else conformance.peer_test_files(tuple(args.ops.split(",")))
     )
-    ids = conformance.sample(conformance.collect(files, args.keyword), args.every)
+    ids = conformance.sample(conformance.collect(files, args.keyword), args.every, args.offset)
     folder = files[0].parent
     work = Path(args.work) if args.work else None
     if work:

@@ -198,13 +198,15 @@ def first_of_each_file(ids: list[str]) -> list[str]:
     return sample(ids, len(ids) or 1)
 
 
-def sample(ids: list[str], every: int) -> list[str]:
-    """Every `every`-th test of each file (its first one included), in collection order: a deterministic
-    sample that still touches every file."""
+def sample(ids: list[str], every: int, offset: int = 0) -> list[str]:
+    """Every `every`-th test of each file from its `offset`-th (the first one by default), in collection order: a
+    deterministic sample that still touches every file; offsets 0 to every - 1 together are the whole set."""
+    if not 0 <= offset < every:
+        raise ValueError(f"offset {offset}: from 0 to {every - 1} for every {every}")
     by_file: dict[str, list[str]] = {}
     for test in ids:
         by_file.setdefault(test.split("::")[0], []).append(test)
-    return [test for tests in by_file.values() for test in tests[::every]]
+    return [test for tests in by_file.values() for test in tests[offset::every]]
 
 
 def regressions(stock: dict[str, dict], solver: dict[str, dict]) -> list[str]:

@@ -1,6 +1,6 @@
 """Differential testing of the Arm stage on generated graphs (layout_solver.arm.generated / .differential).
 
-CI lowers a few seeded graphs per target, stock against the stage; `benchmarks/arm/generated.py` runs
+CI lowers 200 seeded graphs, alternating the targets, stock against the stage; `benchmarks/arm/generated.py` runs
 hundreds (results in benchmarks/results/arm_generated.md). The generator's own properties are checked on many
 seeds here, without lowering.
 """
@@ -14,9 +14,14 @@ from layout_solver.arm import generated
 from layout_solver.zoo import differential
 from layout_solver.zoo.models import ModelError, build, expand_names
 
-# Seeds lowered in CI (stock and solver on one target each): 11 permutes around a linear, a merged-axes view and a
+# Seeds lowered in CI (stock and solver on one target each): the first 200 seeds, alternating the targets (about
+# 8 s a graph), and three cases chosen by what they hold: 11 permutes around a linear, a merged-axes view and a
 # conv; 12 a split view, permute, matmul, GroupNorm and cat; 4 pooling, matmul, a conv and a linear on Ethos-U85.
-CI_CASES = [(11, "ethos-u55-128"), (12, "ethos-u55-128"), (4, "ethos-u85-256")]
+CI_SEEDS = 200
+CI_CASES = sorted(
+    {(11, "ethos-u55-128"), (12, "ethos-u55-128"), (4, "ethos-u85-256")}
+    | {(seed, ("ethos-u55-128", "ethos-u85-256")[seed % 2]) for seed in range(CI_SEEDS)}
+)
 
 
 def test_same_seed_same_graph_and_the_source_builds_it():
@@ -105,7 +110,10 @@ def test_verdicts(figures, expected):
 def test_the_stage_on_a_generated_graph_is_equivalent_and_never_dearer(seed, target):
     spec = generated.random_graph(seed)
     record = differential.run_case(spec, target)
-    assert "stock_failed" not in record["verdicts"], record["stock_error"]
+    if "stock_failed" in record["verdicts"]:  # about one graph in ten: the Arm backend's own limits
+        pytest.skip(
+            f"stock cannot lower generated:{seed} either: {(record['stock_cause'] or record['stock_error'])[:200]}"
+        )
     assert not differential.violations(record), (record, generated.source(spec))
     assert record["equivalent"] is True
 
