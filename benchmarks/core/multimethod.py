@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks import harness
+from layout_solver.compare.methods import PROGRAM_FIGURES
 from layout_solver.targets import get_target
 from layout_solver.zoo.models import MULTI_METHOD_ZOO
 from layout_solver.zoo.runner import compare_named
@@ -81,19 +82,7 @@ def section(r: dict, warm: dict | None) -> tuple[list[str], list[str]]:
         ["weighted_total_cycles", "weighted_transpose_cycles"] if arm else ["weighted_modelled_us", "weighted_run_ms"]
     )
     lines += ["", "| | stock | per-method | joint |", "|---|---|---|---|"]
-    for key in [
-        *weighted,
-        "pte_bytes",
-        "delegate_bytes",
-        "constant_bytes",
-        "solve_seconds",
-        "joint_solve_seconds",
-        "lower_seconds",
-        "joint_groups",
-        "linked_values",
-        "merged_values",
-        "cache_hits",
-    ]:
+    for key in [*weighted, *PROGRAM_FIGURES]:
         digits = 4 if key.endswith("solve_seconds") else (1 if key in ("lower_seconds", "weighted_run_ms") else 0)
         lines.append(f"| {key} | " + " | ".join(_n(r[s].get(key), digits) for s in sides) + " |")
     if warm is not None and "error" not in warm.get("joint", {}):

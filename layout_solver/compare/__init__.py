@@ -12,7 +12,7 @@ here are the schema they all return (`result.py`), the side-by-side table, and m
 
 from __future__ import annotations
 
-from layout_solver.compare.methods import MultiMethodModel
+from layout_solver.compare.methods import PROGRAM_FIGURES, WEIGHTED_FIGURES, MultiMethodModel
 from layout_solver.compare.result import Comparison, MethodsComparison, MethodsSide, Side
 
 __all__ = ["Comparison", "MethodsComparison", "MethodsSide", "MultiMethodModel", "Side", "format_table"]
@@ -99,22 +99,7 @@ def _methods_table(result: dict) -> str:
         for key in metrics:
             cells = [result[s].get("per_method", {}).get(method, {}).get(key) for s in sides]
             lines.append(f"{method + ' ' + key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))
-    for key in (
-        "weighted_total_cycles",
-        "weighted_transpose_cycles",
-        "weighted_modelled_us",
-        "weighted_run_ms",
-        "pte_bytes",
-        "delegate_bytes",
-        "constant_bytes",
-        "solve_seconds",
-        "joint_solve_seconds",
-        "lower_seconds",
-        "joint_groups",
-        "cache_hits",
-        "linked_values",
-        "merged_values",
-    ):
+    for key in (*WEIGHTED_FIGURES, *PROGRAM_FIGURES):
         cells = [result[s].get(key) for s in sides]
         if any(c is not None for c in cells):
             lines.append(f"{key:34}" + "".join(f"{'' if c is None else f'{c:,.6g}':>16}" for c in cells))

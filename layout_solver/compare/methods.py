@@ -35,6 +35,21 @@ from layout_solver.quiet import quiet
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 SIDES = ("stock", "per_method", "joint")
+# What a multi-method comparison sums over its methods (Arm's cycles or Vulkan's microseconds and run time), then the
+# program's and the joint solve's figures: the rows of its tables (the CLI's and the benchmark's)
+WEIGHTED_FIGURES = ("weighted_total_cycles", "weighted_transpose_cycles", "weighted_modelled_us", "weighted_run_ms")
+PROGRAM_FIGURES = (
+    "pte_bytes",
+    "delegate_bytes",
+    "constant_bytes",
+    "solve_seconds",
+    "joint_solve_seconds",
+    "lower_seconds",
+    "joint_groups",
+    "linked_values",
+    "merged_values",
+    "cache_hits",
+)
 
 
 def _program_bytes(program_manager, executorch_program) -> dict:
