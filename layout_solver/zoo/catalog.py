@@ -15,9 +15,9 @@ it): layer counts at most 2 (per-stage depths 1; a backbone whose stages are its
 out); widths at most 64 per token (`hidden_size`, `d_model`, `dim`, `n_embd`, `emb_dim` and the other
 `*_hidden_size` / `*_output_size` fields), heads at most 2 and dividing it, MLPs at most twice the width; per-stage
 widths (`hidden_sizes`, `*_hidden_sizes`, `embed_dims`, `conv_dim`, ...) scaled so the widest is 256 (multiples of
-8); patch embeddings at most 32; a compound-scaling depth coefficient at most 1; windows at most 2; images 64 x 64;
-vocabularies (`vocab_size`, `n_words`, `*_vocab_size`) at most 1,024 but above every special token id; 10 labels;
-audio of 4,000 samples or 128 frames. Where the rule alone does not give a model its default code can build,
+8); patch embeddings at most 32; GroupNorm groups (`num_groups`) at most 8; a compound-scaling depth coefficient
+at most 1; windows at most 2; images 64 x 64; vocabularies (`vocab_size`, `n_words`, `*_vocab_size`) at most 1,024
+but above every special token id; 10 labels; audio of 4,000 samples or 128 frames. Where the rule alone does not give a model its default code can build,
 `OVERRIDES` names the field and why; nothing else is tuned per model.
 """
 
@@ -56,6 +56,7 @@ TASKS = (
 )
 IMAGE, TOKENS, SAMPLES, FRAMES, WINDOW = 64, 16, 4000, 128, 2
 MAX_LAYERS, MAX_WIDTH, MAX_STAGE_WIDTH, MAX_EMBED, MAX_HEADS, MAX_VOCAB = 2, 64, 256, 32, 2, 1024
+MAX_GROUPS = 8
 # The same idea goes by several names across transformers' configs.
 LAYER_FIELDS = (
     "num_hidden_layers", "num_layers", "encoder_layers", "decoder_layers", "num_encoder_layers",
@@ -237,6 +238,10 @@ def shrink(fields: dict) -> dict:
             fields[field] = MAX_WIDTH
     if isinstance(fields.get("num_key_value_heads"), int) and isinstance(heads, int):
         fields["num_key_value_heads"] = math.gcd(fields["num_key_value_heads"], heads) or 1
+    # GroupNorm's group count divides every width it normalises: the rule's are multiples of 8 (BiT's bottlenecks
+    # a quarter of a stage's 32), so at most 8
+    if isinstance(fields.get("num_groups"), int) and fields["num_groups"] > MAX_GROUPS:
+        fields["num_groups"] = MAX_GROUPS
     if isinstance(fields.get("window_size"), int) and fields["window_size"] > WINDOW:
         fields["window_size"] = WINDOW
     if isinstance(fields.get("image_size"), int):
