@@ -192,6 +192,8 @@ def shrink(fields: dict) -> dict:
         if isinstance(fields.get(field), int) and fields[field] > most:
             fields[field] = most
     layers = fields.get("num_hidden_layers")
+    if isinstance(layers, int) and isinstance(fields.get("layer_types"), list):  # one type per layer, kept in order
+        fields["layer_types"] = fields["layer_types"][:layers]
     if isinstance(default_layers, int) and layers != default_layers:
         for field, value in outputs.items():
             first = layers - len(value) + (1 if field == "out_indices" else 0)
@@ -224,6 +226,8 @@ def shrink(fields: dict) -> dict:
         if isinstance(fields.get(field), int) and fields[field] > width:
             fields[field], narrowed = width, True
     if narrowed:
+        if isinstance(fields.get("embedding_size"), int) and fields["embedding_size"] > width:
+            fields["embedding_size"] = width  # embeddings no wider than the tokens they feed
         for field in FFN_FIELDS:
             if isinstance(fields.get(field), int) and fields[field] > 2 * width:
                 fields[field] = 2 * width
@@ -267,7 +271,11 @@ def example_inputs(model: torch.nn.Module, config) -> tuple[torch.Tensor, ...]:
         channels = getattr(config, "num_channels", 3) or 3
         return (torch.randn(1, channels, side, side),)
     if name == "input_ids":
-        return (torch.randint(0, int(getattr(config, "vocab_size", MAX_VOCAB)), (1, TOKENS)),)
+        ids = torch.randint(0, int(getattr(config, "vocab_size", MAX_VOCAB)), (1, TOKENS))
+        end = getattr(config, "eos_token_id", None)
+        if isinstance(end, int):  # a sentence ends: encoder-decoder classifiers pool at the end token
+            ids[0, -1] = end
+        return (ids,)
     if name == "input_values":
         return (torch.randn(1, SAMPLES),)
     if name == "input_features":
