@@ -58,7 +58,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 
     from graph_io.tosa import tosa_ops
-    from layout_solver.arm.equivalence import compare_lowerings, versus_quantized_eager
+    from layout_solver.arm.equivalence import compare_lowerings, same_outputs, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize, solver_metrics
     from layout_solver.compare.result import Comparison, Side, error_record
@@ -73,7 +73,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
             return Comparison(model=name or type(module).__name__, target=target, stock=Side(**failed),
                               solver=Side(**failed), equivalent=False)  # fmt: skip
         eager_outputs = quantized.module()(*inputs)
-        files = {}
+        files, eager_checks = {}, {}
         for side in ("stock", "solver"):
             folder = Path(tmp) / side
             folder.mkdir()
@@ -85,7 +85,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
                 result[side] = error_record(exc)
                 files.pop(side, None)
                 continue
-            eager = versus_quantized_eager(quantized, program, files[side], inputs, eager_outputs)
+            eager = eager_checks[side] = versus_quantized_eager(quantized, program, files[side], inputs, eager_outputs)
             metrics = {
                 **transpose_figures([tosa_ops(f.read_bytes()) for f in files[side]]),
                 "lower_seconds": round(seconds, 3),
@@ -98,6 +98,12 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
             same = compare_lowerings(files["stock"], files["solver"])
             result.update(equivalent=same.equivalent, max_abs_diff=same.max_abs_diff)
             result.update(stock_reference=same.reference["left"], solver_reference=same.reference["right"])
+            if same.notes:
+                result["equivalence_notes"] = same.notes
+            if same.equivalent is None:  # as compare_ethos_u: the whole programs on the example inputs
+                exact, diff = same_outputs(eager_checks["stock"], eager_checks["solver"])
+                if exact is not None:
+                    result.update(equivalent_on_example_inputs=exact, max_abs_diff_on_example_inputs=diff)
         else:
             result.update(equivalent=False, max_abs_diff=None)
     return Comparison(
