@@ -174,6 +174,34 @@ def apply_plan(graph_module: torch.fx.GraphModule, plan: ArmRewritePlan) -> tupl
     return len(transitions), len(removed)
 
 
+def cancel_inverse_permutes(graph_module: torch.fx.GraphModule) -> int:
+    """Remove every permute that undoes the permute it reads (the two orders compose to the identity): its readers
+    read the value itself; the inner one goes too where nothing else reads it. Such a pair is the graph's own (a
+    model that transposes and transposes back) or one the write-back made (a value stored in an order, then read
+    back in the identity). Kept where the value would leave the delegate as one of its inputs. Returns how many
+    permutes were removed."""
+    graph = graph_module.graph
+    removed = 0
+    for node in list(graph.nodes):
+        inner = node.args[0] if node.op == "call_function" and node.target == PERMUTE else None
+        if not (isinstance(inner, torch.fx.Node) and inner.target == PERMUTE and node.users):
+            continue
+        outer_order = [int(d) % len(node.args[1]) for d in node.args[1]]
+        inner_order = [int(d) % len(inner.args[1]) for d in inner.args[1]]
+        if [inner_order[d] for d in outer_order] != list(range(len(outer_order))):
+            continue
+        source = inner.args[0]
+        if source.op == "placeholder" and any(user.op == "output" for user in node.users):
+            continue
+        node.replace_all_uses_with(source)
+        graph.erase_node(node)
+        removed += 1
+        if not inner.users:
+            graph.erase_node(inner)
+            removed += 1
+    return removed
+
+
 def fold_constant_permutes(graph_module: torch.fx.GraphModule, program, constants: set[str]) -> int:
     """Compute every permute of a parameter, buffer or lifted constant now, into a new constant placeholder
     (executorch's FuseConstantArgsPass, node by node); returns how many. The Arm pipeline folds constant ops

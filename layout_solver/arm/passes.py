@@ -19,7 +19,7 @@ from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir.pass_base import PassResult
 
 from cost_models.store import JsonStore, default_store
-from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan, fold_constant_permutes
+from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan, cancel_inverse_permutes, fold_constant_permutes
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
@@ -202,7 +202,8 @@ class SolverLayoutPass(SolverPass, ArmPass):
     def write_back(self, graph_module, built: ArmProblem, solution: Solution) -> tuple[int, int]:
         """Write the answer into the graph; (permutes inserted, permutes removed)."""
         plan = rewrite_plan(built, solution)
-        written = apply_plan(graph_module, plan)
+        inserted, removed = apply_plan(graph_module, plan)
+        written = inserted, removed + cancel_inverse_permutes(graph_module)  # a pair that undoes itself: neither
         fold_constant_permutes(graph_module, self.program, self.constants)  # read in another order: stored so
         graph_module.graph.lint()  # the pass manager recompiles a modified graph module
         self.changed.append(any(written) or any(o != tuple(range(len(o))) for o in plan.orders.values()))
@@ -273,4 +274,6 @@ class SolverLayoutPass(SolverPass, ArmPass):
         if self.canonical is not None:
             self.canonical.pricing = pricing
             self.changed.append(self.canonical.call(graph_module).modified)
+            # a transpose given its cheapest form may now undo the one it reads
+            self.changed.append(cancel_inverse_permutes(graph_module) > 0)
         return PassResult(graph_module, any(self.changed))

@@ -83,6 +83,29 @@ def test_a_permute_that_undoes_another_is_caught():
         validate(gm, before)
 
 
+def test_the_write_back_cancels_a_permute_pair_that_undoes_itself():
+    """A transpose and its inverse (the model's own, or one the write-back leaves) go: the reader reads the value,
+    and the post-condition that catches such a pair passes."""
+    from graph_io.arm import cancel_inverse_permutes
+
+    gm = _edge_graph()
+    before = snapshot(gm)
+    permute = _node(gm, "permute_copy")
+    with gm.graph.inserting_after(permute):
+        undo = gm.graph.call_function(PERMUTE, (permute, [0, 3, 1, 2]))
+    with permute.meta["val"].fake_mode:
+        undo.meta["val"] = torch.empty(1, 3, 4, 5)
+    with gm.graph.inserting_after(undo):
+        again = gm.graph.call_function(PERMUTE, (undo, [0, 2, 3, 1]))
+    with permute.meta["val"].fake_mode:
+        again.meta["val"] = torch.empty(1, 4, 5, 3)
+    relu = _node(gm, "relu")
+    relu.replace_input_with(permute, again)
+    assert cancel_inverse_permutes(gm) == 2  # the model's permute and the first inverse: the second one stays
+    assert [n.args[1] for n in gm.graph.nodes if n.target == PERMUTE] == [[0, 2, 3, 1]]
+    validate(gm, before)
+
+
 def test_a_changed_boundary_is_caught():
     gm = _edge_graph()
     before = snapshot(gm)
