@@ -193,6 +193,26 @@ def same_outputs(left: EagerCheck, right: EagerCheck) -> tuple[bool | None, floa
     return worst == 0.0, worst
 
 
+def stock_against_solver(stock: list[Path], solver: list[Path], checks: dict[str, EagerCheck]) -> dict:
+    """A comparison's equivalence fields: the two lowerings delegate by delegate on random inputs
+    (compare_lowerings); where that could not be checked (the reference model rejected a side, or the partitions
+    differ), the two whole programs' outputs on the example inputs (`checks`: each side's eager check), bit for bit."""
+    same = compare_lowerings(stock, solver)
+    fields = {
+        "equivalent": same.equivalent,
+        "max_abs_diff": same.max_abs_diff,
+        "stock_reference": same.reference["left"],
+        "solver_reference": same.reference["right"],
+    }
+    if same.notes:
+        fields["equivalence_notes"] = same.notes
+    if same.equivalent is None:
+        exact, diff = same_outputs(checks["stock"], checks["solver"])
+        if exact is not None:
+            fields.update(equivalent_on_example_inputs=exact, max_abs_diff_on_example_inputs=diff)
+    return fields
+
+
 def _input_signature(path: Path) -> list[tuple[tuple[int, ...], type]]:
     return [(tuple(shape), dtype) for _, shape, dtype in tosa_inputs(path)]
 

@@ -111,7 +111,7 @@ def compare_ethos_u(
 
 
 def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify) -> dict:
-    from layout_solver.arm.equivalence import compare_lowerings, same_outputs, versus_quantized_eager
+    from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
     from layout_solver.compare.result import error_record
@@ -157,18 +157,10 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
                 metrics.update(solver_metrics(reports))
             result[side] = metrics
         if len(lowerings) == 2:
-            same = compare_lowerings(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files)
-            result["equivalent"], result["max_abs_diff"] = same.equivalent, same.max_abs_diff
-            # None: not checked, because the reference model rejected a side (its Vela numbers stay)
-            result["stock_reference"], result["solver_reference"] = same.reference["left"], same.reference["right"]
-            if same.notes:
-                result["equivalence_notes"] = same.notes
-            if same.equivalent is None:
-                # The reference model refused the random inputs; if both programs ran on the example inputs
-                # (their eager checks), their outputs there, bit for bit.
-                exact, diff = same_outputs(eager_checks["stock"], eager_checks["solver"])
-                if exact is not None:
-                    result["equivalent_on_example_inputs"], result["max_abs_diff_on_example_inputs"] = exact, diff
+            # the Vela numbers of a side the reference model rejected stay
+            result.update(
+                stock_against_solver(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files, eager_checks)
+            )
         else:
             result["equivalent"], result["max_abs_diff"] = False, None
     return result

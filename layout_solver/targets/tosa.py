@@ -58,7 +58,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 
     from graph_io.tosa import tosa_ops
-    from layout_solver.arm.equivalence import compare_lowerings, same_outputs, versus_quantized_eager
+    from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize, solver_metrics
     from layout_solver.compare.result import Comparison, Side, error_record
@@ -95,15 +95,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
                 metrics.update(solver_metrics(reports))
             result[side] = metrics
         if len(files) == 2:
-            same = compare_lowerings(files["stock"], files["solver"])
-            result.update(equivalent=same.equivalent, max_abs_diff=same.max_abs_diff)
-            result.update(stock_reference=same.reference["left"], solver_reference=same.reference["right"])
-            if same.notes:
-                result["equivalence_notes"] = same.notes
-            if same.equivalent is None:  # as compare_ethos_u: the whole programs on the example inputs
-                exact, diff = same_outputs(eager_checks["stock"], eager_checks["solver"])
-                if exact is not None:
-                    result.update(equivalent_on_example_inputs=exact, max_abs_diff_on_example_inputs=diff)
+            result.update(stock_against_solver(files["stock"], files["solver"], eager_checks))
         else:
             result.update(equivalent=False, max_abs_diff=None)
     return Comparison(

@@ -17,7 +17,8 @@ out); widths at most 64 per token (`hidden_size`, `d_model`, `dim`, `n_embd`, `e
 widths (`hidden_sizes`, `*_hidden_sizes`, `embed_dims`, `conv_dim`, ...) scaled so the widest is 256 (multiples of
 8); patch embeddings at most 32; GroupNorm groups (`num_groups`) at most 8; a compound-scaling depth coefficient
 at most 1; windows at most 2; images 64 x 64; vocabularies (`vocab_size`, `n_words`, `*_vocab_size`) at most 1,024
-but above every special token id; 10 labels; audio of 4,000 samples or 128 frames. Where the rule alone does not give a model its default code can build,
+but above every special token id; 10 labels; audio of 4,000 samples or 128 frames; token inputs that end with the
+config's end token, where it has one. Where the rule alone does not give a model its default code can build,
 `OVERRIDES` names the field and why; nothing else is tuned per model.
 """
 

@@ -65,9 +65,8 @@ def test_a_correct_rewrite_passes_and_is_recomputed():
     assert validate(gm, before) == 3  # relu, the reduction and the new permute, re-run by their own kernels
 
 
-def test_a_permute_that_undoes_another_is_caught():
-    gm = _edge_graph()
-    before = snapshot(gm)
+def _undone_and_redone(gm) -> None:
+    """The graph's permute, then its inverse and the permute again, read by the relu: two pairs that undo."""
     permute = _node(gm, "permute_copy")
     with gm.graph.inserting_after(permute):
         undo = gm.graph.call_function(PERMUTE, (permute, [0, 3, 1, 2]))
@@ -77,8 +76,13 @@ def test_a_permute_that_undoes_another_is_caught():
         again = gm.graph.call_function(PERMUTE, (undo, [0, 2, 3, 1]))
     with permute.meta["val"].fake_mode:
         again.meta["val"] = torch.empty(1, 4, 5, 3)
-    relu = _node(gm, "relu")
-    relu.replace_input_with(permute, again)
+    _node(gm, "relu").replace_input_with(permute, again)
+
+
+def test_a_permute_that_undoes_another_is_caught():
+    gm = _edge_graph()
+    before = snapshot(gm)
+    _undone_and_redone(gm)
     with pytest.raises(ArmLayoutValidationError, match="undoes"):
         validate(gm, before)
 
@@ -90,17 +94,7 @@ def test_the_write_back_cancels_a_permute_pair_that_undoes_itself():
 
     gm = _edge_graph()
     before = snapshot(gm)
-    permute = _node(gm, "permute_copy")
-    with gm.graph.inserting_after(permute):
-        undo = gm.graph.call_function(PERMUTE, (permute, [0, 3, 1, 2]))
-    with permute.meta["val"].fake_mode:
-        undo.meta["val"] = torch.empty(1, 3, 4, 5)
-    with gm.graph.inserting_after(undo):
-        again = gm.graph.call_function(PERMUTE, (undo, [0, 2, 3, 1]))
-    with permute.meta["val"].fake_mode:
-        again.meta["val"] = torch.empty(1, 4, 5, 3)
-    relu = _node(gm, "relu")
-    relu.replace_input_with(permute, again)
+    _undone_and_redone(gm)
     assert cancel_inverse_permutes(gm) == 2  # the model's permute and the first inverse: the second one stays
     assert [n.args[1] for n in gm.graph.nodes if n.target == PERMUTE] == [[0, 2, 3, 1]]
     validate(gm, before)
