@@ -32,6 +32,7 @@ from torch.fx import Node
 
 from cost_models.ethos_u55 import is_identity, materialisations
 from graph_io.fx import create_like, dtype_name, fake_like, shape_of
+from layout_solver.arm.op_rules import read_by_windows_only
 
 _PERMUTES = (exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.permute.default)
 _VIEW = exir_ops.edge.aten.view_copy.default
@@ -71,9 +72,11 @@ class CanonicalTransposePass(ArmPass):
         graph = graph_module.graph
         permutes = [n for n in graph.nodes if n.op == "call_function" and n.target in _PERMUTES]
         shared = {n: len(n.args[0].users) > 1 for n in permutes}  # decided on the graph as given
+        windows = {n: read_by_windows_only(n) for n in permutes}
         modified = False
         for node in permutes:
-            written = self._write(graph, node, node.args[0], [int(p) for p in node.args[1]], shared[node], split=True)
+            perm = [int(p) for p in node.args[1]]
+            written = self._write(graph, node, node.args[0], perm, shared[node], split=True, window=windows[node])
             if written is not None:
                 node.replace_all_uses_with(written)
                 graph.erase_node(node)
@@ -82,23 +85,28 @@ class CanonicalTransposePass(ArmPass):
             graph.lint()  # the pass manager recompiles a modified graph module
         return PassResult(graph_module, modified)
 
-    def _cycles(self, shape, perm, dtype: str) -> float:
+    def _cycles(self, shape, perm, dtype: str, window: bool = False) -> float:
         from cost_models.vela import VelaUnsupported
 
         try:
-            return self.pricing.as_given(shape, perm, dtype).cycles
+            return self.pricing.as_given(shape, perm, dtype, window).cycles
         except VelaUnsupported:
             return float("inf")
 
-    def _cheapest_form(self, shape, perm, dtype: str, shared: bool = False) -> tuple[float, tuple, tuple]:
+    def _cheapest_form(
+        self, shape, perm, dtype: str, shared: bool = False, window: bool = False
+    ) -> tuple[float, tuple, tuple]:
         """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
         form as given on a tie. `shared`: the input has other readers, so a form with a reshape in front also
-        pays the memory copy Vela makes of that reshape."""
+        pays the memory copy Vela makes of that reshape. `window`: only convolutions or pooling read the result
+        (the form as given is priced so; see ArmPricing.transpose)."""
         copy = self.pricing.copy(math.prod(shape), dtype) if shared else 0.0
+        given = (tuple(shape), tuple(perm))
         priced = [
-            (self._cycles(s, p, dtype) + (copy if list(s) != list(shape) else 0.0), i, s, p)
+            (self._cycles(s, p, dtype, window and (tuple(s), tuple(p)) == given)
+             + (copy if list(s) != list(shape) else 0.0), i, s, p)
             for i, (s, p) in enumerate(materialisations(shape, perm))
-        ]
+        ]  # fmt: skip
         cycles, _, shape, perm = min(priced)
         return cycles, shape, perm
 
@@ -118,9 +126,12 @@ class CanonicalTransposePass(ArmPass):
         shape = shape_of(x.meta["val"])
         return self._emit(graph, template, template.target, x, perm, [shape[p] for p in perm])
 
-    def _write(self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool) -> Node | None:
+    def _write(
+        self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool, window: bool = False
+    ) -> Node | None:
         """The rewritten permute of `x` by `perm` (new nodes before `template`), or None to keep it as it is.
-        `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy."""
+        `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy. `window`:
+        only convolutions or pooling read the result."""
         shape = shape_of(x.meta["val"])
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
@@ -137,7 +148,7 @@ class CanonicalTransposePass(ArmPass):
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None
-        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared)
+        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared, window)
         if steps is not None and steps[0] < cycles:  # the pair the pricing prices transitions with
             (_, first), (_, second) = steps[1]
             _count(self.stats, "two_steps")

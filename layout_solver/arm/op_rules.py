@@ -150,17 +150,33 @@ def _perm(node: torch.fx.Node) -> Order:
     return tuple(int(p) % rank for p in node.args[1])
 
 
-# Ops that want the identity order on purpose: layout-sensitive TOSA ops already wrapped in NHWC permutes,
-# shape-changing ops, gathers, casts and TOSA ops the pipeline has already fixed.
-_add(
-    PINNED,
-    (
+# TOSA ops that read a rank-4 NHWC feature map through a window: Vela may write a feature map only they read in a
+# form of its own, which changes what the transpose writing it costs (cost_models.vela.measure_transpose).
+WINDOW_READERS = frozenset(
+    {
         "CONV2D.default",
         "DEPTHWISE_CONV2D.default",
         "TRANSPOSE_CONV2D.default",
         "MAX_POOL2D.default",
         "AVG_POOL2D.default",
         "AVG_POOL2D_ADAPTIVE.default",
+    }
+)
+
+
+def read_by_windows_only(node: torch.fx.Node) -> bool:
+    """Whether every reader of `node`'s result is a WINDOW_READERS op."""
+    return bool(node.users) and all(
+        u.op == "call_function" and short_target(u) in WINDOW_READERS for u in node.users
+    )
+
+
+# Ops that want the identity order on purpose: layout-sensitive TOSA ops already wrapped in NHWC permutes,
+# shape-changing ops, gathers, casts and TOSA ops the pipeline has already fixed.
+_add(
+    PINNED,
+    (
+        *sorted(WINDOW_READERS),
         "RESIZE.default",
         "slice_copy.Tensor",
         "constant_pad_nd.default",

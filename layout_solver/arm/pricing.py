@@ -61,18 +61,29 @@ class ArmPricing:
         """The op's own price reading `reads` and writing `order`; None if the target cannot run it so."""
         raise NotImplementedError
 
-    def as_given(self, shape, perm, dtype: str) -> TransposeCost:
-        """TRANSPOSE(shape, perm) exactly as written."""
+    def as_given(self, shape, perm, dtype: str, window_reader: bool = False) -> TransposeCost:
+        """TRANSPOSE(shape, perm) exactly as written; `window_reader`: its result is read by convolutions or
+        pooling only (on Ethos-U85 Vela writes such a feature map in a form that can be far cheaper)."""
         raise NotImplementedError
 
     def copy(self, elements: int, dtype: str) -> float:
         """A memory copy of `elements` elements (a reshape the target cannot bypass)."""
         raise NotImplementedError
 
-    def transpose(self, shape, perm, dtype: str, form: str = "cheapest") -> TransposeCost:
+    def transpose(
+        self, shape, perm, dtype: str, form: str = "cheapest", window_reader: bool = False
+    ) -> TransposeCost:
         """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost); in
-        the cheapest form also as the pair of transposes the write-back would write (`two_steps`) if cheaper."""
-        single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=self.as_given, copy=self.copy)
+        the cheapest form also as the pair of transposes the write-back would write (`two_steps`) if cheaper.
+        `window_reader` (see `as_given`) holds for the form as given only: another form's result is reshaped
+        before anything reads it."""
+        as_written = (tuple(int(d) for d in shape), tuple(int(p) for p in perm))
+
+        def as_given(s, p, d):
+            written = (tuple(int(x) for x in s), tuple(int(x) for x in p)) == as_written
+            return self.as_given(s, p, d, window_reader and written)
+
+        single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=as_given, copy=self.copy)
         steps = self.two_steps(shape, perm, dtype) if form == "cheapest" and single.npu_ops else None
         if steps is None or steps[0] >= single.cycles:
             return single
@@ -179,11 +190,11 @@ class VelaPricing(ArmPricing):
             return 0.0
         return cycles
 
-    def as_given(self, shape, perm, dtype):
+    def as_given(self, shape, perm, dtype, window_reader=False):
         """Vela's price of TRANSPOSE(shape, perm) as written (cached per lowering)."""
-        key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype)
+        key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype, window_reader)
         if key not in self._transposes:
-            self._transposes[key] = vela.transpose_as_given(*key, self.config)
+            self._transposes[key] = vela.transpose_as_given(*key[:3], self.config, window_reader=window_reader)
         return self._transposes[key]
 
     def copy(self, elements, dtype):
@@ -222,7 +233,7 @@ class MovedBytesPricing(ArmPricing):
         """Nothing: no target to tell orders apart."""
         return 0.0
 
-    def as_given(self, shape, perm, dtype):
+    def as_given(self, shape, perm, dtype, window_reader=False):
         """TRANSPOSE_FIXED_BYTES plus the bytes moved (a reshape: RESHAPE_BYTES)."""
         shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
         if ethos_u55.is_identity(perm):  # a RESHAPE: no data moves, but it is an op of its own

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from graph_io.fx import dtype_name, tensor_of
-from layout_solver.arm.op_rules import PINNED, Domains, OpRule, Pinned, rule_for, short_target
+from layout_solver.arm.op_rules import PINNED, Domains, OpRule, Pinned, read_by_windows_only, rule_for, short_target
 from layout_solver.arm.orders import compose, inverse, label_order, order_label
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing
 from layout_solver.problem import Problem
@@ -201,10 +201,11 @@ def build_problem(
         form = "shared" if len(n.users) > 1 else "cheapest"
         # A transpose between an op and its only reader keeps Vela from fusing them.
         chain = next(iter(n.users)) if len(n.users) == 1 and n.op == "call_function" else None
+        windows = read_by_windows_only(n)
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
-                    cost = _transition_cost(pricing, shape, src, dst, dtype, form)
+                    cost = _transition_cost(pricing, shape, src, dst, dtype, form, windows)
                     key = (n.name, order_label(src), order_label(dst))
                     if chain in rules and lazy_losses:
                         pending[key] = (n, chain, src, dst, cost)
@@ -237,7 +238,10 @@ def _priced(node: torch.fx.Node, modes: list[dict], pricing: ArmPricing, keep_un
     return priced
 
 
-def _transition_cost(pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest") -> float:
-    """The price of turning a value stored in order src into order dst: one transpose of the physical tensor."""
+def _transition_cost(
+    pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest", window_reader: bool = False
+) -> float:
+    """The price of turning a value stored in order src into order dst: one transpose of the physical tensor
+    (`window_reader`: only convolutions and pooling read the value)."""
     physical = [logical_shape[i] for i in src]
-    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form).cycles
+    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form, window_reader).cycles
