@@ -316,42 +316,23 @@ def _measured(probe: ProbeGraph, config: VelaConfig | None, cache_dir=_DEFAULT) 
     return network
 
 
-def transpose_probe(shape, perm, dtype: str = "int8", window_reader: bool = False) -> ProbeGraph:
-    """One TRANSPOSE of an input of `shape`; with `window_reader`, its result is read by a 1x1 MAX_POOL2D (a
-    feature map a convolution or pooling reads) instead of being the graph's output."""
+def transpose_probe(shape, perm, dtype: str = "int8") -> ProbeGraph:
+    """One TRANSPOSE of an input of `shape`."""
     b = ProbeBuilder()
     x = b.input(shape, dtype)
-    out = [shape[p] for p in perm]
-    result = b.op("TRANSPOSE", [x], out, dtype, "TransposeAttribute", perms=tuple(perm))[1]
-    if window_reader:
-        b.op("MAX_POOL2D", [result], out, dtype, "MaxPool2dAttribute", kernel=[1, 1], stride=[1, 1], pad=[0] * 4,
-             nan_mode="NanPropagationMode.PROPAGATE")  # fmt: skip
+    b.op("TRANSPOSE", [x], [shape[p] for p in perm], dtype, "TransposeAttribute", perms=tuple(perm))
     return b.build()
 
 
-def reads_as_window(shape, dtype: str) -> bool:
-    """Whether a transpose of `shape` can be probed with a window reader (`transpose_probe`): a rank-4 int8/int16
-    result, as every feature map a TOSA convolution or pooling reads."""
-    return len(shape) == 4 and dtype in ("int8", "int16")
-
-
 def measure_transpose(
-    shape, perm, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT, window_reader: bool = False
+    shape, perm, dtype: str = "int8", config: VelaConfig | None = None, cache_dir=_DEFAULT
 ) -> VelaMeasurement:
     """Vela's cycles for TRANSPOSE(shape, perm) (default target ethos-u55-128); raises VelaUnsupported when Vela
-    rejects it. With `window_reader` (see transpose_probe), only the TRANSPOSE's own rows count.
-
-    Who reads the result matters on Ethos-U85: Vela writes a feature map a convolution or pooling reads in its
-    own internal format, and [1, 3, 96, 96] to channels-last costs 18,641 cycles so on ethos-u85-1024, against
-    86,400 written as a plain graph output (ethos-u85-256, [1, 3, 224, 224]: 401,582 against 548,800).
-    """
+    rejects it."""
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
-    window_reader = window_reader and reads_as_window(shape, dtype)
-    probe = transpose_probe(shape, perm, dtype, window_reader)
-    network = _measured(probe, config, cache_dir)
-    own = [x for x in network.layers if not window_reader or x.source == probe.tosa_index(0)]
-    rows = tuple((x.operator, x.cycles) for x in own)
-    return VelaMeasurement(shape, perm, dtype, len(rows), sum(x.cycles for x in own), rows, vela_version())
+    network = _measured(transpose_probe(shape, perm, dtype), config, cache_dir)
+    rows = tuple((x.operator, x.cycles) for x in network.layers)
+    return VelaMeasurement(shape, perm, dtype, len(rows), network.cycles, rows, vela_version())
 
 
 def matmul_probe(n: int, h: int, c: int, w: int, dtype: str = "int8") -> ProbeGraph:
@@ -422,17 +403,14 @@ def rescale_then_transpose_probe(shape, dtype_in: str, dtype_out: str) -> ProbeG
     return b.build()
 
 
-def transpose_as_given(
-    shape, perm, dtype: str = "int8", config: VelaConfig | None = None, window_reader: bool = False
-) -> TransposeCost:
-    """Vela's price of TRANSPOSE(shape, perm) exactly as written (`window_reader`: its result read by a
-    convolution or pooling, see measure_transpose); one too large for an NPU transpose is priced as executorch's
-    DecomposePermuteForU55Pass writes it (chunks Vela accepts, each element copied out and back)."""
+def transpose_as_given(shape, perm, dtype: str = "int8", config: VelaConfig | None = None) -> TransposeCost:
+    """Vela's price of TRANSPOSE(shape, perm) exactly as written; one too large for an NPU transpose is priced as
+    executorch's DecomposePermuteForU55Pass writes it (chunks Vela accepts, each element copied out and back)."""
     shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
     if ethos_u55.is_identity(perm):
         return TransposeCost(0.0, 0, shape, perm, "reshape")
     try:
-        m = measure_transpose(shape, perm, dtype, config, window_reader=window_reader)
+        m = measure_transpose(shape, perm, dtype, config)
         return TransposeCost(float(m.cycles), m.npu_ops, shape, perm, "vela")
     except VelaUnsupported:
         pass

@@ -72,11 +72,11 @@ class CanonicalTransposePass(ArmPass):
         graph = graph_module.graph
         permutes = [n for n in graph.nodes if n.op == "call_function" and n.target in _PERMUTES]
         shared = {n: len(n.args[0].users) > 1 for n in permutes}  # decided on the graph as given
-        windows = {n: read_by_windows_only(n) for n in permutes}
+        readers = {n: n if read_by_windows_only(n) else None for n in permutes}
         modified = False
         for node in permutes:
             perm = [int(p) for p in node.args[1]]
-            written = self._write(graph, node, node.args[0], perm, shared[node], split=True, window=windows[node])
+            written = self._write(graph, node, node.args[0], perm, shared[node], split=True, read_by=readers[node])
             if written is not None:
                 node.replace_all_uses_with(written)
                 graph.erase_node(node)
@@ -85,25 +85,25 @@ class CanonicalTransposePass(ArmPass):
             graph.lint()  # the pass manager recompiles a modified graph module
         return PassResult(graph_module, modified)
 
-    def _cycles(self, shape, perm, dtype: str, window: bool = False) -> float:
+    def _cycles(self, shape, perm, dtype: str, read_by: Node | None = None) -> float:
         from cost_models.vela import VelaUnsupported
 
         try:
-            return self.pricing.as_given(shape, perm, dtype, window).cycles
+            return self.pricing.as_given(shape, perm, dtype, read_by).cycles
         except VelaUnsupported:
             return float("inf")
 
     def _cheapest_form(
-        self, shape, perm, dtype: str, shared: bool = False, window: bool = False
+        self, shape, perm, dtype: str, shared: bool = False, read_by: Node | None = None
     ) -> tuple[float, tuple, tuple]:
         """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
         form as given on a tie. `shared`: the input has other readers, so a form with a reshape in front also
-        pays the memory copy Vela makes of that reshape. `window`: only convolutions or pooling read the result
-        (the form as given is priced so; see ArmPricing.transpose)."""
+        pays the memory copy Vela makes of that reshape. `read_by`: the permute, where only convolutions or
+        pooling read it (the form as given is priced with them; see ArmPricing.transpose)."""
         copy = self.pricing.copy(math.prod(shape), dtype) if shared else 0.0
         given = (tuple(shape), tuple(perm))
         priced = [
-            (self._cycles(s, p, dtype, window and (tuple(s), tuple(p)) == given)
+            (self._cycles(s, p, dtype, read_by if (tuple(s), tuple(p)) == given else None)
              + (copy if list(s) != list(shape) else 0.0), i, s, p)
             for i, (s, p) in enumerate(materialisations(shape, perm))
         ]  # fmt: skip
@@ -127,11 +127,11 @@ class CanonicalTransposePass(ArmPass):
         return self._emit(graph, template, template.target, x, perm, [shape[p] for p in perm])
 
     def _write(
-        self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool, window: bool = False
+        self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool, read_by: Node | None = None
     ) -> Node | None:
         """The rewritten permute of `x` by `perm` (new nodes before `template`), or None to keep it as it is.
-        `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy. `window`:
-        only convolutions or pooling read the result."""
+        `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy. `read_by`:
+        the permute, where only convolutions or pooling read it."""
         shape = shape_of(x.meta["val"])
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
@@ -148,7 +148,7 @@ class CanonicalTransposePass(ArmPass):
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None
-        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared, window)
+        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared, read_by)
         if steps is not None and steps[0] < cycles:  # the pair the pricing prices transitions with
             (_, first), (_, second) = steps[1]
             _count(self.stats, "two_steps")

@@ -151,7 +151,7 @@ def _perm(node: torch.fx.Node) -> Order:
 
 
 # TOSA ops that read a rank-4 NHWC feature map through a window: Vela may write a feature map only they read in a
-# form of its own, which changes what the transpose writing it costs (cost_models.vela.measure_transpose).
+# form of its own, which changes what the transpose writing it costs (probes.read_transpose_probe).
 WINDOW_READERS = frozenset(
     {
         "CONV2D.default",

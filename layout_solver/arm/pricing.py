@@ -29,7 +29,7 @@ from cost_models import ethos_u55, vela
 from cost_models.ethos_u55 import TransposeCost
 from layout_solver.arm.op_rules import rule_for, short_target
 from layout_solver.arm.orders import Order
-from layout_solver.arm.probes import ProbeContext, chain_of, member, op_probe, translatable
+from layout_solver.arm.probes import ProbeContext, chain_of, member, op_probe, read_transpose_probe, translatable
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,10 @@ class ArmPricing:
         """The op's own price reading `reads` and writing `order`; None if the target cannot run it so."""
         raise NotImplementedError
 
-    def as_given(self, shape, perm, dtype: str, window_reader: bool = False) -> TransposeCost:
-        """TRANSPOSE(shape, perm) exactly as written; `window_reader`: its result is read by convolutions or
-        pooling only (on Ethos-U85 Vela writes such a feature map in a form that can be far cheaper)."""
+    def as_given(self, shape, perm, dtype: str, read_by: torch.fx.Node | None = None) -> TransposeCost:
+        """TRANSPOSE(shape, perm) exactly as written; `read_by`: its result is that node's value, read by that
+        node's readers (convolutions and pooling only: on Ethos-U85 Vela writes such a feature map in a form of
+        its own, which can be far cheaper)."""
         raise NotImplementedError
 
     def copy(self, elements: int, dtype: str) -> float:
@@ -71,17 +72,17 @@ class ArmPricing:
         raise NotImplementedError
 
     def transpose(
-        self, shape, perm, dtype: str, form: str = "cheapest", window_reader: bool = False
+        self, shape, perm, dtype: str, form: str = "cheapest", read_by: torch.fx.Node | None = None
     ) -> TransposeCost:
         """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost); in
         the cheapest form also as the pair of transposes the write-back would write (`two_steps`) if cheaper.
-        `window_reader` (see `as_given`) holds for the form as given only: another form's result is reshaped
-        before anything reads it."""
+        `read_by` (see `as_given`) holds for the form as given only: another form's result is reshaped before
+        anything reads it."""
         as_written = (tuple(int(d) for d in shape), tuple(int(p) for p in perm))
 
         def as_given(s, p, d):
             written = (tuple(int(x) for x in s), tuple(int(x) for x in p)) == as_written
-            return self.as_given(s, p, d, window_reader and written)
+            return self.as_given(s, p, d, read_by if written else None)
 
         single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=as_given, copy=self.copy)
         steps = self.two_steps(shape, perm, dtype) if form == "cheapest" and single.npu_ops else None
@@ -190,12 +191,21 @@ class VelaPricing(ArmPricing):
             return 0.0
         return cycles
 
-    def as_given(self, shape, perm, dtype, window_reader=False):
-        """Vela's price of TRANSPOSE(shape, perm) as written (cached per lowering)."""
-        key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype, window_reader)
-        if key not in self._transposes:
-            self._transposes[key] = vela.transpose_as_given(*key[:3], self.config, window_reader=window_reader)
-        return self._transposes[key]
+    def as_given(self, shape, perm, dtype, read_by=None):
+        """Vela's price of TRANSPOSE(shape, perm) as written, read by `read_by`'s readers where given (a probe
+        of the transpose and those readers; its own rows): cached per lowering."""
+        key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype, read_by)
+        if key in self._transposes:
+            return self._transposes[key]
+        probe = None if read_by is None else read_transpose_probe(*key[:3], read_by, self.context)
+        network = None if probe is None else vela.compile_probe(probe[0], self.config, store=self.store)
+        if network is None or vela.rejected(network):
+            found = self.as_given(*key[:3]) if read_by is not None else vela.transpose_as_given(*key[:3], self.config)
+        else:
+            rows = [layer.cycles for layer in network.layers if layer.source == probe[1]]
+            found = TransposeCost(float(sum(rows)), len(rows), key[0], key[1], "vela")
+        self._transposes[key] = found
+        return found
 
     def copy(self, elements, dtype):
         """Vela's MemoryCopy of `elements` elements."""
@@ -233,7 +243,7 @@ class MovedBytesPricing(ArmPricing):
         """Nothing: no target to tell orders apart."""
         return 0.0
 
-    def as_given(self, shape, perm, dtype, window_reader=False):
+    def as_given(self, shape, perm, dtype, read_by=None):
         """TRANSPOSE_FIXED_BYTES plus the bytes moved (a reshape: RESHAPE_BYTES)."""
         shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
         if ethos_u55.is_identity(perm):  # a RESHAPE: no data moves, but it is an op of its own

@@ -201,11 +201,13 @@ def build_problem(
         form = "shared" if len(n.users) > 1 else "cheapest"
         # A transpose between an op and its only reader keeps Vela from fusing them.
         chain = next(iter(n.users)) if len(n.users) == 1 and n.op == "call_function" else None
-        windows = read_by_windows_only(n)
+        # convolutions and pooling read the value in its identity order: price the transpose with them
+        read_by = n if read_by_windows_only(n) else None
         for src in produced:
             for dst in wanted[n]:
                 if src != dst:
-                    cost = _transition_cost(pricing, shape, src, dst, dtype, form, windows)
+                    reader = read_by if dst == identity[n] else None
+                    cost = _transition_cost(pricing, shape, src, dst, dtype, form, reader)
                     key = (n.name, order_label(src), order_label(dst))
                     if chain in rules and lazy_losses:
                         pending[key] = (n, chain, src, dst, cost)
@@ -239,9 +241,9 @@ def _priced(node: torch.fx.Node, modes: list[dict], pricing: ArmPricing, keep_un
 
 
 def _transition_cost(
-    pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest", window_reader: bool = False
+    pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest", read_by=None
 ) -> float:
     """The price of turning a value stored in order src into order dst: one transpose of the physical tensor
-    (`window_reader`: only convolutions and pooling read the value)."""
+    (`read_by`: the value, when its readers are to be in the transpose's probe; see ArmPricing.as_given)."""
     physical = [logical_shape[i] for i in src]
-    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form, window_reader).cycles
+    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form, read_by).cycles
