@@ -1,7 +1,7 @@
 """Differential testing of the Arm layout stage on seeded random graphs (issue 35): stock against the solver.
 
 Run: .venv/bin/python -m benchmarks.arm.generated [--seeds 0-199] [--targets ethos-u55-128,ethos-u85-256]
-            [--jobs 2] [--work zoo-out/arm_generated] [--shrink] [--out benchmarks/results/arm_generated.md]
+            [--alternate] [--jobs 2] [--work zoo-out/arm_generated] [--shrink] [--out benchmarks/results/arm_generated.md]
 
 Each seed is one graph of `layout_solver.arm.generated` (`layout-solver compare generated:SEED` shows one); each
 (graph, target) is a `zoo` job (worker processes, results cached under --work, so a rerun resumes). The checks
@@ -82,17 +82,28 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--work", default="zoo-out/arm_generated", help="results cache (a rerun resumes)")
     parser.add_argument("--shrink", action="store_true", help="shrink each violation and write it as a module")
+    parser.add_argument(
+        "--alternate", action="store_true", help="each graph on one target: seed s on the (s mod #targets)-th, as CI"
+    )
     args = parser.parse_args()
     models = expand_names([f"generated:{args.seeds}"])
     targets = args.targets.split(",")
     work = Path(args.work)
     start = time.time()
-    results = run_zoo(models, targets, work, jobs=args.jobs, log=lambda m: None)
+    if args.alternate:
+        results = []
+        for k, target in enumerate(targets):
+            mine = [m for m in models if seed_of(m) % len(targets) == k]
+            results += run_zoo(mine, [target], work, jobs=args.jobs, log=lambda m: None)
+    else:
+        results = run_zoo(models, targets, work, jobs=args.jobs, log=lambda m: None)
     records = [differential.record(r) for r in results]
     ops = Counter(op for m in models for op in generated.random_graph(seed_of(m)).ops())
     lines = [
         harness.provenance(
-            f"{len(models)} graphs x {len(targets)} targets; {(time.time() - start) / 60:.0f} min of new runs"
+            f"{len(models)} graphs x {len(targets)} targets"
+            + (" (alternating: each graph on one target)" if args.alternate else "")
+            + f"; {(time.time() - start) / 60:.0f} min of new runs"
         ),
         "",
         "Ops drawn over these graphs: " + ", ".join(f"{op} {n}" for op, n in ops.most_common()),
