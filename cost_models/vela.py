@@ -18,8 +18,12 @@ import hashlib
 import io
 import json
 import math
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+from dataclasses import asdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -44,6 +48,10 @@ DEFAULT_FLAGS = (
 
 class VelaUnsupported(RuntimeError):
     """Vela cannot place this graph on the NPU as given."""
+
+
+class VelaCrashed(VelaUnsupported):
+    """Vela's compiler core stopped the process compiling this graph (a native crash: `compile_network_isolated`)."""
 
 
 @cache
@@ -235,6 +243,43 @@ class ProbeStore(JsonStore):
 def default_store() -> ProbeStore:
     """The process-wide probe store of `cache_folder()`."""
     return open_store("probes", ProbeStore)
+
+
+# compile_network in a process of its own: stdin the TOSA flatbuffer, argv[1] the VelaConfig, stdout one JSON line
+_ISOLATED_COMPILE = """
+import json, sys
+from cost_models.vela import VelaConfig, VelaUnsupported, compile_network
+fields = json.loads(sys.argv[1])
+config = VelaConfig(**{**fields, "flags": tuple(fields["flags"])})
+try:
+    answer = {"rows": compile_network(sys.stdin.buffer.read(), config).to_json()}
+except VelaUnsupported as exc:
+    answer = {"unsupported": str(exc)}
+sys.stdout.write("\\n" + json.dumps(answer) + "\\n")
+"""
+
+
+def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, timeout: float = 600.0) -> VelaNetwork:
+    """`compile_network` in a child process, for a graph no one has compiled before: Vela's compiler core can
+    crash the process on a graph it accepts (a segfault in regor on a layout of generated:1286 for
+    ethos-u55-128, Vela 5.1.0), and the caller must live to say so. Raises VelaCrashed when the child dies or
+    runs past `timeout` seconds, VelaUnsupported when Vela rejects the graph. The child imports only this
+    package and Vela (a fraction of a second)."""
+    config = config or vela_config()
+    try:
+        done = subprocess.run([sys.executable, "-c", _ISOLATED_COMPILE, json.dumps(asdict(config))], input=tosa,
+                              capture_output=True, timeout=timeout, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise VelaCrashed(f"Vela's compiler core ran past {timeout:.0f} s") from exc
+    if done.returncode != 0:
+        code = done.returncode
+        how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise VelaCrashed(f"Vela's compiler core stopped ({how}) {tail[0][:200]}".strip())
+    answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    if "unsupported" in answer:
+        raise VelaUnsupported(answer["unsupported"])
+    return VelaNetwork.from_json(answer["rows"])
 
 
 def compile_probe(

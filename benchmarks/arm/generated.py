@@ -47,12 +47,12 @@ def summary(records: list[dict], target: str) -> list[str]:
         f"### {target}",
         "",
         (
-            "| graphs | stock failed (not counted) | ok | unchecked | solver failed | not equivalent | dearer | better | "
+            "| graphs | stock failed (not counted) | ok | unchecked | crashed | solver failed | not equivalent | dearer | better | "
             "total cycles stock -> solver | stage's own layout dearer than stock (kept stock's) | "
             "prediction median / worst abs error |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        f"| {len(mine)} | {verdicts['stock_failed']} | {verdicts['ok']} | {verdicts['unchecked']} | "
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| {len(mine)} | {verdicts['stock_failed']} | {verdicts['ok']} | {verdicts['unchecked']} | {verdicts['crashed']} | "
         f"{verdicts['solver_failed']} | {verdicts['not_equivalent']} | {verdicts['dearer']} | {better} | "
         f"{stock_total:,} -> {solver_total:,} ({(solver_total / stock_total - 1) if stock_total else 0:+.1%}) | "
         f"{stage_dearer} of {len(stage)} | "

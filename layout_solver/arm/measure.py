@@ -238,7 +238,10 @@ def solver_metrics(reports: list) -> dict:
     if checked and len(checked) == len(reports):
         metrics.update(
             verified_stock_cycles=sum(c["stock_cycles"] for c in checked),
-            verified_solver_cycles=sum(c["solver_cycles"] for c in checked),
+            # None where Vela could not compile the stage's layout of a delegate (that delegate kept stock's)
+            verified_solver_cycles=None
+            if any(c["solver_cycles"] is None for c in checked)
+            else sum(c["solver_cycles"] for c in checked),
             delegates_kept_stock=sum(c["kept"] == "stock" for c in checked),
             verification_cached=all(c["cached"] for c in checked),
         )

@@ -18,11 +18,12 @@ import contextlib
 import copy
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.store import JsonStore, default_store
-from cost_models.vela import compile_network, vela_config
+from cost_models.vela import VelaUnsupported, compile_network, compile_network_isolated, vela_config
 from layout_solver.provenance import graph_content, source_digest, tensor_bytes, tool_versions
 
 
@@ -44,12 +45,13 @@ class Decision:
 
     kept: str  # "solver" or "stock"
     stock_cycles: int
-    solver_cycles: int
+    solver_cycles: int | None  # None: Vela could not compile the stage's layout (`why`)
+    why: str = ""
 
     def as_check(self, cached: bool) -> dict:
         """The report's `vela_check`: both totals, the side kept, whether the decision was stored before."""
         return {"stock_cycles": self.stock_cycles, "solver_cycles": self.solver_cycles, "kept": self.kept,
-                "cached": cached}  # fmt: skip
+                "cached": cached, **({"why": self.why} if self.why else {})}  # fmt: skip
 
 
 class DecisionStore(JsonStore):
@@ -106,8 +108,14 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     solver = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes
     after_solver = _dumped(folder)
     config = vela_config(tuple(spec.compiler_flags))
-    cycles = {side: compile_network(tosa, config).cycles for side, tosa in (("stock", stock), ("solver", solver))}
-    decision = Decision("solver" if cycles["solver"] < cycles["stock"] else "stock", cycles["stock"], cycles["solver"])
+    stock_cycles = compile_network(stock, config).cycles  # stock's own lowering compiles it in-process anyway
+    try:  # the stage's TOSA is new to Vela: a crash in its compiler core must not take the lowering with it
+        solver_cycles = compile_network_isolated(solver, config).cycles
+    except VelaUnsupported as exc:
+        decision = Decision("stock", stock_cycles, None, f"Vela could not compile the stage's layout: {exc}")
+        warnings.warn(f"layout-solver: {decision.why}; the delegate keeps stock's layout", stacklevel=2)
+    else:
+        decision = Decision("solver" if solver_cycles < stock_cycles else "stock", stock_cycles, solver_cycles)
     store.put(key, decision)
     # The artifacts folder shows the kept program only: what the other side wrote (under the same file names or
     # not) goes back to what was there without it.
@@ -151,7 +159,9 @@ def _annotate(reports: list, decision: Decision, cached: bool) -> None:
     for report in reports:
         report.vela_check = decision.as_check(cached)
         report.kept_stock = decision.kept == "stock"
-        if report.kept_stock:
+        if report.kept_stock and decision.solver_cycles is None:
+            report.notes.append(f"stock's layout kept: {decision.why}")
+        elif report.kept_stock:
             report.notes.append(
                 f"stock's layout kept: Vela prices it {decision.stock_cycles:,} cycles, the solver's "
                 f"{decision.solver_cycles:,}"

@@ -17,7 +17,8 @@ from layout_solver.targets.ethos_u import compare_ethos_u
 
 CYCLE_TOLERANCE = 0.001  # relative
 # What a record can say about the stage (violations first).
-VIOLATIONS = ("solver_failed", "not_equivalent", "dearer")
+# "crashed": the job killed its worker process, so neither side can be cleared
+VIOLATIONS = ("crashed", "solver_failed", "not_equivalent", "dearer")
 
 
 def run_case(spec: generated.GraphSpec, target: str = "ethos-u55-128", verify: str = "vela") -> dict:
@@ -37,6 +38,7 @@ def record(comparison: dict) -> dict:
     found = {
         "model": comparison.get("model"),
         "target": comparison.get("target"),
+        "crashed": comparison.get("status") == "crashed",
         # a job the harness itself could not run (the model would not build): recorded as stock's failure too
         "stock_error": stock.get("error") or comparison.get("error"),
         "solver_error": solver.get("error") or comparison.get("error"),
@@ -64,6 +66,8 @@ def record(comparison: dict) -> dict:
 def verdicts(record: dict) -> list[str]:
     """What the record says about the stage: any of VIOLATIONS, or "stock_failed" (not counted), "unchecked"
     (neither random nor example inputs could compare the two), "ok"."""
+    if record.get("crashed"):
+        return ["crashed"]
     if record["stock_error"]:
         return ["stock_failed"]
     if record["solver_error"]:

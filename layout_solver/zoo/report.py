@@ -17,6 +17,7 @@ from pathlib import Path
 from layout_solver.targets import get_target
 
 VERDICTS = (
+    "job crashed",
     "export failed",
     "stock lowering failed",
     "solver lowering failed",
@@ -46,6 +47,8 @@ def ratio(result: dict, stock: dict | None = None, solver: dict | None = None) -
 
 def verdict(result: dict, stock: dict | None = None, solver: dict | None = None, equivalent=None) -> str:
     """Where a model x target lands in the failure taxonomy (VERDICTS)."""
+    if result.get("status") == "crashed":  # the job killed its worker process (a native abort in a compiler)
+        return "job crashed"
     if result.get("status") == "error":  # the job itself raised: the model could not be built or exported
         return "export failed"
     stock = result.get("stock", {}) if stock is None else stock
@@ -167,7 +170,7 @@ def rows(results: list[dict]) -> list[dict]:
         if _family(r["target"]) == "ethos-u":
             row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
             row["dearer_ops"] = "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(r))
-        ratio_ = ratio(r) if r["status"] != "error" else None
+        ratio_ = ratio(r) if r["status"] not in ("error", "crashed") else None
         row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r))
         out.append(row)
     return out

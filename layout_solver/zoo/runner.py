@@ -131,7 +131,7 @@ def _alone(job: Job) -> dict:
         try:
             return pool.submit(run_job, job).result()
         except BrokenProcessPool:
-            return {"model": job.model, "target": job.target, "status": "error", "wall_seconds": 0.0,
+            return {"model": job.model, "target": job.target, "status": "crashed", "wall_seconds": 0.0,
                     "error": "the worker process died running this job (a native abort or segfault)"}  # fmt: skip
 
 

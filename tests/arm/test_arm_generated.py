@@ -19,7 +19,9 @@ from layout_solver.zoo.models import ModelError, build, expand_names
 # conv; 12 a split view, permute, matmul, GroupNorm and cat; 4 pooling, matmul, a conv and a linear on Ethos-U85;
 # 485 an input permute that stock leaves on the CPU and the stage's layout lets the NPU take (partitions differ:
 # the whole programs are compared on the example inputs); 800 the model's own transpose and transpose back, 903 a
-# permute the write-back left undoing another (both stopped the lowering at the stage's post-condition).
+# permute the write-back left undoing another (both stopped the lowering at the stage's post-condition); 1286 a
+# layout whose TOSA crashes Vela 5.1's compiler core (a segfault took the whole process): verification compiles
+# the stage's TOSA in a child process and keeps stock's delegate.
 CI_SEEDS = 200
 CI_CASES = sorted(
     {
@@ -29,6 +31,7 @@ CI_CASES = sorted(
         (485, "ethos-u55-128"),
         (800, "ethos-u85-256"),
         (903, "ethos-u55-128"),
+        (1286, "ethos-u55-128"),
     }
     | {(seed, ("ethos-u55-128", "ethos-u85-256")[seed % 2]) for seed in range(CI_SEEDS)}
 )
@@ -110,6 +113,8 @@ def _record(**figures):
         ({"equivalent": None}, ["unchecked"]),
         ({"solver_error": "boom"}, ["solver_failed"]),
         ({"stock_error": "unsupported", "solver_error": "unsupported"}, ["stock_failed"]),
+        ({"crashed": True, "stock_error": "the worker process died", "solver_error": "the worker process died"},
+         ["crashed"]),
     ],
 )
 def test_verdicts(figures, expected):

@@ -275,3 +275,14 @@ def test_a_transpose_read_by_a_convolution_is_priced_with_its_reader(model):
     assert predicted == lowered.cycles_by_op()["Transpose"]
     total = lowered.metrics()["vela_total_cycles"]
     assert abs(sum(r.objective for r in reports) / total - 1) < 0.05
+
+
+def test_an_isolated_compile_reads_what_the_in_process_one_does():
+    """compile_network_isolated (verification's compile of the stage's TOSA, in a child process so a crash in
+    Vela's compiler core cannot take the lowering with it) gives the same rows as the in-process compile."""
+    shape, perm = (1, 16, 32, 64), (0, 2, 3, 1)
+    tosa = vela.transpose_probe(shape, perm).serialize()
+    for target in ("ethos-u55-128", "ethos-u85-256"):
+        config = vela.vela_config(_flags(target))
+        rows = lambda network: [(x.source, x.operator, x.cycles) for x in network.layers]  # names count globally
+        assert rows(vela.compile_network_isolated(tosa, config)) == rows(vela.compile_network(tosa, config))

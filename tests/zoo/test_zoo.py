@@ -46,6 +46,7 @@ def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
     jobs = [Job(f"{crashing}:abort", "vulkan", ()), Job("no_such_model", "vulkan", ())]
     records = {job.model: record for job, record in execute_local(jobs, workers=2)}
     assert "worker process died" in records[f"{crashing}:abort"]["error"]
+    assert records[f"{crashing}:abort"]["status"] == "crashed"
     assert records["no_such_model"]["status"] != "ok" and "worker process died" not in str(records["no_such_model"])
 
 
@@ -127,6 +128,7 @@ U55, VK = "ethos-u55-128", "vulkan"
 @pytest.mark.parametrize(
     "record, expected",
     [
+        ({"target": U55, "status": "crashed", "error": "the worker process died"}, "job crashed"),
         ({"target": U55, "status": "error", "error": "ModelError"}, "export failed"),
         ({"target": U55, "status": "stock failed", "stock": {"error": "x"}, "solver": {}}, "stock lowering failed"),
         ({"target": VK, "status": "solver failed", "stock": {}, "solver": {"error": "x"}}, "solver lowering failed"),
