@@ -126,13 +126,18 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _alone(job: Job) -> dict:
-    """One job in a worker of its own; a crashed record if it kills that worker."""
-    with _pool(1) as pool:
-        try:
-            return pool.submit(run_job, job).result()
-        except BrokenProcessPool:
-            return {"model": job.model, "target": job.target, "status": "crashed", "wall_seconds": 0.0,
-                    "error": "the worker process died running this job (a native abort or segfault)"}  # fmt: skip
+    """One job in a worker of its own; a crashed record if it kills that worker. Stopped, it stops the worker."""
+    pool = _pool(1)
+    try:
+        return pool.submit(run_job, job).result()
+    except BrokenProcessPool:
+        return {"model": job.model, "target": job.target, "status": "crashed", "wall_seconds": 0.0,
+                "error": "the worker process died running this job (a native abort or segfault)"}  # fmt: skip
+    except BaseException:
+        _stop(pool)
+        raise
+    finally:
+        pool.shutdown()
 
 
 def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
@@ -157,8 +162,9 @@ def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
         _stop(pool)
         raise
     pool.shutdown()
-    for job in broken:
-        yield job, _alone(job)
+    with _terminated_as_exit():
+        for job in broken:
+            yield job, _alone(job)
 
 
 @contextlib.contextmanager

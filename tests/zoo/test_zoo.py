@@ -50,8 +50,10 @@ def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
     assert records["no_such_model"]["status"] != "ok" and "worker process died" not in str(records["no_such_model"])
 
 
-def test_a_stopped_zoo_stops_its_workers(tmp_path):
-    """SIGTERM to a zoo run ends it and its worker processes: none is left lowering as an orphan."""
+@pytest.mark.parametrize("after_a_crash", [False, True])
+def test_a_stopped_zoo_stops_its_workers(tmp_path, after_a_crash):
+    """SIGTERM to a zoo run ends it and its worker processes: none is left lowering as an orphan. Also once a
+    job has killed the pool's worker and the rest run one by one, each in a worker of its own."""
     import os
     import signal
     import subprocess
@@ -64,10 +66,12 @@ def test_a_stopped_zoo_stops_its_workers(tmp_path):
     slow = tmp_path / "slow.py"
     slow.write_text(
         f"import os, time\n\ndef model():\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+        "\n\ndef abort():\n    os.abort()\n"
     )
+    models = [f"{slow}:abort"] * after_a_crash + [f"{slow}:model"]  # one worker: the abort runs first
     script = (
         "from pathlib import Path\nfrom layout_solver.zoo.runner import run_zoo\n"
-        f"run_zoo([{f'{slow}:model'!r}], ['vulkan'], Path({str(tmp_path / 'out')!r}), jobs=1, log=print)\n"
+        f"run_zoo({models!r}, ['vulkan'], Path({str(tmp_path / 'out')!r}), jobs=1, log=print)\n"
     )
     runner = subprocess.Popen([sys.executable, "-c", script])
     deadline = time.monotonic() + 120
