@@ -23,9 +23,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import asdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path

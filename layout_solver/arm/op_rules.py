@@ -166,9 +166,7 @@ WINDOW_READERS = frozenset(
 
 def read_by_windows_only(node: torch.fx.Node) -> bool:
     """Whether every reader of `node`'s result is a WINDOW_READERS op."""
-    return bool(node.users) and all(
-        u.op == "call_function" and short_target(u) in WINDOW_READERS for u in node.users
-    )
+    return bool(node.users) and all(u.op == "call_function" and short_target(u) in WINDOW_READERS for u in node.users)
 
 
 # Ops that want the identity order on purpose: layout-sensitive TOSA ops already wrapped in NHWC permutes,

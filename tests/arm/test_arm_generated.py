@@ -113,8 +113,10 @@ def _record(**figures):
         ({"equivalent": None}, ["unchecked"]),
         ({"solver_error": "boom"}, ["solver_failed"]),
         ({"stock_error": "unsupported", "solver_error": "unsupported"}, ["stock_failed"]),
-        ({"crashed": True, "stock_error": "the worker process died", "solver_error": "the worker process died"},
-         ["crashed"]),
+        (
+            {"crashed": True, "stock_error": "the worker process died", "solver_error": "the worker process died"},
+            ["crashed"],
+        ),
     ],
 )
 def test_verdicts(figures, expected):
