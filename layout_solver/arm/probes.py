@@ -72,10 +72,9 @@ class _Writer:
 
     def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int:
         """The probe tensor of `node` stored in `order` (default: identity)."""
+        order = tuple(range(tensor_of(node).dim())) if order is None else tuple(order)
+        node, order = _unaliased(node, order)
         val = tensor_of(node)
-        order = tuple(range(val.dim())) if order is None else tuple(order)
-        if _is_permute(node):  # an alias: the same data as its input, in the composed order
-            return self.tensor(node.args[0], compose(_perm_of(node), order))
         if (node, order) in self.written:
             return self.written[(node, order)]
         dtype = probe_dtype(val)
@@ -92,6 +91,13 @@ class _Writer:
                 found = _intermediate(self.builder, found, shape, dtype, shared=len(node.users) > 1)
         self.written[(node, order)] = found
         return found
+
+
+def _unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
+    """The data `node` stored in `order` is: a permute is an alias of its input, in the composed order."""
+    while _is_permute(node):
+        node, order = node.args[0], compose(_perm_of(node), order)
+    return node, order
 
 
 def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool) -> int:
@@ -623,10 +629,7 @@ def read_transpose_probe(shape, perm, dtype: str, value: torch.fx.Node, context:
     out = [int(shape[p]) for p in perm]
     index, result = w.builder.op("TRANSPOSE", [w.builder.input(list(shape), dtype)], out, dtype,
                                  "TransposeAttribute", perms=tuple(perm))  # fmt: skip
-    node, order = value, tuple(range(tensor_of(value).dim()))
-    while _is_permute(node):  # the readers ask for the data the permute aliases
-        node, order = node.args[0], compose(_perm_of(node), order)
-    w.written[(node, order)] = result
+    w.written[_unaliased(value, tuple(range(tensor_of(value).dim())))] = result
     try:
         for reader in value.users:
             if not translatable(reader):
