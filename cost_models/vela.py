@@ -447,6 +447,38 @@ def rescale_then_transpose_probe(shape, dtype_in: str, dtype_out: str) -> ProbeG
     return b.build()
 
 
+def conv_then_rescale(b: ProbeBuilder, x: int, shape, out_channels: int) -> int:
+    """A 1x1 CONV2D (int8 -> int32) of NHWC `x` and its RESCALE back to int8, as executorch's INT pipeline writes
+    one; returns the int8 result."""
+    import numpy as np
+
+    n, h, w, c = shape
+    weights = b.const(np.random.default_rng(0).integers(-50, 50, (out_channels, 1, 1, c)), "int8")
+    inputs = [x, weights, b.const(np.zeros(out_channels), "int32"), b.const([0], "int8"), b.const([0], "int8")]
+    _, y = b.op("CONV2D", inputs, [n, h, w, out_channels], "int32", "Conv2dAttribute", pad=[0, 0, 0, 0],
+                stride=[1, 1], dilation=[1, 1], local_bound=False, acc_type="DType.INT32")  # fmt: skip
+    scale = [b.const([1 << 30], "int32"), b.const([40], "int8"), b.const([0], "int32"), b.const([0], "int8")]
+    return b.op("RESCALE", [y, *scale], [n, h, w, out_channels], "int8", "RescaleAttribute", scale32=True,
+                rounding_mode="RoundingMode.SINGLE_ROUND", per_channel=False, input_unsigned=False,
+                output_unsigned=False)[1]  # fmt: skip
+
+
+def writes_transposes_in_place(config: VelaConfig | None = None, store: ProbeStore | None = None) -> bool:
+    """Whether Vela writes a TRANSPOSE as the output of the op that computes its input on this configuration
+    (Ethos-U85 does, Ethos-U55 does not): asked of Vela with a convolution whose result is transposed, whose
+    TRANSPOSE row then has no cycles of its own."""
+    shape = (1, 8, 8, 16)
+    b = ProbeBuilder()
+    y = conv_then_rescale(b, b.op("CLAMP", [b.input(shape, "int8")], shape, "int8", "ClampAttribute",
+                                  min_val=(-127).to_bytes(1, "little", signed=True),
+                                  max_val=(127).to_bytes(1, "little", signed=True),
+                                  nan_mode="NanPropagationMode.PROPAGATE")[1], shape, 16)  # fmt: skip
+    index, _ = b.op("TRANSPOSE", [y], [1, 16, 8, 8], "int8", "TransposeAttribute", perms=(0, 3, 1, 2))
+    graph = b.build()
+    network = compile_probe(graph, config, store=store)
+    return not rejected(network) and network.cycles_of([graph.tosa_index(index)]) == 0
+
+
 def transpose_as_given(shape, perm, dtype: str = "int8", config: VelaConfig | None = None) -> TransposeCost:
     """Vela's price of TRANSPOSE(shape, perm) exactly as written; one too large for an NPU transpose is priced as
     executorch's DecomposePermuteForU55Pass writes it (chunks Vela accepts, each element copied out and back)."""

@@ -12,17 +12,16 @@ convolution's TRANSPOSE no cycles of its own (written as the convolution's outpu
 
 What it shows (issue 32, 2026-11-27): on Ethos-U85 the TRANSPOSE row reads 0 cycles and the work lands in the
 producer's row, at anything from nothing to sixteen times the transpose alone (a [1, 4, 4, 256] convolution
-result to channels-first); on Ethos-U55 the transpose runs on its own at its price alone. Pricing transitions
-this way in the stage (the producer's probe with the transition appended) was tried and backed out: see
-benchmarks/results/arm_total.md.
+result to channels-first); on Ethos-U55 the transpose runs on its own at its price alone. The stage prices a
+transpose of a convolution's or pooling's result this way (`layout_solver.arm.probes.write_transpose_probes`:
+the producer's probe with the transpose appended, less the probe without it; 2026-11-27, issue 32); a first try
+that priced every producer so was backed out (benchmarks/results/arm_total.md).
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-
-import numpy as np
 
 from cost_models import vela
 from cost_models.tosa_probe import ProbeBuilder
@@ -38,20 +37,6 @@ CASES = [  # (NHWC shape, output channels of the convolution, perm)
     ((1, 4, 1, 128), 128, (0, 3, 2, 1)),
     ((1, 32, 32, 8), 8, (0, 3, 1, 2)),
 ]
-
-
-def _conv(b: ProbeBuilder, x: int, shape, out_channels: int) -> int:
-    """A 1x1 CONV2D (int8 -> int32) and its RESCALE back to int8, as executorch's INT pipeline writes one."""
-    n, h, w, c = shape
-    rng = np.random.default_rng(0)
-    weights = b.const(rng.integers(-50, 50, (out_channels, 1, 1, c)), "int8")
-    inputs = [x, weights, b.const(np.zeros(out_channels), "int32"), b.const([0], "int8"), b.const([0], "int8")]
-    _, y = b.op("CONV2D", inputs, [n, h, w, out_channels], "int32", "Conv2dAttribute", pad=[0, 0, 0, 0],
-                stride=[1, 1], dilation=[1, 1], local_bound=False, acc_type="DType.INT32")  # fmt: skip
-    scale = [b.const([1 << 30], "int32"), b.const([40], "int8"), b.const([0], "int32"), b.const([0], "int8")]
-    return b.op("RESCALE", [y, *scale], [n, h, w, out_channels], "int8", "RescaleAttribute", scale32=True,
-                rounding_mode="RoundingMode.SINGLE_ROUND", per_channel=False, input_unsigned=False,
-                output_unsigned=False)[1]  # fmt: skip
 
 
 def _transpose(b: ProbeBuilder, x: int, shape, perm) -> int:
@@ -83,20 +68,20 @@ def measure(shape, out_channels: int, perm, config) -> dict[str, int]:
     was empty ("fused")."""
     out = (*shape[:3], out_channels)
     source = lambda b: _clamp_through(b, b.input(shape, "int8"), shape, "int8")  # the producers' input
-    conv_then_transpose = lambda b: _transpose(b, _conv(b, source(b), shape, out_channels), out, perm)
+    conv_then_transpose = lambda b: _transpose(b, vela.conv_then_rescale(b, source(b), shape, out_channels), out, perm)
     row = {
         "alone": vela.compile_probe(vela.transpose_probe(out, perm), config).cycles,
         "clamp": _cycles(lambda b: _clamp_through(b, b.input(out, "int8"), out, "int8"), config),
         "clamp+T": _cycles(
             lambda b: _transpose(b, _clamp_through(b, b.input(out, "int8"), out, "int8"), out, perm), config
         ),
-        "conv": _cycles(lambda b: _conv(b, source(b), shape, out_channels), config),
+        "conv": _cycles(lambda b: vela.conv_then_rescale(b, source(b), shape, out_channels), config),
         "conv+T": _cycles(conv_then_transpose, config),
         "fused": _transpose_row_is_empty(conv_then_transpose, config),
     }
     if perm == (0, 3, 1, 2) and out[1] * out[2] > 1 and 1 not in out[1:3]:
         n, h, w, c = out
-        merged = lambda b: _transpose(b, _reshape(b, _conv(b, source(b), shape, c), (n, h * w, c)),
+        merged = lambda b: _transpose(b, _reshape(b, vela.conv_then_rescale(b, source(b), shape, c), (n, h * w, c)),
                                       (n, h * w, c), (0, 2, 1))  # fmt: skip
         row["conv+reshape+T"] = _cycles(merged, config)
     return row

@@ -73,10 +73,22 @@ class CanonicalTransposePass(ArmPass):
         permutes = [n for n in graph.nodes if n.op == "call_function" and n.target in _PERMUTES]
         shared = {n: len(n.args[0].users) > 1 for n in permutes}  # decided on the graph as given
         readers = {n: n if read_by_windows_only(n) else None for n in permutes}
+        # the permute is its input's only reader: Ethos-U85 may write it as the output of the op computing it
+        writers = {n: None if shared[n] else (n.args[0], tuple(range(len(shape_of(n.args[0].meta["val"])))))
+                   for n in permutes}  # fmt: skip
         modified = False
         for node in permutes:
             perm = [int(p) for p in node.args[1]]
-            written = self._write(graph, node, node.args[0], perm, shared[node], split=True, read_by=readers[node])
+            written = self._write(
+                graph,
+                node,
+                node.args[0],
+                perm,
+                shared[node],
+                split=True,
+                read_by=readers[node],
+                written_by=writers[node],
+            )
             if written is not None:
                 node.replace_all_uses_with(written)
                 graph.erase_node(node)
@@ -85,25 +97,28 @@ class CanonicalTransposePass(ArmPass):
             graph.lint()  # the pass manager recompiles a modified graph module
         return PassResult(graph_module, modified)
 
-    def _cycles(self, shape, perm, dtype: str, read_by: Node | None = None) -> float:
+    def _cycles(self, shape, perm, dtype: str, read_by: Node | None = None, written_by=None) -> float:
         from cost_models.vela import VelaUnsupported
 
         try:
-            return self.pricing.as_given(shape, perm, dtype, read_by).cycles
+            return self.pricing.as_given(shape, perm, dtype, read_by, written_by).cycles
         except VelaUnsupported:
             return float("inf")
 
     def _cheapest_form(
-        self, shape, perm, dtype: str, shared: bool = False, read_by: Node | None = None
+        self, shape, perm, dtype: str, shared: bool = False, read_by: Node | None = None, written_by=None
     ) -> tuple[float, tuple, tuple]:
         """The cheapest materialisation of TRANSPOSE(shape, perm), priced by Vela: (cycles, shape, perm); the
         form as given on a tie. `shared`: the input has other readers, so a form with a reshape in front also
         pays the memory copy Vela makes of that reshape. `read_by`: the permute, where only convolutions or
-        pooling read it (the form as given is priced with them; see ArmPricing.transpose)."""
+        pooling read it (the form as given is priced with them); `written_by`: (its input, identity) where the
+        transpose is that input's only reader (every form reading the input's shape is priced as its producer's
+        output; see ArmPricing.transpose)."""
         copy = self.pricing.copy(math.prod(shape), dtype) if shared else 0.0
         given = (tuple(shape), tuple(perm))
         priced = [
-            (self._cycles(s, p, dtype, read_by if (tuple(s), tuple(p)) == given else None)
+            (self._cycles(s, p, dtype, read_by if (tuple(s), tuple(p)) == given else None,
+                          written_by if tuple(s) == given[0] else None)
              + (copy if list(s) != list(shape) else 0.0), i, s, p)
             for i, (s, p) in enumerate(materialisations(shape, perm))
         ]  # fmt: skip
@@ -127,11 +142,20 @@ class CanonicalTransposePass(ArmPass):
         return self._emit(graph, template, template.target, x, perm, [shape[p] for p in perm])
 
     def _write(
-        self, graph, template: Node, x: Node, perm: list[int], shared: bool, split: bool, read_by: Node | None = None
+        self,
+        graph,
+        template: Node,
+        x: Node,
+        perm: list[int],
+        shared: bool,
+        split: bool,
+        read_by: Node | None = None,
+        written_by=None,
     ) -> Node | None:
         """The rewritten permute of `x` by `perm` (new nodes before `template`), or None to keep it as it is.
         `shared`: x has other readers, so a reshape in front of the transpose would be a memory copy. `read_by`:
-        the permute, where only convolutions or pooling read it."""
+        the permute, where only convolutions or pooling read it; `written_by`: (x, identity), where the permute is
+        x's only reader."""
         shape = shape_of(x.meta["val"])
         rank = len(shape)
         perm = [p % rank for p in perm] if rank else perm
@@ -148,7 +172,7 @@ class CanonicalTransposePass(ArmPass):
         if len(forms) == 1 and steps is None:
             _count(self.stats, "kept")  # nothing to gain
             return None
-        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared, read_by)
+        cycles, fshape, fperm = self._cheapest_form(shape, perm, dtype, shared, read_by, written_by)
         if steps is not None and steps[0] < cycles:  # the pair the pricing prices transitions with
             (_, first), (_, second) = steps[1]
             _count(self.stats, "two_steps")

@@ -151,8 +151,9 @@ def _perm(node: torch.fx.Node) -> Order:
 
 
 # TOSA ops that read a rank-4 NHWC feature map through a window: Vela may write a feature map only they read in a
-# form of its own, which changes what the transpose writing it costs (probes.read_transpose_probe).
-WINDOW_READERS = frozenset(
+# form of its own, which changes what the transpose writing it costs (probes.read_transpose_probe), and writes a
+# transpose of their result as their output (probes.write_transpose_probes).
+WINDOW_OPS = frozenset(
     {
         "CONV2D.default",
         "DEPTHWISE_CONV2D.default",
@@ -165,8 +166,8 @@ WINDOW_READERS = frozenset(
 
 
 def read_by_windows_only(node: torch.fx.Node) -> bool:
-    """Whether every reader of `node`'s result is a WINDOW_READERS op."""
-    return bool(node.users) and all(u.op == "call_function" and short_target(u) in WINDOW_READERS for u in node.users)
+    """Whether every reader of `node`'s result is a WINDOW_OPS op."""
+    return bool(node.users) and all(u.op == "call_function" and short_target(u) in WINDOW_OPS for u in node.users)
 
 
 # Ops that want the identity order on purpose: layout-sensitive TOSA ops already wrapped in NHWC permutes,
@@ -174,7 +175,7 @@ def read_by_windows_only(node: torch.fx.Node) -> bool:
 _add(
     PINNED,
     (
-        *sorted(WINDOW_READERS),
+        *sorted(WINDOW_OPS),
         "RESIZE.default",
         "slice_copy.Tensor",
         "constant_pad_nd.default",

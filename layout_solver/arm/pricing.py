@@ -29,7 +29,15 @@ from cost_models import ethos_u55, vela
 from cost_models.ethos_u55 import TransposeCost
 from layout_solver.arm.op_rules import rule_for, short_target
 from layout_solver.arm.orders import Order
-from layout_solver.arm.probes import ProbeContext, chain_of, member, op_probe, read_transpose_probe, translatable
+from layout_solver.arm.probes import (
+    ProbeContext,
+    chain_of,
+    member,
+    op_probe,
+    read_transpose_probe,
+    translatable,
+    write_transpose_probes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,7 @@ RESHAPE_BYTES = 1  # and a RESHAPE the least that is not free, so nothing is rew
 ELEMENT_BYTES = {**ethos_u55.DTYPE_BYTES, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8}
 FREE_KINDS = ("permute",)  # bookkeeping: a permute's data movement is the transition it leaves
 UNPRICED = "unpriced"
+Written = tuple  # (value node, the order it is stored in): what a transpose reads, as its producer wrote it
 
 
 class ArmPricing:
@@ -61,10 +70,14 @@ class ArmPricing:
         """The op's own price reading `reads` and writing `order`; None if the target cannot run it so."""
         raise NotImplementedError
 
-    def as_given(self, shape, perm, dtype: str, read_by: torch.fx.Node | None = None) -> TransposeCost:
+    def as_given(
+        self, shape, perm, dtype: str, read_by: torch.fx.Node | None = None, written_by: Written | None = None
+    ) -> TransposeCost:
         """TRANSPOSE(shape, perm) exactly as written; `read_by`: its result is that node's value, read by that
         node's readers (convolutions and pooling only: on Ethos-U85 Vela writes such a feature map in a form of
-        its own, which can be far cheaper)."""
+        its own, which can be far cheaper); `written_by`: (value, order), its input is that value stored in that
+        order, and the transpose its only reader (on Ethos-U85 Vela writes the transpose as the output of the op
+        computing the value, at anything from nothing to sixteen times its price alone)."""
         raise NotImplementedError
 
     def copy(self, elements: int, dtype: str) -> float:
@@ -72,17 +85,26 @@ class ArmPricing:
         raise NotImplementedError
 
     def transpose(
-        self, shape, perm, dtype: str, form: str = "cheapest", read_by: torch.fx.Node | None = None
+        self,
+        shape,
+        perm,
+        dtype: str,
+        form: str = "cheapest",
+        read_by: torch.fx.Node | None = None,
+        written_by: Written | None = None,
     ) -> TransposeCost:
         """TRANSPOSE(shape, perm) priced in `form` (as_given, cheapest, shared: see ethos_u55.transpose_cost); in
         the cheapest form also as the pair of transposes the write-back would write (`two_steps`) if cheaper.
         `read_by` (see `as_given`) holds for the form as given only: another form's result is reshaped before
-        anything reads it."""
+        anything reads it; `written_by` for every form that reads the input's shape (a reshape in front keeps
+        Vela from writing the transpose as its producer's output; one after it does not)."""
         as_written = (tuple(int(d) for d in shape), tuple(int(p) for p in perm))
 
         def as_given(s, p, d):
-            written = (tuple(int(x) for x in s), tuple(int(x) for x in p)) == as_written
-            return self.as_given(s, p, d, read_by if written else None)
+            form = (tuple(int(x) for x in s), tuple(int(x) for x in p))
+            # a form that keeps the input's shape (its unit axes moved, a reshape after it) is written in place too
+            return self.as_given(s, p, d, read_by if form == as_written else None,
+                                 written_by if form[0] == as_written[0] else None)  # fmt: skip
 
         single = ethos_u55.transpose_cost(shape, perm, dtype, form=form, as_given=as_given, copy=self.copy)
         steps = self.two_steps(shape, perm, dtype) if form == "cheapest" and single.npu_ops else None
@@ -133,6 +155,7 @@ class VelaPricing(ArmPricing):
     _unpriced: set = field(default_factory=set)
     _classes: dict = field(default_factory=dict)  # node -> Vela's operator name of its rows
     _crossing: dict = field(default_factory=dict)
+    _in_place_writes: bool | None = None
 
     name = "vela"
     two_step = True
@@ -191,10 +214,14 @@ class VelaPricing(ArmPricing):
             return 0.0
         return cycles
 
-    def as_given(self, shape, perm, dtype, read_by=None):
+    def as_given(self, shape, perm, dtype, read_by=None, written_by=None):
         """Vela's price of TRANSPOSE(shape, perm) as written, read by `read_by`'s readers where given (a probe
-        of the transpose and those readers; its own rows): cached per lowering."""
+        of the transpose and those readers; its own rows), written as the output of `written_by`'s producer
+        where given and this configuration does so (what appending it to the producer's probe adds, never less
+        than nothing: a transpose is not bought for what it might save its producer): cached per lowering."""
         key = (tuple(int(d) for d in shape), tuple(int(p) for p in perm), dtype, read_by)
+        if written_by is not None and read_by is None and self.writes_in_place:
+            return self._in_place(key[:3], (written_by[0], tuple(written_by[1])))
         if key in self._transposes:
             return self._transposes[key]
         probe = None if read_by is None else read_transpose_probe(*key[:3], read_by, self.context)
@@ -206,6 +233,25 @@ class VelaPricing(ArmPricing):
             found = TransposeCost(float(sum(rows)), len(rows), key[0], key[1], "vela")
         self._transposes[key] = found
         return found
+
+    @property
+    def writes_in_place(self) -> bool:
+        """Whether Vela writes a transpose as its producer's output on this configuration (asked of Vela once)."""
+        if self._in_place_writes is None:
+            self._in_place_writes = vela.writes_transposes_in_place(self.config, store=self.store)
+        return self._in_place_writes
+
+    def _in_place(self, transpose: tuple, written_by: Written) -> TransposeCost:
+        key = (*transpose, written_by)
+        if key not in self._transposes:
+            probes = write_transpose_probes(*written_by, transpose[1], self.context) or []
+            networks = [vela.compile_probe(g, self.config, store=self.store) for g in probes]
+            if not networks or any(vela.rejected(n) for n in networks):
+                self._transposes[key] = self.as_given(*transpose)
+            else:
+                added = max(0.0, float(networks[1].cycles - networks[0].cycles))
+                self._transposes[key] = TransposeCost(added, 1, transpose[0], transpose[1], "vela in place")
+        return self._transposes[key]
 
     def copy(self, elements, dtype):
         """Vela's MemoryCopy of `elements` elements."""
@@ -243,7 +289,7 @@ class MovedBytesPricing(ArmPricing):
         """Nothing: no target to tell orders apart."""
         return 0.0
 
-    def as_given(self, shape, perm, dtype, read_by=None):
+    def as_given(self, shape, perm, dtype, read_by=None, written_by=None):
         """TRANSPOSE_FIXED_BYTES plus the bytes moved (a reshape: RESHAPE_BYTES)."""
         shape, perm = tuple(int(d) for d in shape), tuple(int(p) for p in perm)
         if ethos_u55.is_identity(perm):  # a RESHAPE: no data moves, but it is an op of its own

@@ -28,7 +28,7 @@ import torch
 
 from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
 from graph_io.fx import dtype_name, tensor_of
-from layout_solver.arm.op_rules import MatMul, Reduction, SameOrder, rule_for, short_target
+from layout_solver.arm.op_rules import WINDOW_OPS, MatMul, Reduction, SameOrder, rule_for, short_target
 from layout_solver.arm.orders import Order, compose, inverse, view_output_order
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class _Writer:
     def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int:
         """The probe tensor of `node` stored in `order` (default: identity)."""
         order = tuple(range(tensor_of(node).dim())) if order is None else tuple(order)
-        node, order = _unaliased(node, order)
+        node, order = unaliased(node, order)
         val = tensor_of(node)
         if (node, order) in self.written:
             return self.written[(node, order)]
@@ -93,10 +93,18 @@ class _Writer:
         return found
 
 
-def _unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
+def unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
     """The data `node` stored in `order` is: a permute is an alias of its input, in the composed order."""
     while _is_permute(node):
         node, order = node.args[0], compose(_perm_of(node), order)
+    return node, order
+
+
+def aliased_reader(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
+    """`node`, read in `order`, if it is not a permute; else the op reading it through permutes that each have
+    one reader (a permute is an alias), with the order that op reads the data in (as `_chain` reaches it)."""
+    while _is_permute(node) and len(node.users) == 1:
+        node, order = next(iter(node.users)), compose(inverse(_perm_of(node)), order)
     return node, order
 
 
@@ -576,6 +584,16 @@ def op_probe(
     rescaled too) when `neighbours`, none across the edge `barrier`; returns (graph, TOSA operator indices of the
     node's own operators), or None when the node cannot be written (no translation, a dtype TOSA does not
     serialize)."""
+    written = _op_writer(node, reads, order, context, neighbours, barrier)
+    if written is None:
+        return None
+    w, own = written
+    graph = w.builder.build()
+    return graph, [graph.tosa_index(i) for i in own]
+
+
+def _op_writer(node, reads, order, context, neighbours, barrier) -> tuple[_Writer, list[int]] | None:
+    """The writer holding op_probe's operators (not yet built), and the probe indices of the node's own."""
     if not translatable(node):
         return None
     # Alone (no neighbours: a transpose before and after it in the program) its operands come from transposes,
@@ -599,8 +617,56 @@ def op_probe(
         return None
     for n, result in [*((n, m[1]) for n, m in group.items()), (node, tuple(order))]:
         _read_on(w, n, result)
-    graph = w.builder.build()
-    return graph, [graph.tosa_index(i) for i in own]
+    return w, own
+
+
+_FOLDED_INTO_OUTPUT = frozenset({"RESCALE.default", "CLAMP.default", "clamp.default", "TABLE.default"})
+
+
+def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: ProbeContext):
+    """Where Vela may write TRANSPOSE(perm) of `value` (stored in `order`) as the output of the op that computes
+    that data (Ethos-U85 packs a transpose into its producer when the producer's result has no other reader):
+    [the producer's probe, the same probe with the TRANSPOSE appended]; what the transpose costs there is the
+    difference of their totals. A permute is an alias of its input (`unaliased`), so a transition on the
+    pipeline's own NHWC -> NCHW permute after a convolution is written as that convolution's output.
+
+    Only the result of a convolution or pooling (WINDOW_OPS; through the RESCALE, CLAMP or TABLE Vela folds into
+    its output) is priced so: the probe of an elementwise group does not reproduce how the program chains it
+    (group_norm_8 on ethos-u85-256: a MUL priced 2,048 cycles with or without the transpose in its probe runs at
+    4,096 and 8,192 in the program). None there, where the data has other readers on the way, or where the
+    producer cannot be written."""
+    producer, stored = unaliased(value, tuple(order))
+    n = value
+    while True:
+        if len(n.users) != 1:
+            return None
+        if n is producer:
+            break
+        n = n.args[0]
+    computed = producer
+    while short_target(computed) in _FOLDED_INTO_OUTPUT and isinstance(computed.args[0], torch.fx.Node):
+        if len(computed.args[0].users) != 1:
+            return None
+        computed = computed.args[0]
+    if short_target(computed) not in WINDOW_OPS or not translatable(producer):
+        return None
+    found = member(producer, stored, produced=True)
+    if found is None:
+        return None
+    reader, _ = aliased_reader(next(iter(value.users)), tuple(order))
+    graphs = []
+    for appended in (False, True):
+        written = _op_writer(producer, found[0], stored, context, True, (producer, reader))
+        if written is None:
+            return None
+        b = written[0].builder
+        if appended:
+            x = written[0].written[(producer, stored)]
+            shape, dtype = b.shape_of(x), b.tensors[x].dtype
+            b.op("TRANSPOSE", [x], [shape[p] for p in perm], dtype, "TransposeAttribute",
+                 perms=tuple(int(p) for p in perm))  # fmt: skip
+        graphs.append(b.build())
+    return graphs
 
 
 def _read_on(w: _Writer, node: torch.fx.Node, order: Order) -> None:
@@ -629,7 +695,7 @@ def read_transpose_probe(shape, perm, dtype: str, value: torch.fx.Node, context:
     out = [int(shape[p]) for p in perm]
     index, result = w.builder.op("TRANSPOSE", [w.builder.input(list(shape), dtype)], out, dtype,
                                  "TransposeAttribute", perms=tuple(perm))  # fmt: skip
-    w.written[_unaliased(value, tuple(range(tensor_of(value).dim())))] = result
+    w.written[unaliased(value, tuple(range(tensor_of(value).dim())))] = result
     try:
         for reader in value.users:
             if not translatable(reader):

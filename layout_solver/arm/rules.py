@@ -207,7 +207,9 @@ def build_problem(
             for dst in wanted[n]:
                 if src != dst:
                     reader = read_by if dst == identity[n] else None
-                    cost = _transition_cost(pricing, shape, src, dst, dtype, form, reader)
+                    # the transpose is the value's only reader: Ethos-U85 writes it as the producer's output
+                    writer = (n, src) if form == "cheapest" and n.op == "call_function" else None
+                    cost = _transition_cost(pricing, shape, src, dst, dtype, form, reader, writer)
                     key = (n.name, order_label(src), order_label(dst))
                     if chain in rules and lazy_losses:
                         pending[key] = (n, chain, src, dst, cost)
@@ -241,9 +243,10 @@ def _priced(node: torch.fx.Node, modes: list[dict], pricing: ArmPricing, keep_un
 
 
 def _transition_cost(
-    pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest", read_by=None
+    pricing: ArmPricing, logical_shape, src, dst, dtype: str, form: str = "cheapest", read_by=None, written_by=None
 ) -> float:
     """The price of turning a value stored in order src into order dst: one transpose of the physical tensor
-    (`read_by`: the value, when its readers are to be in the transpose's probe; see ArmPricing.as_given)."""
+    (`read_by`: the value, when its readers are to be in the transpose's probe; `written_by`: (the value, src),
+    when its producer is; see ArmPricing.as_given)."""
     physical = [logical_shape[i] for i in src]
-    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form, read_by).cycles
+    return pricing.transpose(physical, compose(inverse(src), dst), dtype, form, read_by, written_by).cycles
