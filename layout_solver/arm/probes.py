@@ -73,7 +73,7 @@ class _Writer:
     def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int:
         """The probe tensor of `node` stored in `order` (default: identity)."""
         order = tuple(range(tensor_of(node).dim())) if order is None else tuple(order)
-        node, order = unaliased(node, order)
+        node, order = _unaliased(node, order)
         val = tensor_of(node)
         if (node, order) in self.written:
             return self.written[(node, order)]
@@ -93,14 +93,14 @@ class _Writer:
         return found
 
 
-def unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
+def _unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
     """The data `node` stored in `order` is: a permute is an alias of its input, in the composed order."""
     while _is_permute(node):
         node, order = node.args[0], compose(_perm_of(node), order)
     return node, order
 
 
-def aliased_reader(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
+def _aliased_reader(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
     """`node`, read in `order`, if it is not a permute; else the op reading it through permutes that each have
     one reader (a permute is an alias), with the order that op reads the data in (as `_chain` reaches it)."""
     while _is_permute(node) and len(node.users) == 1:
@@ -620,14 +620,14 @@ def _op_writer(node, reads, order, context, neighbours, barrier) -> tuple[_Write
     return w, own
 
 
-_FOLDED_INTO_OUTPUT = frozenset({"RESCALE.default", "CLAMP.default", "clamp.default", "TABLE.default"})
+_FOLDED_INTO_OUTPUT = GLUE - {"view_copy.default"}  # what Vela folds into the output of the op before it
 
 
 def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: ProbeContext):
     """Where Vela may write TRANSPOSE(perm) of `value` (stored in `order`) as the output of the op that computes
     that data (Ethos-U85 packs a transpose into its producer when the producer's result has no other reader):
     [the producer's probe, the same probe with the TRANSPOSE appended]; what the transpose costs there is the
-    difference of their totals. A permute is an alias of its input (`unaliased`), so a transition on the
+    difference of their totals. A permute is an alias of its input (`_unaliased`), so a transition on the
     pipeline's own NHWC -> NCHW permute after a convolution is written as that convolution's output.
 
     Only the result of a convolution or pooling (WINDOW_OPS; through the RESCALE, CLAMP or TABLE Vela folds into
@@ -635,7 +635,7 @@ def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: Pr
     (group_norm_8 on ethos-u85-256: a MUL priced 2,048 cycles with or without the transpose in its probe runs at
     4,096 and 8,192 in the program). None there, where the data has other readers on the way, or where the
     producer cannot be written."""
-    producer, stored = unaliased(value, tuple(order))
+    producer, stored = _unaliased(value, tuple(order))
     n = value
     while True:
         if len(n.users) != 1:
@@ -653,7 +653,7 @@ def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: Pr
     found = member(producer, stored, produced=True)
     if found is None:
         return None
-    reader, _ = aliased_reader(next(iter(value.users)), tuple(order))
+    reader, _ = _aliased_reader(next(iter(value.users)), tuple(order))
     graphs = []
     for appended in (False, True):
         written = _op_writer(producer, found[0], stored, context, True, (producer, reader))
@@ -695,7 +695,7 @@ def read_transpose_probe(shape, perm, dtype: str, value: torch.fx.Node, context:
     out = [int(shape[p]) for p in perm]
     index, result = w.builder.op("TRANSPOSE", [w.builder.input(list(shape), dtype)], out, dtype,
                                  "TransposeAttribute", perms=tuple(perm))  # fmt: skip
-    w.written[unaliased(value, tuple(range(tensor_of(value).dim())))] = result
+    w.written[_unaliased(value, tuple(range(tensor_of(value).dim())))] = result
     try:
         for reader in value.users:
             if not translatable(reader):
