@@ -152,6 +152,17 @@ class ProbeBuilder:
         return ProbeGraph(tuple(self.tensors), tuple(self.ops), tuple(outputs))
 
 
+def clamp_through(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
+    """A CLAMP over the whole int8/int16 range reading `tensor`: a stand-in op that changes nothing (it makes a
+    probe's operand an intermediate, as in a program, rather than a graph input); returns its result."""
+    info = np.iinfo(_NUMPY[dtype])
+    width = info.bits // 8
+    return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute",
+                min_val=int(info.min + 1).to_bytes(width, "little", signed=True),
+                max_val=int(info.max).to_bytes(width, "little", signed=True),
+                nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
+
+
 def _default_attribute(op: str) -> str:
     """The serializer's attribute method of an op with no arguments ("REDUCE_SUM" -> "ReduceSumAttribute")."""
     return {"MATMUL": "MatMulAttribute", "INTDIV": "IntDivAttribute"}.get(

@@ -33,7 +33,7 @@ from cost_models import ethos_u55
 from cost_models.ethos_u55 import TransposeCost
 from cost_models.store import CACHE_ENV, JsonStore, cache_folder  # noqa: F401 - CACHE_ENV re-exported
 from cost_models.store import default_store as open_store
-from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
+from cost_models.tosa_probe import ProbeBuilder, ProbeGraph, clamp_through
 
 # executorch 1.5.1's flags for EthosUCompileSpec("ethos-u55-128") (checked against it in the tests).
 DEFAULT_FLAGS = (
@@ -469,10 +469,7 @@ def writes_transposes_in_place(config: VelaConfig | None = None, store: ProbeSto
     TRANSPOSE row then has no cycles of its own."""
     shape = (1, 8, 8, 16)
     b = ProbeBuilder()
-    y = conv_then_rescale(b, b.op("CLAMP", [b.input(shape, "int8")], shape, "int8", "ClampAttribute",
-                                  min_val=(-127).to_bytes(1, "little", signed=True),
-                                  max_val=(127).to_bytes(1, "little", signed=True),
-                                  nan_mode="NanPropagationMode.PROPAGATE")[1], shape, 16)  # fmt: skip
+    y = conv_then_rescale(b, clamp_through(b, b.input(shape, "int8"), shape, "int8"), shape, 16)
     index, _ = b.op("TRANSPOSE", [y], [1, 16, 8, 8], "int8", "TransposeAttribute", perms=(0, 3, 1, 2))
     graph = b.build()
     network = compile_probe(graph, config, store=store)

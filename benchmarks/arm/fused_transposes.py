@@ -24,8 +24,7 @@ import argparse
 from pathlib import Path
 
 from cost_models import vela
-from cost_models.tosa_probe import ProbeBuilder
-from layout_solver.arm.probes import _clamp_through
+from cost_models.tosa_probe import ProbeBuilder, clamp_through
 
 TARGETS = ("ethos-u55-128", "ethos-u85-256")
 CASES = [  # (NHWC shape, output channels of the convolution, perm)
@@ -67,13 +66,13 @@ def measure(shape, out_channels: int, perm, config) -> dict[str, int]:
     """The cycles of each form of one case on one configuration, and whether the convolution's transpose row
     was empty ("fused")."""
     out = (*shape[:3], out_channels)
-    source = lambda b: _clamp_through(b, b.input(shape, "int8"), shape, "int8")  # the producers' input
+    source = lambda b: clamp_through(b, b.input(shape, "int8"), shape, "int8")  # the producers' input
     conv_then_transpose = lambda b: _transpose(b, vela.conv_then_rescale(b, source(b), shape, out_channels), out, perm)
     row = {
         "alone": vela.compile_probe(vela.transpose_probe(out, perm), config).cycles,
-        "clamp": _cycles(lambda b: _clamp_through(b, b.input(out, "int8"), out, "int8"), config),
+        "clamp": _cycles(lambda b: clamp_through(b, b.input(out, "int8"), out, "int8"), config),
         "clamp+T": _cycles(
-            lambda b: _transpose(b, _clamp_through(b, b.input(out, "int8"), out, "int8"), out, perm), config
+            lambda b: _transpose(b, clamp_through(b, b.input(out, "int8"), out, "int8"), out, perm), config
         ),
         "conv": _cycles(lambda b: vela.conv_then_rescale(b, source(b), shape, out_channels), config),
         "conv+T": _cycles(conv_then_transpose, config),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from cost_models.tosa_probe import ProbeBuilder, ProbeGraph
+from cost_models.tosa_probe import ProbeBuilder, ProbeGraph, clamp_through
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.op_rules import WINDOW_OPS, MatMul, Reduction, SameOrder, rule_for, short_target
 from layout_solver.arm.orders import Order, compose, inverse, view_output_order
@@ -117,19 +117,11 @@ def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool)
     stand-in too: Ethos-U85 chains an elementwise op into a producer whose result only it reads (the op's work
     would land in the stand-in's row), and Vela bypasses a RESHAPE of such a result but copies a shared one."""
     if dtype in _CLAMPABLE:
-        found = _clamp_through(b, tensor, shape, dtype)
+        found = clamp_through(b, tensor, shape, dtype)
         if shared:
-            _clamp_through(b, found, shape, dtype)
+            clamp_through(b, found, shape, dtype)
         return found
     return tensor  # int32 (between a compute op and its RESCALE): any op would take the RESCALE's scaling in
-
-
-def _clamp_through(b: ProbeBuilder, tensor: int, shape, dtype: str) -> int:
-    """A CLAMP over the whole int8/int16 range reading `tensor`: a stand-in op that changes nothing."""
-    torch_dtype = getattr(torch, dtype)
-    info = torch.iinfo(torch_dtype)
-    return b.op("CLAMP", [tensor], shape, dtype, "ClampAttribute", min_val=_clamp_bytes(info.min + 1, torch_dtype),
-                max_val=_clamp_bytes(info.max, torch_dtype), nan_mode="NanPropagationMode.PROPAGATE")[1]  # fmt: skip
 
 
 class _Unpriced(Exception):
@@ -534,12 +526,10 @@ def _chain(
                 a, r = a.args[0], compose(_perm_of(a), r)
             if isinstance(a, torch.fx.Node) and a.op == "call_function" and len(a.users) == 1 and (a, n) != barrier:
                 around.append((a, tuple(r), True))
-        users, r = list(n.users), n_order
-        while len(users) == 1 and _is_permute(users[0]):
-            r = compose(inverse(_perm_of(users[0])), r)
-            users = list(users[0].users)
-        if len(users) == 1 and (n, users[0]) != barrier:
-            around.append((users[0], tuple(r), False))
+        if len(n.users) == 1:
+            reader, r = _aliased_reader(next(iter(n.users)), n_order)
+            if (n, reader) != barrier:
+                around.append((reader, tuple(r), False))
         for m, m_order, produced in around:
             step = steps[n] + (0 if short_target(m) in GLUE else 1)
             if m in members or step > CHAIN_STEPS or not translatable(m):
@@ -681,7 +671,7 @@ def _read_on(w: _Writer, node: torch.fx.Node, order: Order) -> None:
     shape, dtype = _out(node, order)
     if dtype in _CLAMPABLE:
         for _ in node.users:  # as many readers as it has in the program
-            _clamp_through(w.builder, tensor, shape, dtype)
+            clamp_through(w.builder, tensor, shape, dtype)
 
 
 def read_transpose_probe(shape, perm, dtype: str, value: torch.fx.Node, context: ProbeContext):
