@@ -150,10 +150,11 @@ def test_zoo_source_transformers_from_the_command_line(tmp_path, capsys):
 
 def test_the_zoo_runs_a_catalog_model_on_each_target(tmp_path):
     models = ["transformers:regnet"]
-    results = run_zoo(models, ["ethos-u55-128", "vulkan"], tmp_path, jobs=2, log=lambda _: None)
+    results = run_zoo(models, ["ethos-u55-128", "ethos-u85-256", "vulkan"], tmp_path, jobs=2, log=lambda _: None)
     by = {r["target"]: r for r in results}
-    assert by["ethos-u55-128"]["status"] == "ok" and by["ethos-u55-128"]["equivalent"] is True
-    assert by["ethos-u55-128"]["solver"]["vela_total_cycles"] <= by["ethos-u55-128"]["stock"]["vela_total_cycles"]
+    for ethos_u in ("ethos-u55-128", "ethos-u85-256"):
+        assert by[ethos_u]["status"] == "ok" and by[ethos_u]["equivalent"] is True
+        assert by[ethos_u]["solver"]["vela_total_cycles"] <= by[ethos_u]["stock"]["vela_total_cycles"]
     assert by["vulkan"]["status"] == "ok"
     assert by["vulkan"]["solver"]["modelled_us"] <= by["vulkan"]["stock"]["modelled_us"] * (1 + 1e-9)
 
