@@ -294,9 +294,10 @@ def test_a_transpose_written_as_its_producers_output_is_priced_there():
     """On Ethos-U85 Vela writes a TRANSPOSE as the output of the op computing its input, when the transpose is
     that op's only reader: the [1, 4, 1, 128] convolution result to channels-first costs the convolution 25,650
     cycles on ethos-u85-256 (the model's first convolution, not transposed, 1,456; 2,151 for the transpose
-    alone, the price the stage used: the delegate was predicted at -77% of Vela's total). Priced as what appending the transpose to
-    its producer's probe adds (for every form that reads the producer's result as it is: moving unit axes does not
-    stop the fusion), the prediction is Vela's total. Ethos-U55 never writes a transpose in place."""
+    alone, the price the stage used: the delegate was predicted at -77% of Vela's total). Priced as what
+    appending the transpose to its producer's probe adds (for every form that reads the producer's result as it
+    is: moving unit axes does not stop the fusion), the prediction is Vela's total. Ethos-U55 never writes a
+    transpose in place."""
     assert vela.writes_transposes_in_place(vela.vela_config(_flags("ethos-u85-256")))
     assert not vela.writes_transposes_in_place(vela.vela_config(_flags("ethos-u55-128")))
     torch.manual_seed(0)
