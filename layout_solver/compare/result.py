@@ -2,8 +2,8 @@
 
 One schema for both targets and for multi-method programs, so the CLI, the zoo and the benchmarks read the
 same fields. A field is present only when the comparison measured it (`to_json()` leaves unset fields
-out), and None where it was measured and has no value: `equivalent=None` means "not checked, the
-reference model rejected a side".
+out), and None where it was measured and has no value: `equivalent=None` means "not checked", with the reason
+in `equivalence_notes` (the reference model rejected a side, or a side has no program to compare).
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ def error_record(exc: BaseException, limit: int | None = 4) -> dict:
         record["cause"] = f"{type(root).__name__}: {root}".splitlines()[0][:500] if str(root) else type(root).__name__
     record["traceback"] = "".join(traceback.format_exception(exc, limit=limit))
     return record
+
+
+def not_compared(reason: str) -> dict:
+    """The equivalence fields of a comparison that has no pair of programs to compare (a side failed before
+    its program existed): not checked, with the reason, never "not equivalent"."""
+    return {"equivalent": None, "max_abs_diff": None, "equivalence_notes": [reason]}
 
 
 class _Record(BaseModel):

@@ -114,7 +114,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
     from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
-    from layout_solver.compare.result import error_record
+    from layout_solver.compare.result import error_record, not_compared
 
     inputs = declare_input_order(inputs, input_order)
     result: dict = {}
@@ -126,7 +126,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
             "error": f"quantization failed: {type(exc).__name__}: {exc}".splitlines()[0][:500],
             "traceback": traceback.format_exc(limit=4),
         }
-        return {**result, "stock": error, "solver": dict(error), "equivalent": False, "max_abs_diff": None}
+        return {"stock": error, "solver": dict(error), **not_compared("quantization failed, neither side lowered")}
     eager_outputs = quantized.module()(*inputs)  # what both programs are held to
     with tempfile.TemporaryDirectory() as tmp:
         lowerings, eager_checks = {}, {}
@@ -162,5 +162,5 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
                 stock_against_solver(lowerings["stock"].tosa_files, lowerings["solver"].tosa_files, eager_checks)
             )
         else:
-            result["equivalent"], result["max_abs_diff"] = False, None
+            result.update(not_compared(f"{' and '.join(sorted({'stock', 'solver'} - set(lowerings)))} did not lower"))
     return result

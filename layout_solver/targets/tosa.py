@@ -61,7 +61,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize, solver_metrics
-    from layout_solver.compare.result import Comparison, Side, error_record
+    from layout_solver.compare.result import Comparison, Side, error_record, not_compared
     from layout_solver.quiet import quiet
 
     result: dict = {}
@@ -71,7 +71,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal
             failed = error_record(exc)
             return Comparison(model=name or type(module).__name__, target=target, stock=Side(**failed),
-                              solver=Side(**failed), equivalent=False)  # fmt: skip
+                              solver=Side(**failed), **not_compared("quantization failed, neither side lowered"))  # fmt: skip
         eager_outputs = quantized.module()(*inputs)
         files, eager_checks = {}, {}
         for side in ("stock", "solver"):
@@ -97,7 +97,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
         if len(files) == 2:
             result.update(stock_against_solver(files["stock"], files["solver"], eager_checks))
         else:
-            result.update(equivalent=False, max_abs_diff=None)
+            result.update(not_compared(f"{' and '.join(sorted({'stock', 'solver'} - set(files)))} did not lower"))
     return Comparison(
         model=name or type(module).__name__,
         target=target,

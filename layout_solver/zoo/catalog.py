@@ -143,7 +143,24 @@ def build(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     model = auto.from_config(config, attn_implementation="eager") if _eager_ok(auto) else auto.from_config(config)
     model.eval()
     inputs = example_inputs(model, config)
-    return FirstTensor(model, getattr(model, "main_input_name", "pixel_values")), inputs
+    wrapped = FirstTensor(model, getattr(model, "main_input_name", "pixel_values"))
+    # A shrunk config that does not run is the catalog's failure (the zoo's "export failed"), not the
+    # lowering's: without this run the first step to execute the model, quantization, would take the blame.
+    try:
+        with torch.no_grad():
+            wrapped(*inputs)
+    except Exception as exc:
+        parameters = sum(p.numel() for p in wrapped.parameters())
+        raise DoesNotRun(f"does not run in eager: {type(exc).__name__}: {exc}", parameters) from exc
+    return wrapped, inputs
+
+
+class DoesNotRun(RuntimeError):
+    """A catalog model that builds but does not run in eager on its example inputs."""
+
+    def __init__(self, message: str, parameters: int):
+        super().__init__(message)
+        self.parameters = parameters
 
 
 class FirstTensor(torch.nn.Module):

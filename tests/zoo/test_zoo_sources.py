@@ -139,6 +139,28 @@ def test_a_catalog_name_the_rule_cannot_build_is_a_model_error():
         build("transformers:timm_wrapper")  # needs timm, which the project does not install
 
 
+def test_a_catalog_model_that_does_not_run_in_eager_fails_at_build():
+    """hgnet_v2's shrunk config builds but its grouped convolution rejects its input: the catalog's failure
+    (the zoo's "export failed"), not the quantizer's or the lowering's."""
+    with pytest.raises(ModelError, match="model 'transformers:hgnet_v2.*does not run in eager: RuntimeError"):
+        build("transformers:hgnet_v2")
+
+
+def test_a_model_neither_side_can_lower_is_not_checked_not_inequivalent():
+    """A comparison with no pair of programs says `equivalent: null` with the reason, never `false`."""
+    from layout_solver.targets import compare
+
+    class Raises(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent control flow: export, and so quantization, refuses it
+                return x + 1
+            return x - 1
+
+    result = compare(Raises(), (torch.ones(1, 4),), "ethos-u55-128").to_json()
+    assert result["stock"]["error"].startswith("quantization failed") and result["solver"]["error"]
+    assert result["equivalent"] is None and result["equivalence_notes"] == ["quantization failed, neither side lowered"]
+
+
 def test_zoo_source_transformers_from_the_command_line(tmp_path, capsys):
     from layout_solver.cli import _source_models, main
 
