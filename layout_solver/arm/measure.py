@@ -147,7 +147,19 @@ def quantize(module: torch.nn.Module, inputs: tuple, spec):
     exported = torch.export.export(module, inputs)
     prepared = prepare_pt2e(exported.module(check_guards=False), quantizer)  # torch 2.13: no guards
     prepared(*inputs)
-    return torch.export.export(convert_pt2e(prepared), inputs)
+    return _leaf_constants(torch.export.export(convert_pt2e(prepared), inputs))
+
+
+def _leaf_constants(program):
+    """`program` with every constant a leaf tensor. A constant the model computed with autograd on (flaubert's
+    and xlm's position embeddings, lifted by export as `_tensor_constant0`) keeps its grad_fn, and deepcopy
+    refuses it, so no copy of the program could be lowered; its values are what is kept."""
+    stores = (program._state_dict, program.constants, program.graph_module.__dict__, program.graph_module._buffers)
+    for store in stores:
+        for name, value in list(store.items()):
+            if isinstance(value, torch.Tensor) and not value.is_leaf:
+                store[name] = value.detach()
+    return program
 
 
 def quantize_for(module: torch.nn.Module, inputs: tuple, target: str = "ethos-u55-128"):

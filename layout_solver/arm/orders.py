@@ -91,6 +91,17 @@ def _reshape_groups(s_in, s_out) -> list[tuple[list[int], list[int]]] | None:
     return groups
 
 
+def units_in_place(shape, order) -> Order:
+    """`order` with each unit axis of `shape` at its own position, the other axes in the same sequence: the
+    same bytes in memory (a unit axis can sit anywhere), written as close to the identity as they allow.
+
+    >>> units_in_place([1, 4, 16, 16], (2, 0, 1, 3))
+    (0, 2, 1, 3)
+    """
+    others = iter(a for a in order if shape[a] != 1)
+    return tuple(p if shape[p] == 1 else next(others) for p in range(len(order)))
+
+
 def view_output_order(s_in, s_out, order_in) -> Order | None:
     """The output order in which reshaping s_in -> s_out moves no data, given the input order.
 

@@ -31,6 +31,7 @@ from layout_solver.arm.op_rules import rule_for, short_target
 from layout_solver.arm.orders import Order
 from layout_solver.arm.probes import (
     ProbeContext,
+    chain_edge,
     chain_of,
     member,
     op_probe,
@@ -197,7 +198,9 @@ class VelaPricing(ArmPricing):
         key = (node, tuple(map(tuple, reads)), tuple(order), barrier)
         if key not in self._crossing:
             members = set(chain_of(node, reads, order, memo=self.context.chains))
-            self._crossing[key] = barrier[1] in members and (barrier[0] in members or barrier[0].op == "call_function")
+            reaches = barrier[1] in members and (barrier[0] in members or barrier[0].op == "call_function")
+            # a view before the barrier: the transpose, not the probe's stand-in reader, reads it (probes._read_on)
+            self._crossing[key] = reaches or (barrier[0] in members and rule_for(barrier[0]).kind == "view")
         return self._crossing[key]
 
     def op_class(self, node) -> str:
@@ -260,13 +263,20 @@ class VelaPricing(ArmPricing):
     def fusion_loss(self, producer, consumer, src, dst):
         """What a transpose on the value between a chain pair (the producer's only reader is the consumer) costs
         the ops around it: each op whose probe fused across that edge runs as its probe does with the edge cut
-        (an ADD's input RESCALE stops fusing when the ADD's output goes to a transpose)."""
+        (an ADD's input RESCALE stops fusing when the ADD's output goes to a transpose). A permute on either side
+        is an alias: the edge is between the ops around it (a SLICE whose probe reads it straight into the
+        MATMUL behind a permute is a MemoryCopy once a transpose sits there). A view loses nothing: Vela bypasses
+        a RESHAPE next to a TRANSPOSE, where the view's cut probe leaves its result for Vela to copy out
+        (executorch's pixel_shuffle case: a view of the delegate input, 96 cycles in all, priced 264)."""
+        producer, consumer, src, dst = chain_edge(producer, consumer, src, dst)
         barrier, loss = (producer, consumer), 0.0
         for side, order, produced in ((producer, src, True), (consumer, dst, False)):
             found = member(side, order, produced) if translatable(side) else None
             if found is None:
                 continue
             for node, (r, o) in chain_of(side, *found, barrier, self.context.chains).items():
+                if rule_for(node).kind == "view":
+                    continue
                 cut, fused = self._cycles(node, r, o, barrier=barrier), self._cycles(node, r, o)
                 if isinstance(cut, float) and isinstance(fused, float):
                     loss += max(0.0, cut - fused)

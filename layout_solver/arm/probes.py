@@ -29,7 +29,7 @@ import torch
 from cost_models.tosa_probe import ProbeBuilder, ProbeGraph, clamp_through
 from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.op_rules import WINDOW_OPS, MatMul, Reduction, SameOrder, rule_for, short_target
-from layout_solver.arm.orders import Order, compose, inverse, view_output_order
+from layout_solver.arm.orders import Order, compose, inverse, units_in_place, view_output_order
 
 log = logging.getLogger(__name__)
 _CLAMPABLE = ("int8", "int16")  # the dtypes a stand-in CLAMP is written for
@@ -106,6 +106,15 @@ def _aliased_reader(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, O
     while _is_permute(node) and len(node.users) == 1:
         node, order = next(iter(node.users)), compose(inverse(_perm_of(node)), order)
     return node, order
+
+
+def chain_edge(producer: torch.fx.Node, consumer: torch.fx.Node, src: Order, dst: Order) -> tuple:
+    """The edge `_chain` sees where a transpose sits on `producer`'s value (stored in `src`, read by its only
+    reader `consumer` in `dst`): permutes are aliases, so the ops on either side of them, with the orders they
+    store and read the data in. (producer, consumer, src, dst), resolved."""
+    data, stored = _unaliased(producer, tuple(src))
+    reader, read = _aliased_reader(consumer, tuple(dst))
+    return data, reader, stored, read
 
 
 def _intermediate(b: ProbeBuilder, tensor: int, shape, dtype: str, shared: bool) -> int:
@@ -496,6 +505,9 @@ def member(m: torch.fx.Node, order: Order, produced: bool) -> tuple[list[Order],
         other = view_output_order(s_out, s_in, order) if produced else view_output_order(s_in, s_out, order)
         if other is None:
             return None
+        # the unit axes where they are in the identity: the op beyond is then priced in the order it runs in
+        # (a SLICE whose [1, 16, 4, 16] result is reshaped read as (1, 0, 2, 3), a strided copy in its probe)
+        other = units_in_place(s_in if produced else s_out, other)
         return ([tuple(other)], tuple(order)) if produced else ([tuple(order)], tuple(other))
     if not _can_run_in(m, order):
         return None
@@ -611,6 +623,10 @@ def _op_writer(node, reads, order, context, neighbours, barrier) -> tuple[_Write
 
 
 _FOLDED_INTO_OUTPUT = GLUE - {"view_copy.default"}  # what Vela folds into the output of the op before it
+# Producers whose probe reproduces the transpose Vela packs into them: convolutions and pooling, and SLICE, whose
+# MemoryCopy Vela writes transposed (a SLICE -> TRANSPOSE pair of LeViT-style attention: one 744-cycle copy on
+# ethos-u85-256 where the slice alone is a 776-cycle copy).
+IN_PLACE_WRITERS = WINDOW_OPS | {"SLICE.default"}
 
 
 def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: ProbeContext):
@@ -620,8 +636,8 @@ def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: Pr
     difference of their totals. A permute is an alias of its input (`_unaliased`), so a transition on the
     pipeline's own NHWC -> NCHW permute after a convolution is written as that convolution's output.
 
-    Only the result of a convolution or pooling (WINDOW_OPS; through the RESCALE, CLAMP or TABLE Vela folds into
-    its output) is priced so: the probe of an elementwise group does not reproduce how the program chains it
+    Only the result of a convolution, pooling (through the RESCALE, CLAMP or TABLE Vela folds into its output) or
+    a SLICE (IN_PLACE_WRITERS) is priced so: the probe of an elementwise group does not reproduce how the program chains it
     (group_norm_8 on ethos-u85-256: a MUL priced 2,048 cycles with or without the transpose in its probe runs at
     4,096 and 8,192 in the program). None there, where the data has other readers on the way, or where the
     producer cannot be written."""
@@ -638,7 +654,7 @@ def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: Pr
         if len(computed.args[0].users) != 1:
             return None
         computed = computed.args[0]
-    if short_target(computed) not in WINDOW_OPS or not translatable(producer):
+    if short_target(computed) not in IN_PLACE_WRITERS or not translatable(producer):
         return None
     found = member(producer, stored, produced=True)
     if found is None:
@@ -662,9 +678,13 @@ def write_transpose_probes(value: torch.fx.Node, order: Order, perm, context: Pr
 def _read_on(w: _Writer, node: torch.fx.Node, order: Order) -> None:
     """A view's result that no op of the probe reads, but an op of the program does, is read by a stand-in
     CLAMP: left as the probe's graph output, Vela would have to copy it out, where in the program it bypasses
-    the RESHAPE (a view of a delegate input into a transpose costs nothing)."""
+    the RESHAPE (a view of a delegate input into a transpose costs nothing). Not the view before a barrier: a
+    transpose reads it there, and Vela copies a SLICE out before a RESHAPE into a TRANSPOSE, as it does one
+    left as the probe's output."""
     tensor = w.written.get((node, tuple(order)))
     if rule_for(node).kind != "view" or tensor is None or any(tensor in o.inputs for o in w.builder.ops):
+        return
+    if node in w.transposed:
         return
     if all(u.op == "output" for u in node.users):
         return
