@@ -36,6 +36,11 @@ def not_compared(reason: str) -> dict:
     return {"equivalent": None, "max_abs_diff": None, "equivalence_notes": [reason]}
 
 
+def not_lowered(lowered) -> dict:
+    """`not_compared` for a comparison where only the sides in `lowered` have a program."""
+    return not_compared(f"{' and '.join(sorted({'stock', 'solver'} - set(lowered)))} did not lower")
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -61,7 +61,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize, solver_metrics
-    from layout_solver.compare.result import Comparison, Side, error_record, not_compared
+    from layout_solver.compare.result import Comparison, Side, error_record, not_compared, not_lowered
     from layout_solver.quiet import quiet
 
     result: dict = {}
@@ -97,7 +97,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
         if len(files) == 2:
             result.update(stock_against_solver(files["stock"], files["solver"], eager_checks))
         else:
-            result.update(not_compared(f"{' and '.join(sorted({'stock', 'solver'} - set(files)))} did not lower"))
+            result.update(not_lowered(files))
     return Comparison(
         model=name or type(module).__name__,
         target=target,
