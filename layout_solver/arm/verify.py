@@ -19,6 +19,7 @@ import copy
 import hashlib
 import json
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,9 @@ class Decision:
     stock_cycles: int
     solver_cycles: int | None  # None: Vela could not compile the stage's layout (`why`)
     why: str = ""
+    # The stage's own pricing of its layout (objective, bound, gap, pricing, predicted_by_op), so a later lowering
+    # that keeps stock's without running the stage still reports what the stage predicted for the delegate.
+    prediction: dict | None = None
 
     def as_check(self, cached: bool) -> dict:
         """The report's `vela_check`: both totals, the side kept, whether the decision was stored before."""
@@ -112,10 +116,12 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     try:  # the stage's TOSA is new to Vela: a crash in its compiler core must not take the lowering with it
         solver_cycles = compile_network_isolated(solver, config).cycles
     except VelaUnsupported as exc:
-        decision = Decision("stock", stock_cycles, None, f"Vela could not compile the stage's layout: {exc}")
+        why = f"Vela could not compile the stage's layout: {exc}"
+        decision = Decision("stock", stock_cycles, None, why, _prediction(reports[first:]))
         warnings.warn(f"layout-solver: {decision.why}; the delegate keeps stock's layout", stacklevel=2)
     else:
-        decision = Decision("solver" if solver_cycles < stock_cycles else "stock", stock_cycles, solver_cycles)
+        kept = "solver" if solver_cycles < stock_cycles else "stock"
+        decision = Decision(kept, stock_cycles, solver_cycles, prediction=_prediction(reports[first:]))
     store.put(key, decision)
     # The artifacts folder shows the kept program only: what the other side wrote (under the same file names or
     # not) goes back to what was there without it.
@@ -149,11 +155,30 @@ def _ethos_u_result(tosa: bytes, spec):
     )
 
 
+def _prediction(reports: list) -> dict | None:
+    """What the stage predicted for the delegate's layout, summed over its solver passes (None: none priced it)."""
+    solved = [r for r in reports if r.objective is not None]
+    if not solved:
+        return None
+    return {
+        "objective": sum(r.objective for r in solved),
+        "bound": sum(r.bound or 0.0 for r in solved),
+        "gap": max(r.gap or 0.0 for r in solved),
+        "pricing": ", ".join(sorted({r.pricing for r in solved if r.pricing})),
+        "predicted_by_op": dict(sum((r.predicted_by_op for r in solved), Counter())),
+    }
+
+
 def _annotate(reports: list, decision: Decision, cached: bool) -> None:
     if not reports:  # lowered the stock way only: no solver pass ran, so say what happened in a report of its own
         from layout_solver.report import PassReport, record
 
         report = PassReport("stock-kept")
+        if decision.prediction is not None:  # the stage's prediction, from the lowering that decided
+            predicted = dict(decision.prediction)
+            report.predicted_by_op = Counter(predicted.pop("predicted_by_op"))
+            for name, value in predicted.items():
+                setattr(report, name, value)
         record(report)
         reports = [report]
     for report in reports:

@@ -16,7 +16,7 @@ from executorch.backends.arm.ethosu import EthosUCompileSpec
 
 from cost_models import vela
 from layout_solver.arm.hooks import solver_layouts
-from layout_solver.arm.measure import lower_ethos_u, quantize_for
+from layout_solver.arm.measure import lower_ethos_u, quantize_for, solver_metrics
 from layout_solver.arm.orders import label_order
 from layout_solver.zoo.models import build
 
@@ -134,7 +134,8 @@ def test_a_reduction_along_outer_axes_is_moved_innermost_on_ethos_u85(tmp_path):
 def test_verify_keeps_stock_where_vela_finds_the_stage_dearer_and_remembers(monkeypatch, tmp_path):
     """A stage priced to leave every identity order (a pricing that is wrong on purpose) writes transposes
     stock does not; Vela prices that delegate dearer, so stock's is kept, bit for bit, and the report says so.
-    The decision is stored: the next lowering of the same delegate runs the TOSA pipeline once."""
+    The decision is stored: the next lowering of the same delegate runs the TOSA pipeline once, and still
+    reports what the stage predicted for its layout."""
     from executorch.backends.arm.tosa.backend import TOSABackend
 
     from layout_solver.arm import passes
@@ -158,6 +159,8 @@ def test_verify_keeps_stock_where_vela_finds_the_stage_dearer_and_remembers(monk
     monkeypatch.setattr(TOSABackend, "_preprocess", staticmethod(lambda *a: runs.append(1) or original(*a)))
     again = _lower("group_norm_8", "ethos-u55-128", tmp_path / "again")
     assert again["solver"][1][0].vela_check == {**check, "cached": True}
+    remembered, first = solver_metrics(again["solver"][1]), solver_metrics(reports)
+    assert remembered["objective"] == first["objective"] > 0 and remembered["pricing"] == first["pricing"]
     assert len(runs) == 2  # one stock lowering, one solver lowering: no second pipeline for the decision
     assert [f.read_bytes() for f in again["solver"][0].tosa_files] == [f.read_bytes() for f in stock.tosa_files]
 
