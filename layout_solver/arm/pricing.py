@@ -27,7 +27,7 @@ import torch
 
 from cost_models import ethos_u55, vela
 from cost_models.ethos_u55 import TransposeCost
-from layout_solver.arm.op_rules import rule_for, short_target
+from layout_solver.arm.op_rules import MatMul, rule_for, short_target
 from layout_solver.arm.orders import Order
 from layout_solver.arm.probes import (
     ProbeContext,
@@ -171,13 +171,14 @@ class VelaPricing(ArmPricing):
         """The Vela configuration's own key (accelerator, system config, memory mode, flags, Vela version)."""
         return f"{type(self).__qualname__} {self.config.key}"
 
-    def _cycles(self, node, reads, order, neighbours: bool = True, barrier=None) -> float | str | None:
-        """Vela's cycles for the node's own rows; UNPRICED if it cannot be written, None if Vela rejects it."""
+    def _cycles(self, node, reads, order, neighbours: bool = True, barrier=None, stored=None) -> float | str | None:
+        """Vela's cycles for the node's own rows; UNPRICED if it cannot be written, None if Vela rejects it.
+        `stored`: the barrier's producer's stored order, read through the transpose (`op_probe`)."""
         if barrier is not None and not self._crosses(node, reads, order, barrier):
-            barrier = None  # the probe is the same either way: price it once
-        key = (node, tuple(map(tuple, reads)), tuple(order), neighbours, barrier)
+            barrier = stored = None  # the probe is the same either way: price it once
+        key = (node, tuple(map(tuple, reads)), tuple(order), neighbours, barrier, stored)
         if key not in self._ops:
-            probe = op_probe(node, [tuple(r) for r in reads], tuple(order), self.context, neighbours, barrier)
+            probe = op_probe(node, [tuple(r) for r in reads], tuple(order), self.context, neighbours, barrier, stored)
             if probe is None:
                 self._ops[key] = UNPRICED
             else:
@@ -277,7 +278,11 @@ class VelaPricing(ArmPricing):
             for node, (r, o) in chain_of(side, *found, barrier, self.context.chains).items():
                 if rule_for(node).kind == "view":
                     continue
-                cut, fused = self._cycles(node, r, o, barrier=barrier), self._cycles(node, r, o)
+                # Where Vela writes transposes into their producers, a MATMUL composes the transpose it adds for
+                # its second operand with the one the program has there (LeViT's k and v: one copy each, not two)
+                through = src if not produced and self.writes_in_place and isinstance(rule_for(node), MatMul) else None
+                cut = self._cycles(node, r, o, barrier=barrier, stored=through)
+                fused = self._cycles(node, r, o)
                 if isinstance(cut, float) and isinstance(fused, float):
                     loss += max(0.0, cut - fused)
         return loss

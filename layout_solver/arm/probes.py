@@ -67,6 +67,8 @@ class _Writer:
     context: ProbeContext
     intermediates: bool = True  # operands an op computes arrive as intermediates (False: as graph inputs)
     transposed: frozenset = frozenset()  # nodes whose result arrives from a transpose: as a graph input
+    # ... or, where the node's stored order is given here, from that graph input through the TRANSPOSE itself
+    transposed_from: dict = field(default_factory=dict)
     builder: ProbeBuilder = field(default_factory=ProbeBuilder)
     written: dict = field(default_factory=dict)  # (node, order) -> tensor index
 
@@ -85,6 +87,11 @@ class _Writer:
         if data is not None:
             array = np.ascontiguousarray(data.transpose(order)) if order else data
             found = self.builder.const(array, dtype, shape)
+        elif node in self.transposed_from and tuple(self.transposed_from[node]) != order:
+            stored = tuple(self.transposed_from[node])
+            perm = compose(inverse(stored), order)
+            found = self.builder.input([int(val.shape[i]) for i in stored], dtype)
+            found = self.builder.op("TRANSPOSE", [found], shape, dtype, "TransposeAttribute", perms=perm)[1]
         else:
             found = self.builder.input(shape, dtype)
             if node.op == "call_function" and self.intermediates and node not in self.transposed:
@@ -580,13 +587,16 @@ def op_probe(
     context: ProbeContext,
     neighbours: bool = True,
     barrier: Barrier | None = None,
+    stored: Order | None = None,
 ) -> tuple[ProbeGraph, list[int]] | None:
     """The probe of `node` reading its rule's operands in `reads` and writing its result in `order`, with the
     ops Vela may fuse or chain it with (`_chain`: an ADD's input RESCALEs fuse only when its other input is
     rescaled too) when `neighbours`, none across the edge `barrier`; returns (graph, TOSA operator indices of the
     node's own operators), or None when the node cannot be written (no translation, a dtype TOSA does not
-    serialize)."""
-    written = _op_writer(node, reads, order, context, neighbours, barrier)
+    serialize). `stored`: the order the barrier's producer stores its result in; the probe then reads it through
+    the TRANSPOSE the program has there (Vela composes a MATMUL's own transpose of its second operand with it),
+    where without it the transpose's result is a graph input."""
+    written = _op_writer(node, reads, order, context, neighbours, barrier, stored)
     if written is None:
         return None
     w, own = written
@@ -594,14 +604,15 @@ def op_probe(
     return graph, [graph.tosa_index(i) for i in own]
 
 
-def _op_writer(node, reads, order, context, neighbours, barrier) -> tuple[_Writer, list[int]] | None:
+def _op_writer(node, reads, order, context, neighbours, barrier, stored=None) -> tuple[_Writer, list[int]] | None:
     """The writer holding op_probe's operators (not yet built), and the probe indices of the node's own."""
     if not translatable(node):
         return None
     # Alone (no neighbours: a transpose before and after it in the program) its operands come from transposes,
     # which write plain NHWC: graph inputs are that.
     # Across `barrier` a transpose will sit: what it writes (plain NHWC, nothing chained) is a graph input.
-    w = _Writer(context, intermediates=neighbours, transposed=frozenset(barrier[:1]) if barrier else frozenset())
+    w = _Writer(context, intermediates=neighbours, transposed=frozenset(barrier[:1]) if barrier else frozenset(),
+                transposed_from={barrier[0]: stored} if barrier and stored is not None else {})  # fmt: skip
     group = chain_of(node, reads, order, barrier, context.chains) if neighbours else {node: None}
     group = {n: m for n, m in group.items() if n is not node}
     position = {n: i for i, n in enumerate(node.graph.nodes)}

@@ -340,17 +340,17 @@ class SlicedAttention(torch.nn.Module):
         return self.proj((attention @ v).transpose(1, 2).reshape(b, n, -1))
 
 
-# ethos-u85-256 reads over (11,412 against 9,500): Vela packs the transpose it adds for a MATMUL's second operand
-# into whatever writes that operand, and the MATMUL's probe with the edge cut pays it as its own.
-@pytest.mark.parametrize("target, tolerance", [("ethos-u55-128", 0.03), ("ethos-u85-256", 0.25)])
-def test_a_slice_behind_a_permute_is_priced_as_vela_copies_it(target, tolerance):
+@pytest.mark.parametrize("target", ["ethos-u55-128", "ethos-u85-256"])
+def test_a_slice_behind_a_permute_is_priced_as_vela_copies_it(target):
     """A SLICE read straight into a MATMUL fuses (no rows); behind a permute, once a transpose sits there, Vela
     copies it out (a MemoryCopy), or on Ethos-U85 writes the transpose into that copy. The stage priced those
     slices at nothing: the prediction read 7% under Vela's total on ethos-u55-128 (and 15% on ethos-u85-256,
-    LeViT 13%), and the stage wrote the copies where it need not."""
+    LeViT 13%), and the stage wrote the copies where it need not. On Ethos-U85 Vela also composes the transpose it
+    adds for a MATMUL's second operand with the one the program writes there (k and v: one copy each), where a
+    probe reading that operand as a graph input pays it apart (11,412 predicted against 9,500)."""
     torch.manual_seed(0)
     module, inputs = SlicedAttention().eval(), (torch.randn(1, 16, 64),)
     with contextlib.redirect_stdout(io.StringIO()), solver_layouts(verify="model") as reports:
         lowered = lower_ethos_u(module, inputs, target)
     predicted, measured = sum(r.objective for r in reports), lowered.metrics()["vela_total_cycles"]
-    assert abs(predicted / measured - 1) < tolerance, (predicted, measured)
+    assert abs(predicted / measured - 1) < 0.03, (predicted, measured)
