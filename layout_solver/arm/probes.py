@@ -69,6 +69,8 @@ class _Writer:
     transposed: frozenset = frozenset()  # nodes whose result arrives from a transpose: as a graph input
     # ... or, where the node's stored order is given here, from that graph input through the TRANSPOSE itself
     transposed_from: dict = field(default_factory=dict)
+    stand_ins: list = field(default_factory=list)  # (node, order) read so: the operators written for it below
+    stand_in_ops: list = field(default_factory=list)
     builder: ProbeBuilder = field(default_factory=ProbeBuilder)
     written: dict = field(default_factory=dict)  # (node, order) -> tensor index
 
@@ -88,16 +90,34 @@ class _Writer:
             array = np.ascontiguousarray(data.transpose(order)) if order else data
             found = self.builder.const(array, dtype, shape)
         elif node in self.transposed_from and tuple(self.transposed_from[node]) != order:
-            stored = tuple(self.transposed_from[node])
-            perm = compose(inverse(stored), order)
-            found = self.builder.input([int(val.shape[i]) for i in stored], dtype)
-            found = self.builder.op("TRANSPOSE", [found], shape, dtype, "TransposeAttribute", perms=perm)[1]
+            found = self._through_transpose(node, order, shape, dtype)
         else:
             found = self.builder.input(shape, dtype)
             if node.op == "call_function" and self.intermediates and node not in self.transposed:
                 found = _intermediate(self.builder, found, shape, dtype, shared=len(node.users) > 1)
         self.written[(node, order)] = found
         return found
+
+    def _through_transpose(self, node: torch.fx.Node, order: Order, shape, dtype: str) -> int:
+        """`node`'s result read in `order` through the TRANSPOSE the program writes from the order it is stored
+        in (`transposed_from`), with the node itself in front where Vela writes that transpose as its output
+        (IN_PLACE_WRITERS: what a transpose composed into a SLICE's copy costs is not what the TRANSPOSE op
+        costs), else from a graph input. Those operators are stand-ins (`stand_in_ops`)."""
+        stored = tuple(self.transposed_from[node])
+        first = len(self.builder.ops)
+        self.stand_ins.append((node, order))
+        found = None
+        if node.op == "call_function" and short_target(node) in IN_PLACE_WRITERS and translatable(node):
+            found = member(node, stored, produced=True)
+        if found is not None:
+            _translate(self, node, found[0], stored)
+            data = self.written[(node, stored)]
+        else:
+            data = self.builder.input([int(tensor_of(node).shape[i]) for i in stored], dtype)
+        perm = compose(inverse(stored), order)
+        result = self.builder.op("TRANSPOSE", [data], shape, dtype, "TransposeAttribute", perms=perm)[1]
+        self.stand_in_ops.extend(range(first, len(self.builder.ops)))
+        return result
 
 
 def _unaliased(node: torch.fx.Node, order: Order) -> tuple[torch.fx.Node, Order]:
@@ -588,20 +608,35 @@ def op_probe(
     neighbours: bool = True,
     barrier: Barrier | None = None,
     stored: Order | None = None,
-) -> tuple[ProbeGraph, list[int]] | None:
+) -> tuple[ProbeGraph, list[int], list[tuple]] | None:
     """The probe of `node` reading its rule's operands in `reads` and writing its result in `order`, with the
     ops Vela may fuse or chain it with (`_chain`: an ADD's input RESCALEs fuse only when its other input is
     rescaled too) when `neighbours`, none across the edge `barrier`; returns (graph, TOSA operator indices of the
-    node's own operators), or None when the node cannot be written (no translation, a dtype TOSA does not
-    serialize). `stored`: the order the barrier's producer stores its result in; the probe then reads it through
-    the TRANSPOSE the program has there (Vela composes a MATMUL's own transpose of its second operand with it),
-    where without it the transpose's result is a graph input."""
+    node's own operators, and of the stand-in transposes), or None when the node cannot be written (no
+    translation, a dtype TOSA does not serialize). `stored`: the order the barrier's producer stores its result
+    in; the probe then reads it through the TRANSPOSE the program has there (`_Writer._through_transpose`),
+    stand-ins counted with the node's own operators (Vela composes a MATMUL's own transpose of its second
+    operand with it, at anything from nothing to many times that transpose's price), where without it the
+    transpose's result is a graph input. The stand-ins come back as (node, order) for
+    `through_transpose_probe`: their price alone is the transition's, not the node's."""
     written = _op_writer(node, reads, order, context, neighbours, barrier, stored)
     if written is None:
         return None
     w, own = written
     graph = w.builder.build()
-    return graph, [graph.tosa_index(i) for i in own]
+    return graph, [graph.tosa_index(i) for i in [*own, *w.stand_in_ops]], list(w.stand_ins)
+
+
+def through_transpose_probe(node: torch.fx.Node, stored: Order, order: Order, context: ProbeContext):
+    """The stand-in operators `op_probe` writes for `node` stored in `stored` and read in `order`, alone:
+    (graph, their TOSA operator indices); what they cost here is the transition's, not the reader's."""
+    w = _Writer(context, transposed_from={node: tuple(stored)})
+    try:
+        w.tensor(node, order)
+    except _Unpriced:
+        return None
+    graph = w.builder.build()
+    return graph, [graph.tosa_index(i) for i in w.stand_in_ops]
 
 
 def _op_writer(node, reads, order, context, neighbours, barrier, stored=None) -> tuple[_Writer, list[int]] | None:
