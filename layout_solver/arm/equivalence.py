@@ -8,6 +8,10 @@ range) in tosa-tools' reference model, and the outputs are compared exactly.
 
 from __future__ import annotations
 
+import pickle
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,18 +53,57 @@ class ReferenceRejected(RuntimeError):
         self.status = status
 
 
-def run_tosa(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Outputs of one TOSA flatbuffer on the reference model; raises ReferenceRejected unless it is valid."""
-    import tosa_reference_model as reference
-
+# The reference model runs in a child process: on some programs it segfaults on inputs it accepts (text encoders'
+# delegates on ethos-u85-256: camembert, data2vec-text, ibert, wavlm), and the comparison must live to say so.
+_ISOLATED_REFERENCE = """
+import os, pickle, sys
+answer = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)  # what the reference model prints goes to stderr; stdout carries the answer alone
+import numpy as np
+import tosa_reference_model as reference
+path, trials = pickle.load(sys.stdin.buffer)
+program = open(path, "rb").read()
+answers = []
+for inputs in trials:
     try:
-        outputs, status = reference.run(Path(path).read_bytes(), inputs)
-    except Exception as exc:  # the reference model's own failures become a status
-        raise ReferenceRejected(path, f"error: {type(exc).__name__}: {exc}".splitlines()[0][:300]) from exc
+        outputs, status = reference.run(program, inputs)
+    except Exception as exc:
+        answers.append(("error", f"error: {type(exc).__name__}: {exc}".splitlines()[0][:300]))
+        break
     name = str(status).split(".")[-1]
     if name != "TOSA_VALID":
-        raise ReferenceRejected(path, "unpredictable" if name == "TOSA_UNPREDICTABLE" else f"error: {name}")
-    return [np.asarray(o) for o in outputs]
+        answers.append(("error", "unpredictable" if name == "TOSA_UNPREDICTABLE" else f"error: {name}"))
+        break
+    answers.append(("ok", [np.asarray(o) for o in outputs]))
+pickle.dump(answers, answer)
+answer.flush()
+"""
+
+
+def run_tosa_trials(path: Path, trials: list[list[np.ndarray]], timeout: float = 600.0) -> list[list[np.ndarray]]:
+    """The outputs of one TOSA flatbuffer on the reference model for each input list in `trials`, in one child
+    process (it imports only numpy and the reference model); raises ReferenceRejected at the first run that is
+    not valid, or where the reference model crashes or runs past `timeout` seconds."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _ISOLATED_REFERENCE], input=pickle.dumps((str(path), trials)),
+                              capture_output=True, timeout=timeout, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise ReferenceRejected(path, f"error: the reference model ran past {timeout:.0f} s") from exc
+    if done.returncode != 0:
+        code = done.returncode
+        how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
+        raise ReferenceRejected(path, f"error: the reference model crashed ({how})")
+    outputs = []
+    for status, found in pickle.loads(done.stdout):
+        if status != "ok":
+            raise ReferenceRejected(path, found)
+        outputs.append(found)
+    return outputs
+
+
+def run_tosa(path: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """Outputs of one TOSA flatbuffer on the reference model; raises ReferenceRejected unless it is valid."""
+    return run_tosa_trials(path, [inputs])[0]
 
 
 @dataclass
@@ -92,20 +135,19 @@ def compare_lowerings(left: list[Path], right: list[Path], trials: int = 3, seed
         if [(s[1], s[2]) for s in specs_a] != [(s[1], s[2]) for s in specs_b]:
             return Equivalence(None, None, len(left), [f"partitions differ: {a.name}'s inputs {specs_a} vs {specs_b}"])
         bounds = index_bounds(Path(a).read_bytes())
-        for _ in range(trials):
-            inputs = random_inputs(specs_a, rng, bounds)
-            outs = {}
-            for side, path in (("left", a), ("right", b)):
-                if reference[side] != "ok":
-                    continue
-                try:
-                    outs[side] = run_tosa(path, inputs)
-                except ReferenceRejected as exc:
-                    reference[side] = exc.status
-                    notes.append(str(exc))
-            if len(outs) < 2:
+        inputs = [random_inputs(specs_a, rng, bounds) for _ in range(trials)]
+        outs = {}
+        for side, path in (("left", a), ("right", b)):
+            if reference[side] != "ok":
                 continue
-            out_a, out_b = outs["left"], outs["right"]
+            try:
+                outs[side] = run_tosa_trials(path, inputs)
+            except ReferenceRejected as exc:
+                reference[side] = exc.status
+                notes.append(str(exc))
+        if len(outs) < 2:
+            continue
+        for out_a, out_b in zip(outs["left"], outs["right"]):
             if len(out_a) != len(out_b) or any(x.shape != y.shape for x, y in zip(out_a, out_b)):
                 return Equivalence(None, None, len(left), [f"partitions differ: {a.name}'s output shapes"], reference)
             for x, y in zip(out_a, out_b):

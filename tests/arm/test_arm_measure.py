@@ -220,3 +220,17 @@ def test_random_inputs_index_within_the_dim_a_gather_reads(tmp_path):
         arrays = random_inputs(specs, np.random.default_rng(seed), index_bounds(program.read_bytes()))
         assert arrays[1].min() >= 0 and arrays[1].max() < 4 and arrays[0].dtype == np.int8
         assert run_tosa(program, arrays)
+
+
+def test_a_reference_model_that_crashes_is_a_rejection_not_a_dead_process(monkeypatch, tmp_path):
+    """The TOSA reference model segfaults on some programs' random inputs (text encoders' delegates on
+    ethos-u85-256); it runs in a child process, so the comparison lives to record the side as rejected and
+    goes on to the example inputs. A child killed by SIGSEGV stands in for it here."""
+    import numpy as np
+
+    from layout_solver.arm import equivalence
+
+    monkeypatch.setattr(equivalence, "_ISOLATED_REFERENCE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    with pytest.raises(equivalence.ReferenceRejected) as rejected:
+        equivalence.run_tosa(tmp_path / "any.tosa", [np.zeros(4, np.int8)])
+    assert rejected.value.status == "error: the reference model crashed (signal SIGSEGV)"
