@@ -48,9 +48,9 @@ class Decision:
     stock_cycles: int
     solver_cycles: int | None  # None: Vela could not compile the stage's layout (`why`)
     why: str = ""
-    # The stage's own pricing of its layout (objective, bound, gap, pricing, predicted_by_op), so a later lowering
+    # The stage's own pricing of its layout, one entry per solver report (PREDICTED fields), so a later lowering
     # that keeps stock's without running the stage still reports what the stage predicted for the delegate.
-    prediction: dict | None = None
+    predictions: tuple = ()
 
     def as_check(self, cached: bool) -> dict:
         """The report's `vela_check`: both totals, the side kept, whether the decision was stored before."""
@@ -117,11 +117,11 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
         solver_cycles = compile_network_isolated(solver, config).cycles
     except VelaUnsupported as exc:
         why = f"Vela could not compile the stage's layout: {exc}"
-        decision = Decision("stock", stock_cycles, None, why, _prediction(reports[first:]))
+        decision = Decision("stock", stock_cycles, None, why, _predictions(reports[first:]))
         warnings.warn(f"layout-solver: {decision.why}; the delegate keeps stock's layout", stacklevel=2)
     else:
         kept = "solver" if solver_cycles < stock_cycles else "stock"
-        decision = Decision(kept, stock_cycles, solver_cycles, prediction=_prediction(reports[first:]))
+        decision = Decision(kept, stock_cycles, solver_cycles, predictions=_predictions(reports[first:]))
     store.put(key, decision)
     # The artifacts folder shows the kept program only: what the other side wrote (under the same file names or
     # not) goes back to what was there without it.
@@ -155,32 +155,25 @@ def _ethos_u_result(tosa: bytes, spec):
     )
 
 
-def _prediction(reports: list) -> dict | None:
-    """What the stage predicted for the delegate's layout, summed over its solver passes (None: none priced it)."""
-    solved = [r for r in reports if r.objective is not None]
-    if not solved:
-        return None
-    return {
-        "objective": sum(r.objective for r in solved),
-        "bound": sum(r.bound or 0.0 for r in solved),
-        "gap": max(r.gap or 0.0 for r in solved),
-        "pricing": ", ".join(sorted({r.pricing for r in solved if r.pricing})),
-        "predicted_by_op": dict(sum((r.predicted_by_op for r in solved), Counter())),
-    }
+PREDICTED = ("objective", "bound", "gap", "pricing", "predicted_by_op")  # what a solver report says it predicted
+
+
+def _predictions(reports: list) -> tuple:
+    """The PREDICTED fields of each solver report that priced the delegate's layout."""
+    return tuple({name: getattr(r, name) for name in PREDICTED} for r in reports if r.objective is not None)
 
 
 def _annotate(reports: list, decision: Decision, cached: bool) -> None:
     if not reports:  # lowered the stock way only: no solver pass ran, so say what happened in a report of its own
         from layout_solver.report import PassReport, record
 
-        report = PassReport("stock-kept")
-        if decision.prediction is not None:  # the stage's prediction, from the lowering that decided
-            predicted = dict(decision.prediction)
-            report.predicted_by_op = Counter(predicted.pop("predicted_by_op"))
-            for name, value in predicted.items():
-                setattr(report, name, value)
-        record(report)
-        reports = [report]
+        # the stage's prediction, from the lowering that decided: as many reports as that lowering had
+        reports = [
+            PassReport("stock-kept", **{**p, "predicted_by_op": Counter(p["predicted_by_op"])})
+            for p in decision.predictions
+        ] or [PassReport("stock-kept")]
+        for report in reports:
+            record(report)
     for report in reports:
         report.vela_check = decision.as_check(cached)
         report.kept_stock = decision.kept == "stock"
