@@ -81,7 +81,8 @@ class SolutionCache:
         path = self._path(key)
         path.parent.mkdir(exist_ok=True)
         head = json.dumps({"status": entry.status, "time_limit": entry.time_limit, "name": entry.name}).encode()
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+        # Not "*.json": another process's eviction globs entries and must not take a file still being written.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(head + b"\n" + entry.solution_json)

@@ -68,9 +68,10 @@ def test_zoo_model_runs_and_matches_eager_like_stock(runtime, model):
         )
 
 
-# 6 and 13 are buffer-only wide graphs (seed % 7 == 6). 16 graphs in CI (22 until the suite took the transformers
-# catalog and the Arm bad-input tests: the 40-minute budget); LAYOUT_SOLVER_VULKAN_GRAPHS=200 runs 200.
-SEEDS = list(range(int(os.environ.get("LAYOUT_SOLVER_VULKAN_GRAPHS", "16"))))
+# 6 is a buffer-only wide graph (seed % 7 == 6). 12 graphs in CI (22 until the suite took the transformers catalog
+# and the Arm bad-input tests, 16 until CI took 41 minutes: the 40-minute budget); LAYOUT_SOLVER_VULKAN_GRAPHS=200
+# runs 200.
+SEEDS = list(range(int(os.environ.get("LAYOUT_SOLVER_VULKAN_GRAPHS", "12"))))
 
 
 def _generated_runs(runtime):
