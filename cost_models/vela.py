@@ -258,6 +258,13 @@ sys.stdout.write("\\n" + json.dumps(answer) + "\\n")
 """
 
 
+def how_it_ended(returncode: int) -> str:
+    """A child process's return code in words: "signal SIGSEGV" for a process a signal killed, else "exit N"."""
+    if returncode < 0 and -returncode in signal.valid_signals():
+        return f"signal {signal.Signals(-returncode).name}"
+    return f"exit {returncode}"
+
+
 def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, timeout: float = 600.0) -> VelaNetwork:
     """`compile_network` in a child process, for a graph no one has compiled before: Vela's compiler core can
     crash the process on a graph it accepts (a segfault in regor on a layout of generated:1286 for
@@ -271,10 +278,8 @@ def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, time
     except subprocess.TimeoutExpired as exc:
         raise VelaCrashed(f"Vela's compiler core ran past {timeout:.0f} s") from exc
     if done.returncode != 0:
-        code = done.returncode
-        how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise VelaCrashed(f"Vela's compiler core stopped ({how}) {tail[0][:200]}".strip())
+        raise VelaCrashed(f"Vela's compiler core stopped ({how_it_ended(done.returncode)}) {tail[0][:200]}".strip())
     answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
     if "unsupported" in answer:
         raise VelaUnsupported(answer["unsupported"])

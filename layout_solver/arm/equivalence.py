@@ -9,7 +9,6 @@ range) in tosa-tools' reference model, and the outputs are compared exactly.
 from __future__ import annotations
 
 import pickle
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from executorch.backends.arm.test.runner_utils import (
 )
 from executorch.backends.arm.tosa.backend import arm_get_first_delegation_tag
 
+from cost_models.vela import how_it_ended
 from graph_io.tosa import index_bounds, tosa_inputs
 
 
@@ -90,9 +90,7 @@ def run_tosa_trials(path: Path, trials: list[list[np.ndarray]], timeout: float =
     except subprocess.TimeoutExpired as exc:
         raise ReferenceRejected(path, f"error: the reference model ran past {timeout:.0f} s") from exc
     if done.returncode != 0:
-        code = done.returncode
-        how = f"signal {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() else f"exit {code}"
-        raise ReferenceRejected(path, f"error: the reference model crashed ({how})")
+        raise ReferenceRejected(path, f"error: the reference model crashed ({how_it_ended(done.returncode)})")
     outputs = []
     for status, found in pickle.loads(done.stdout):
         if status != "ok":
