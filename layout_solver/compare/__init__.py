@@ -69,6 +69,7 @@ def _single_table(result: dict) -> str:
         "solver_reference",
         "equivalent_on_example_inputs",
         "max_abs_diff_on_example_inputs",
+        "same_program",
         "run_ratio",
         "run_ratio_paired",
         "measured_delta_us",

@@ -139,6 +139,7 @@ class Comparison(_Record):
     equivalent_on_example_inputs: bool | None = None
     max_abs_diff_on_example_inputs: float | None = None
     # Vulkan with execute: solver against stock on the device
+    same_program: bool | None = None  # the two programs are byte-identical (the solver kept stock's layout)
     run_ratio: float | None = None  # the solver's median run time over stock's
     run_ratio_paired: float | None = None  # the median of each round's own ratio (both sides back to back)
     measured_delta_us: float | None = None

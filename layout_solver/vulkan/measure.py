@@ -55,6 +55,8 @@ def execute_on_device(module, inputs, buffers: dict[str, bytes], sides: dict, ru
         if outcome.error:
             record["execute_error"] = outcome.error
     extra: dict = {}
+    if "stock" in buffers and "solver" in buffers:  # the same bytes: any difference in their times is noise
+        extra["same_program"] = buffers["stock"] == buffers["solver"]
     stock, solver = ran.get("stock"), ran.get("solver")
     if stock and solver and stock.run_ms and solver.run_ms:
         extra["run_ratio"] = round(solver.run_ms / stock.run_ms, 4)

@@ -231,7 +231,7 @@ def test_compare_cli_executes_on_the_device(runtime, capsys):
         assert result[side]["executed"] is True
         assert result[side]["max_abs_diff_vs_eager"] <= TOLERANCE
         assert result[side]["run_ms"] > 0
-    assert {"run_ratio", "run_ratio_paired", "measured_delta_us", "predicted_delta_us"} <= set(result)
+    assert {"same_program", "run_ratio", "run_ratio_paired", "measured_delta_us", "predicted_delta_us"} <= set(result)
     assert 0 < result["run_ratio_paired"] < 10
 
 

@@ -153,6 +153,14 @@ U55, VK = "ethos-u55-128", "vulkan"
         ({"target": VK, "status": "ok", "stock": {"run_ms": 10.0, "modelled_us": 1.0},
           "solver": {"run_ms": 10.2, "modelled_us": 0.5}}, "unchanged"),  # the device's time decides, within 3%
         ({"target": VK, "status": "ok", "stock": {"run_ms": 10.0}, "solver": {"run_ms": 10.4}}, "dearer than stock"),
+        # the paired ratio (the rounds' own ratios) reads through drift between rounds that the medians keep
+        ({"target": VK, "status": "ok", "run_ratio_paired": 1.01, "stock": {"run_ms": 10.0},
+          "solver": {"run_ms": 10.7}}, "unchanged"),
+        ({"target": VK, "status": "ok", "run_ratio_paired": 1.05, "stock": {"run_ms": 10.0},
+          "solver": {"run_ms": 10.1}}, "dearer than stock"),
+        # the same bytes on both sides: the solver kept stock's layout, and the times differ by noise alone
+        ({"target": VK, "status": "ok", "same_program": True, "run_ratio_paired": 1.07, "stock": {"run_ms": 10.0},
+          "solver": {"run_ms": 10.7}}, "unchanged"),
     ],
 )  # fmt: skip
 def test_each_comparison_lands_in_one_verdict(record, expected):
