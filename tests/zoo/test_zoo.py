@@ -138,6 +138,8 @@ U55, VK = "ethos-u55-128", "vulkan"
         ({"target": VK, "status": "solver failed", "stock": {}, "solver": {"error": "x"}}, "solver lowering failed"),
         ({"target": VK, "status": "ok", "stock": {"executed": True}, "solver": {"executed": False}},
          "program failed to run"),
+        ({"target": VK, "status": "ok", "stock": {"executed": False, "modelled_us": 2.0},
+          "solver": {"executed": False, "modelled_us": 1.0}}, "not checked"),  # the runtime takes neither program
         ({"target": VK, "status": "ok", "stock": {"max_abs_diff_vs_eager": 1e-5, "modelled_us": 2.0},
           "solver": {"max_abs_diff_vs_eager": 0.5, "modelled_us": 1.0}}, "not equivalent"),
         ({"target": U55, "status": "ok", "equivalent": False, "stock": {"vela_total_cycles": 9},
