@@ -206,7 +206,8 @@ def report_markdown(table: list[dict]) -> str:
         "## Verdicts per target",
         "",
         (
-            "Ratio: solver / stock (Ethos-U: Vela total cycles; Vulkan: run time where both ran, else modelled cost); "
+            "Ratio: solver / stock (Ethos-U: Vela total cycles; Vulkan: the paired run-time ratio where both ran, "
+            "1 where the two programs are the same bytes, else modelled cost); "
             "`ratio_<target>.png` plots every model's on a log scale, `totals_vs_transposes_<target>.png` the total "
             "against the transposes."
         ),
