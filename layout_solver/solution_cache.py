@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from layout_solver.problem import Problem, problem_digest
 
 DEFAULT_MAX_BYTES = 1 << 30
 RESCAN_EVERY = 64
+# A put's temporary file older than this was left by a writer killed mid-put (a live put takes milliseconds).
+STALE_PART_SECONDS = 3600.0
 
 
 def cache_key(problem: Problem) -> str:
@@ -117,6 +120,13 @@ class SolutionCache:
             return
         with open(self._lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            stale = time.time() - STALE_PART_SECONDS
+            for part in self.directory.glob("??/.tmp-*.part"):
+                try:
+                    if part.stat().st_mtime < stale:
+                        part.unlink()
+                except FileNotFoundError:
+                    continue
             entries = sorted(self.entries())  # oldest first, re-read under the lock
             total = sum(size for _, size, _ in entries)
             for _, size, path in entries:

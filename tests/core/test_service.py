@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import multiprocessing
+import os
 import signal
 import socket
 import subprocess
@@ -357,6 +358,19 @@ def test_cache_is_safe_under_concurrent_writers_and_bounded(tmp_path):
     for _, _, path in cache.entries():
         entry = cache.get(path.stem)  # whole entries only
         assert json.loads(entry.solution_json)["problem"] == entry.name == path.stem
+
+
+def test_eviction_sweeps_what_killed_writers_left_and_spares_live_writes(tmp_path):
+    cache = SolutionCache(tmp_path, max_bytes=3000)
+    (tmp_path / "00").mkdir()
+    left, live = tmp_path / "00" / ".tmp-left.part", tmp_path / "00" / ".tmp-live.part"
+    left.write_bytes(b"x")
+    live.write_bytes(b"x")
+    os.utime(left, (time.time() - 2 * 3600, time.time() - 2 * 3600))
+    for i in range(3):  # past the bound: eviction runs
+        cache.put(f"{i:064x}", CacheEntry(b"x" * 2000, "optimal", 1.0))
+    assert not left.exists() and live.exists()
+    assert cache.size_bytes() <= 3000
 
 
 def test_cache_serves_time_limited_answers_only_to_requests_that_allow_no_more_time(tmp_path):
