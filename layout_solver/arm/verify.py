@@ -50,7 +50,7 @@ class Decision:
     why: str = ""
     # The stage's own pricing of its layout, one entry per solver report (PREDICTED fields), so a later lowering
     # that keeps stock's without running the stage still reports what the stage predicted for the delegate.
-    predictions: tuple = ()
+    predictions: tuple[dict, ...] = ()
 
     def as_check(self, cached: bool) -> dict:
         """The report's `vela_check`: both totals, the side kept, whether the decision was stored before."""
@@ -67,7 +67,7 @@ class DecisionStore(JsonStore):
     def get(self, key: str) -> Decision | None:
         """The stored decision of `key`, or None."""
         found = super().get(key)
-        return None if found is None else Decision(**found)
+        return None if found is None else Decision(**{**found, "predictions": tuple(found.get("predictions", ()))})
 
     def put(self, key: str, decision: Decision) -> None:
         """Store `decision` under `key` (memory and disk)."""
@@ -158,7 +158,7 @@ def _ethos_u_result(tosa: bytes, spec):
 PREDICTED = ("objective", "bound", "gap", "pricing", "predicted_by_op")  # what a solver report says it predicted
 
 
-def _predictions(reports: list) -> tuple:
+def _predictions(reports: list) -> tuple[dict, ...]:
     """The PREDICTED fields of each solver report that priced the delegate's layout."""
     return tuple({name: getattr(r, name) for name in PREDICTED} for r in reports if r.objective is not None)
 
