@@ -367,7 +367,8 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
         "--cost-profile",
         help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file written by `calibrate "
         "vulkan`: the solver takes its optimum. Default: every profile (the built-ins and the files in "
-        "$LAYOUT_SOLVER_VULKAN_PROFILES), and no change any of them prices dearer than stock's layout",
+        "$LAYOUT_SOLVER_VULKAN_PROFILES), and no change any of them prices dearer than stock's layout, "
+        "nor one whose saving a measured profile cannot resolve",
     )
 
 

@@ -15,12 +15,20 @@ layout stays. Refusing whatever one profile prices dearer, and ranking by the wo
 mean), is what makes "never dearer than stock under any profile" a property of the choice: a candidate
 that one profile prices at 0.5 and another at 1.2 is refused, whatever the average.
 
+"Cheaper" is read against what a measured profile can resolve (`uncertainty`): a candidate whose
+saving under a profile is smaller than that profile's relative error on one op times the prices of the
+ops the change moved is refused too. The shipped lavapipe profile priced a MobileViT's change (its first
+transformer stage moved from buffers to textures) 4.8% cheaper than stock's layout; the program ran 4% slower
+(texture layer_norms and width-splitting views the probes had not seen at those shapes), and the moved
+ops' prices summed to twice the predicted saving over its 13% resolution. Removing a transition that
+costs more than the ops it touches, the change the default exists for, is kept.
+
 Pure: problems and numbers in, problems and a choice out.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from layout_solver.problem import MAX_COST, Problem, ProblemError
 
@@ -34,19 +42,26 @@ NOISE_US = 1.0
 @dataclass(frozen=True)
 class Choice:
     """What `choose` decided: the chosen candidate's name (None: keep stock's layout), its ratio to
-    stock's price under each profile, and every candidate's ratios (for the report)."""
+    stock's price under each profile, every candidate's ratios, and the candidates refused only because a
+    profile could not resolve their saving (name -> (profile, saving us, margin us)), for the report."""
 
     chosen: str | None
     ratios: dict[str, float]
     tried: dict[str, dict[str, float]]
+    unresolved: dict[str, tuple[str, float, float]] = field(default_factory=dict)
 
     def describe(self) -> str:
         """One line for a report: what was kept and how each profile priced it."""
         if self.chosen is None:
             worst = ", ".join(f"{name} {max(r.values()):.3f} ({max(r, key=r.get)})" for name, r in self.tried.items())
+            within = "; ".join(
+                f"{name}: {profile} prices it {saving:,.0f} us cheaper, within its {margin:,.0f} us uncertainty"
+                for name, (profile, saving, margin) in self.unresolved.items()
+            )
             return (
                 "kept stock's layout: no candidate is cheaper than stock under one profile without being dearer "
-                f"under another (worst ratio to stock: {worst})"
+                f"under another, or cheaper by less than that profile resolves (worst ratio to stock: {worst})"
+                + (f" ({within})" if within else "")
             )
         return f"chose {self.chosen}: ratio to stock's price " + ", ".join(
             f"{p} {r:.3f}" for p, r in self.ratios.items()
@@ -58,36 +73,72 @@ def ratio(cost: float, stock: float) -> float:
     return (cost + NOISE_US) / (stock + NOISE_US)
 
 
-def choose(candidates: dict[str, dict[str, float]], stock: dict[str, float]) -> Choice:
+def uncertainty(stock: dict[str, tuple], candidate: dict[str, tuple], resolution: float) -> float:
+    """How far one profile's price of a change could be off: `resolution` (its relative error on one op)
+    times the prices, on both sides, of the ops the change touched (written or read in another
+    representation) and of the transitions either side has alone.
+
+    `stock`, `candidate`: node name -> (operator, representations, price), the two taggings of one graph.
+    A price of the whole program is not the measure: ops the change leaves alone cost the same on both
+    sides, errors and all, and only the moved ones can make the prediction wrong.
+
+    >>> uncertainty({"a": ("ln", ("T",), 100.0), "b": ("mm", ("T",), 50.0)},
+    ...             {"a": ("ln", ("B",), 80.0), "b": ("mm", ("T",), 50.0), "c": ("clone", ("B",), 20.0)}, 0.1)
+    20.0
+    """
+    moved = 0.0
+    for name in stock.keys() | candidate.keys():
+        before, after = stock.get(name), candidate.get(name)
+        if before is None or after is None or before[:2] != after[:2]:
+            moved += (before[2] if before else 0.0) + (after[2] if after else 0.0)
+    return resolution * moved
+
+
+def choose(
+    candidates: dict[str, dict[str, float]],
+    stock: dict[str, float],
+    margins: dict[str, dict[str, float]] | None = None,
+) -> Choice:
     """The candidate with the smallest worst ratio to `stock` over the profiles, among those no profile
     prices above stock and at least one prices below it (each by more than NOISE_US); None when there is none.
 
-    `candidates`: name -> profile -> price of the candidate's layout; `stock`: profile -> price of stock's.
-    Ties on the worst ratio go to the smaller sum of ratios, then to the earlier candidate.
+    `candidates`: name -> profile -> price of the candidate's layout; `stock`: profile -> price of stock's;
+    `margins`: name -> profile -> how far that profile's price of the change could be off (`uncertainty`):
+    a candidate is dearer under a profile when its price plus the margin is above stock's, so a saving a
+    profile cannot resolve is not taken on its word. Ties on the worst ratio go to the smaller sum of
+    ratios, then to the earlier candidate.
 
     >>> choose({"a": {"p": 90.0, "q": 99.0}, "b": {"p": 50.0, "q": 120.0}}, {"p": 99.0, "q": 99.0}).chosen
     'a'
     >>> choose({"b": {"p": 50.0, "q": 120.0}}, {"p": 99.0, "q": 99.0}).chosen is None
     True
+    >>> choose({"a": {"p": 90.0, "q": 99.0}}, {"p": 99.0, "q": 99.0}, {"a": {"p": 12.0}}).unresolved
+    {'a': ('p', 9.0, 12.0)}
     """
     profiles = list(stock)
     best: tuple[float, float] | None = None
     chosen = None
     tried = {}
+    unresolved = {}
     for name, prices in candidates.items():
         missing = [p for p in profiles if p not in prices]
         if missing:
             raise ProblemError(f"candidate {name!r} has no price under profile(s) {missing}")
         ratios = {p: ratio(prices[p], stock[p]) for p in profiles}
         tried[name] = ratios
+        margin = (margins or {}).get(name, {})
         dearer = any(prices[p] > stock[p] + NOISE_US for p in profiles)
         cheaper = any(prices[p] < stock[p] - NOISE_US for p in profiles)
         if dearer or not cheaper:
             continue
+        blurred = [p for p in profiles if prices[p] + margin.get(p, 0.0) > stock[p] + NOISE_US]
+        if blurred:
+            unresolved[name] = (blurred[0], stock[blurred[0]] - prices[blurred[0]], margin[blurred[0]])
+            continue
         key = (max(ratios.values()), sum(ratios.values()))
         if best is None or key < best:
             best, chosen = key, name
-    return Choice(chosen, tried.get(chosen, {}), tried)
+    return Choice(chosen, tried.get(chosen, {}), tried, unresolved)
 
 
 def structure(problem: Problem) -> tuple:

@@ -44,7 +44,8 @@ def solver_layouts(
     "lavapipe"), a profile file written by `layout-solver calibrate vulkan`, or a
     VulkanProfile. None (or "default"): every profile (the built-ins and the files in
     $LAYOUT_SOLVER_VULKAN_PROFILES), and a delegate's layout changes from stock's only
-    where no profile prices the change dearer (`layout_solver.robust`); reports are
+    where no profile prices the change dearer and each measured one resolves its
+    saving (`layout_solver.robust`); reports are
     priced with "mobile-gpu". `service`: URL of a `layout-solver serve`
     instance to solve on (default $LAYOUT_SOLVER_SERVICE; unset: in-process); on
     any failure the problem is solved in-process and the report's notes say so.

@@ -91,27 +91,52 @@ def modelled_cost_by_op(
     """`modelled_cost` split by operator name ("aten.clone.default" holds the transitions), the names the
     runtime's dispatch profile uses, so each op's price can be held against its measured time."""
     total: Counter = Counter()
+    for operator_name, _, price in modelled_cost_by_node(graph_module, profile, estimate).values():
+        total[operator_name] += price
+    return total
+
+
+def modelled_cost_by_node(
+    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
+) -> dict[str, tuple[str, tuple[str, ...], float]]:
+    """`modelled_cost` per priced node: name -> (operator name, the representations it writes, price). Two
+    taggings of copies of one graph share node names, so the ops a change moved can be told apart."""
+    priced: dict[str, tuple[str, tuple[str, ...], float]] = {}
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
             continue
         if is_constant_tensor(node) or not utils.is_tensor_node(node):
             continue
         name = _operator_name(node)
+        writes = tuple(repr_label(r) for r in reprs_of(node) or [])
         if _is_clone(node):
-            total[name] += _transition_record(node, profile)["cost"]
+            priced[node.name] = (name, writes, _transition_record(node, profile)["cost"])
             continue
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None
         reads = repr_label(first_reprs[0]) if first_reprs else None
         outputs = node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]]
+        price = 0.0
         for r, val in vk_cost.priced_results(
             op_class(node), profile or vk_cost.load_profile(), list(zip(reprs_of(node) or [], outputs))
         ):
             shape, dtype = shape_of(val), dtype_name(val)
-            total[name] += vk_cost.op_mode_cost(
+            price += vk_cost.op_mode_cost(
                 op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads, estimate
             )
-    return total
+        priced[node.name] = (name, (*writes, "<-", reads or ""), price)
+    return priced
+
+
+def _total(priced: dict[str, tuple]) -> float:
+    """The price of a tagging from its prices by node (`modelled_cost_by_node`)."""
+    return sum(price for _, _, price in priced.values())
+
+
+def _resolution(profile: vk_cost.VulkanProfile) -> float:
+    """How far a measured profile's price of one op can be off (`mode_resolution`: its fits' median relative
+    error on their own samples); 0 for a profile of assumed numbers, which has nothing to be off from."""
+    return vk_cost.mode_resolution(profile) if profile.measured else 0.0
 
 
 def _pricings(profiles: dict[str, vk_cost.VulkanProfile]) -> dict[str, tuple[vk_cost.VulkanProfile, bool]]:
@@ -241,8 +266,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         if in_joint_lowering() or not estimate:
             return
         (name,) = estimate
-        stock = self._stock_prices(self.graph_module, estimate)[name]
-        mine = self._priced_copy(self.graph_module, self.built[label], solution, estimate)[name]
+        stock = _total(self._stock_prices(self.graph_module, estimate)[name])
+        mine = _total(self._priced_copy(self.graph_module, self.built[label], solution, estimate)[name])
         if mine > stock + robust.NOISE_US:
             self.decision["label"] = None
             self.decision["note"] = (
@@ -316,7 +341,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         """Solve the candidates of `layout_solver.robust`, price each written layout and stock's with every
         profile, and record in `decision` which profile's problem writes the chosen one (label None: stock)."""
         pricings = _pricings(profiles)
-        stock = self._stock_prices(graph_module, pricings)
+        stock_nodes = self._stock_prices(graph_module, pricings)
+        stock = {name: _total(nodes) for name, nodes in stock_nodes.items()}
         candidates: dict[str, tuple[str, Solution]] = {}
         labels = list(problems)
         try:
@@ -327,6 +353,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         except ProblemError as exc:  # built differently under two profiles: their own optima only
             log.info("layout-solver: no combined candidate (%s)", exc)
         prices: dict[str, dict[str, float]] = {}
+        margins: dict[str, dict[str, float]] = {}
         seen: dict[tuple, str] = {}
 
         def price(names) -> None:
@@ -335,16 +362,21 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 layout = (tuple(sorted(solution.labels.items())), tuple(sorted(solution.modes.items())))
                 if layout not in seen:  # the same layout as an earlier candidate has the same prices
                     seen[layout] = name
-                    prices[name] = self._priced_copy(graph_module, problems[label], solution, pricings)
+                    nodes = self._priced_copy(graph_module, problems[label], solution, pricings)
+                    prices[name] = {pricing: _total(n) for pricing, n in nodes.items()}
+                    margins[name] = {
+                        pricing: robust.uncertainty(stock_nodes[pricing], n, _resolution(pricings[pricing][0]))
+                        for pricing, n in nodes.items()
+                    }
 
         price(list(candidates))
         # The combined optimum is usually admissible; each profile's own optimum costs one more solve
         # apiece, so they are tried only when it is not (or there is none, or no joint answer to keep).
-        if not candidates or (robust.choose(prices, stock).chosen is None and not in_joint_lowering()):
+        if not candidates or (robust.choose(prices, stock, margins).chosen is None and not in_joint_lowering()):
             for label in labels:
                 candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
             price([f"{label} optimum" for label in labels])
-        choice = robust.choose(prices, stock)
+        choice = robust.choose(prices, stock, margins)
         decision["choice"] = choice
         if choice.chosen is None:
             decision["label"] = None
@@ -353,14 +385,15 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         decision["label"] = label
         return solution
 
-    def _stock_prices(self, graph_module, pricings) -> dict[str, float]:
-        """Every pricing's (`_pricings`) price of stock's own tagging of a copy of the graph."""
+    def _stock_prices(self, graph_module, pricings) -> dict[str, dict]:
+        """Every pricing's (`_pricings`) prices of stock's own tagging of a copy of the graph, by node
+        (`modelled_cost_by_node`)."""
         stock_graph = _detached_copy(graph_module)
         TagMemoryMetaPass.call(self, stock_graph)
-        return {name: modelled_cost(stock_graph, p, estimate) for name, (p, estimate) in pricings.items()}
+        return {name: modelled_cost_by_node(stock_graph, p, estimate) for name, (p, estimate) in pricings.items()}
 
-    def _priced_copy(self, graph_module, vproblem, solution, pricings) -> dict[str, float]:
-        """Every pricing's (`_pricings`) price of `solution` written onto a copy of the graph."""
+    def _priced_copy(self, graph_module, vproblem, solution, pricings) -> dict[str, dict]:
+        """Every pricing's (`_pricings`) prices of `solution` written onto a copy of the graph, by node."""
         graph_copy = _detached_copy(graph_module)
         by_name = {n.name: n for n in graph_copy.graph.nodes}
         moved = dataclasses.replace(
@@ -369,7 +402,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
         )
         self._write_back(graph_copy, moved, solution)
-        return {name: modelled_cost(graph_copy, p, estimate) for name, (p, estimate) in pricings.items()}
+        return {name: modelled_cost_by_node(graph_copy, p, estimate) for name, (p, estimate) in pricings.items()}
 
     @staticmethod
     def _write_back(graph_module, vproblem, solution) -> None:

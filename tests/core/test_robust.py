@@ -103,3 +103,32 @@ def test_prices_near_zero_are_not_infinitely_dearer():
 def test_a_candidate_without_a_price_under_a_profile_is_an_error():
     with pytest.raises(ProblemError, match="no price under profile"):
         robust.choose({"c": {"gpu": 1.0}}, {"gpu": 2.0, "cpu": 2.0})
+
+
+def test_a_saving_a_profile_cannot_resolve_is_refused_and_said():
+    stock = {"assumed": 0.0, "measured": 1000.0}
+    # 10% cheaper on the measured profile, but the ops it moved could be off by 150 us: refused, and why.
+    choice = robust.choose({"c": {"assumed": 0.0, "measured": 900.0}}, stock, {"c": {"measured": 150.0}})
+    assert choice.chosen is None
+    assert choice.unresolved == {"c": ("measured", 100.0, 150.0)}
+    assert "within its 150 us uncertainty" in choice.describe()
+    # The same saving over a margin it clears is taken; a profile of assumed numbers has no margin.
+    assert robust.choose({"c": {"assumed": 0.0, "measured": 900.0}}, stock, {"c": {"measured": 50.0}}).chosen == "c"
+
+
+def test_the_uncertainty_counts_only_what_the_change_moved():
+    stock = {
+        "conv": ("convolution", ("T:C",), 500.0),  # left alone: its error is the same on both sides
+        "ln": ("layer_norm", ("B:W", "<-", "B:W"), 40.0),
+        "old_clone": ("clone", ("T:W",), 30.0),
+    }
+    moved = {
+        "conv": ("convolution", ("T:C",), 500.0),
+        "ln": ("layer_norm", ("T:W", "<-", "T:W"), 35.0),  # written in another representation
+        "new_clone": ("clone", ("T:C",), 5.0),  # a transition on one side only
+    }
+    assert robust.uncertainty(stock, moved, 0.5) == pytest.approx(0.5 * (40 + 35 + 30 + 5))
+    assert robust.uncertainty(stock, stock, 0.5) == 0.0
+    # Read in another representation (the op writes what it wrote) counts as moved.
+    read_elsewhere = dict(stock, ln=("layer_norm", ("B:W", "<-", "T:W"), 40.0))
+    assert robust.uncertainty(stock, read_elsewhere, 1.0) == pytest.approx(80.0)

@@ -86,9 +86,10 @@ def _by_profile(reports) -> dict[str, float]:
 @pytest.mark.parametrize("model", ["window_heads", "decode_attention", "mixed"])
 def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(model):
     """Without a profile the solver weighs every profile: each prices its program at most stock's (1 us of
-    noise); the two tiny attention models' layouts are cheaper on the measured one by more than 100 us, and
-    mixed's cheaper on the measured one and no dearer on the assumed one. (Where the layout is kept, the program is
-    stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
+    noise); the two tiny attention models' layouts are cheaper on the measured one by more than 100 us. mixed's
+    best candidate is 4 us cheaper on the measured profile, under what that profile resolves of the ops it moves
+    (two permutes of 170 us at 13%): stock's layout is kept, and the report says why. (Where the layout is kept,
+    the program is stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
     stock_reports, _ = _stock_lowering(model)
     reports, _ = _lower(model, solver_layouts)
     stock, solver = _by_profile(stock_reports), _by_profile(reports)
@@ -96,7 +97,8 @@ def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(mod
     assert all(solver[p] <= stock[p] + robust.NOISE_US for p in stock), (stock, solver)
     assert all(r.pricing == "every profile: mobile-gpu, lavapipe" and r.gap is None for r in reports)
     if model == "mixed":
-        assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"]
+        kept = [r for r in reports if r.kept_stock]
+        assert kept and any("within its" in note and "uncertainty" in note for r in kept for note in r.notes)
     else:
         assert not any(r.kept_stock for r in reports) and solver["lavapipe"] < stock["lavapipe"] - 100
 
