@@ -99,8 +99,10 @@ def modelled_cost_by_op(
 def modelled_cost_by_node(
     graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
 ) -> dict[str, tuple[str, tuple[str, ...], float]]:
-    """`modelled_cost` per priced node: name -> (operator name, the representations it writes, price). Two
-    taggings of copies of one graph share node names, so the ops a change moved can be told apart."""
+    """`modelled_cost` per priced node: name -> (operator name, the representations it writes and reads,
+    price). Two taggings of copies of one graph share their ops' names, so the ops a change moved can be
+    told apart; a transition is keyed by what it converts and to what (each tagging names the clones it
+    inserts in its own order)."""
     priced: dict[str, tuple[str, tuple[str, ...], float]] = {}
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
@@ -110,7 +112,11 @@ def modelled_cost_by_node(
         name = _operator_name(node)
         writes = tuple(repr_label(r) for r in reprs_of(node) or [])
         if _is_clone(node):
-            priced[node.name] = (name, writes, _transition_record(node, profile)["cost"])
+            record = _transition_record(node, profile)
+            key = f"transition of {record['value']} from {record['src']} to {record['dst']}"
+            while key in priced:  # the same conversion twice (one per consumer group): each is priced
+                key += "'"
+            priced[key] = (name, writes, record["cost"])
             continue
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None

@@ -423,3 +423,35 @@ def test_a_change_the_best_estimate_prices_dearer_keeps_stock():
     reports, pte = lower(lambda: solver_layouts(cost_profile="lavapipe"))
     assert all(r.kept_stock for r in reports) and pte == stock_pte
     assert any("best estimate" in note for r in reports for note in r.notes)
+
+
+def test_a_tagging_priced_against_itself_moves_nothing_and_transitions_are_keyed_by_what_they_convert():
+    """The default objective's margin counts only what a change moves (`robust.uncertainty`): two copies of one
+    graph tagged the same way move nothing, and a transition is known by its value and representations (not
+    by the clone's name, which each tagging picks in its own order)."""
+    from cost_models import vulkan as vk_cost
+    from layout_solver import robust
+
+    lavapipe = vk_cost.load_profile("lavapipe")
+    priced, totals = [], []
+
+    class Capture(vk_passes.CountingTagMemoryMetaPass):
+        def call(self, gm):
+            result = super().call(gm)
+            priced.append(vk_passes.modelled_cost_by_node(gm, lavapipe, estimate=True))
+            totals.append(vk_passes.modelled_cost(gm, lavapipe, estimate=True))
+            return result
+
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{TINY}:mixed")
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
+        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    by_node = priced[0]
+    transitions = [key for key, (operator_name, _, _) in by_node.items() if operator_name == "aten.clone.default"]
+    assert transitions and all(key.startswith("transition of ") and " to " in key for key in transitions)
+    assert sum(price for _, _, price in by_node.values()) == pytest.approx(totals[0])  # one pricing, two views
+    assert robust.uncertainty(by_node, dict(by_node), 0.5) == 0.0
+    # Every op written elsewhere at the same prices: both sides' prices count, at half each.
+    moved = {key: (operator_name, ("elsewhere",), price) for key, (operator_name, _, price) in by_node.items()}
+    assert robust.uncertainty(by_node, moved, 0.5) == pytest.approx(totals[0])
