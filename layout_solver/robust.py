@@ -16,12 +16,12 @@ mean), is what makes "never dearer than stock under any profile" a property of t
 that one profile prices at 0.5 and another at 1.2 is refused, whatever the average.
 
 "Cheaper" is read against what a measured profile can resolve (`uncertainty`): a candidate whose
-saving under a profile is smaller than that profile's relative error on one op times the prices of the
-ops the change moved is refused too. The shipped lavapipe profile priced a MobileViT's change (its first
+saving under a profile is smaller than that profile's relative error on one op times the price of what
+the change moved is refused too. The shipped lavapipe profile priced a MobileViT's change (its first
 transformer stage moved from buffers to textures) 4.8% cheaper than stock's layout; the program ran 4% slower
-(texture layer_norms and width-splitting views the probes had not seen at those shapes), and the moved
-ops' prices summed to twice the predicted saving over its 13% resolution. Removing a transition that
-costs more than the ops it touches, the change the default exists for, is kept.
+(texture layer_norms and width-splitting views the probes had not seen at those shapes): the saving was
+smaller than 13% (lavapipe's resolution) of the moved ops' price. Removing a transition that costs more
+than the ops it touches, the change the default exists for, is kept.
 
 Pure: problems and numbers in, problems and a choice out.
 """
@@ -75,23 +75,25 @@ def ratio(cost: float, stock: float) -> float:
 
 def uncertainty(stock: dict[str, tuple], candidate: dict[str, tuple], resolution: float) -> float:
     """How far one profile's price of a change could be off: `resolution` (its relative error on one op)
-    times the prices, on both sides, of the ops the change touched (written or read in another
-    representation) and of the transitions either side has alone.
+    times the price of what the change moved, the mean of the two sides' prices of it: the ops written or
+    read in another representation, and the transitions either side has alone.
 
     `stock`, `candidate`: node name -> (operator, representations, price), the two taggings of one graph.
     A price of the whole program is not the measure: ops the change leaves alone cost the same on both
-    sides, errors and all, and only the moved ones can make the prediction wrong.
+    sides, errors and all, and only the moved ones can make the prediction wrong. One side's price, not
+    the sum of both: an op priced in two representations of one shape is off in the same direction in
+    both more often than not (the same class's fit, the same probes nearby).
 
     >>> uncertainty({"a": ("ln", ("T",), 100.0), "b": ("mm", ("T",), 50.0)},
     ...             {"a": ("ln", ("B",), 80.0), "b": ("mm", ("T",), 50.0), "c": ("clone", ("B",), 20.0)}, 0.1)
-    20.0
+    10.0
     """
     moved = 0.0
     for name in stock.keys() | candidate.keys():
         before, after = stock.get(name), candidate.get(name)
         if before is None or after is None or before[:2] != after[:2]:
             moved += (before[2] if before else 0.0) + (after[2] if after else 0.0)
-    return resolution * moved
+    return resolution * moved / 2.0
 
 
 def choose(

@@ -127,8 +127,8 @@ def test_the_uncertainty_counts_only_what_the_change_moved():
         "ln": ("layer_norm", ("T:W", "<-", "T:W"), 35.0),  # written in another representation
         "new_clone": ("clone", ("T:C",), 5.0),  # a transition on one side only
     }
-    assert robust.uncertainty(stock, moved, 0.5) == pytest.approx(0.5 * (40 + 35 + 30 + 5))
+    assert robust.uncertainty(stock, moved, 0.5) == pytest.approx(0.5 * (40 + 35 + 30 + 5) / 2)
     assert robust.uncertainty(stock, stock, 0.5) == 0.0
     # Read in another representation (the op writes what it wrote) counts as moved.
     read_elsewhere = dict(stock, ln=("layer_norm", ("B:W", "<-", "T:W"), 40.0))
-    assert robust.uncertainty(stock, read_elsewhere, 1.0) == pytest.approx(80.0)
+    assert robust.uncertainty(stock, read_elsewhere, 1.0) == pytest.approx(40.0)

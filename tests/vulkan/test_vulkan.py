@@ -452,6 +452,6 @@ def test_a_tagging_priced_against_itself_moves_nothing_and_transitions_are_keyed
     assert transitions and all(key.startswith("transition of ") and " to " in key for key in transitions)
     assert sum(price for _, _, price in by_node.values()) == pytest.approx(totals[0])  # one pricing, two views
     assert robust.uncertainty(by_node, dict(by_node), 0.5) == 0.0
-    # Every op written elsewhere at the same prices: both sides' prices count, at half each.
+    # Every op written elsewhere at the same prices: the whole tagging's price is what moved.
     moved = {key: (operator_name, ("elsewhere",), price) for key, (operator_name, _, price) in by_node.items()}
-    assert robust.uncertainty(by_node, moved, 0.5) == pytest.approx(totals[0])
+    assert robust.uncertainty(by_node, moved, 0.5) == pytest.approx(0.5 * totals[0])
