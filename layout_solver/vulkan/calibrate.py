@@ -114,6 +114,7 @@ def _select_then_restore(m, x):
 PROBES: dict[str, ProbeSpec] = {
     "unary": ProbeSpec(lambda m, x: torch.sigmoid(x), SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES, ("aten.sigmoid",)),
     "binary": ProbeSpec(lambda m, x: x + x, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES, ("aten.add",)),
+    "divide": ProbeSpec(lambda m, x: x / x, SQUARE_4D, DEEP_4D + BATCHED_3D + MATRICES, ("aten.div",)),
     "permute": ProbeSpec(lambda m, x: x.transpose(-1, -2), SQUARE_4D, DEEP_4D + BATCHED_3D, ("aten.permute_copy",)),
     "view": ProbeSpec(_swap_view, SQUARE_4D, BATCHED_3D, ("aten.view_copy",)),
     "select": ProbeSpec(

@@ -580,3 +580,22 @@ def test_vulkan_mode_differences_inside_the_fits_error_are_not_prices():
     assert vulkan.resolved_mode_costs([115.0, 100.0, 130.0], noisy) == [100.0, 100.0, 130.0]
     assert vulkan.mode_resolution(vulkan.load_profile("mobile-gpu")) == 0.0  # assumptions, nothing measured
     assert vulkan.resolved_mode_costs([115.0, 100.0], vulkan.load_profile("mobile-gpu")) == [115.0, 100.0]
+
+
+def test_vulkan_division_is_its_own_class_on_lavapipe():
+    """A division written to a channels- or height-packed texture pays about a millisecond per dispatch on
+    lavapipe that add and a width-packed or buffer division do not: the shipped profile measured the class in
+    every float representation and prices it so."""
+    lavapipe = vulkan.load_profile("lavapipe")
+    assert {label.partition(":")[0] for label in lavapipe.op_modes["divide"]} == {"BUFFER", "TEXTURE_3D"}
+    assert all(f"op:divide|{label}" in lavapipe.samples for label in lavapipe.op_modes["divide"])
+    shape = (1, 16, 8, 8)
+
+    def price(op, layout):
+        return vulkan.op_mode_cost(op, shape, "float32", layout, lavapipe)
+
+    for slow in ("TEXTURE_3D:TENSOR_CHANNELS_PACKED", "TEXTURE_3D:TENSOR_HEIGHT_PACKED"):
+        assert price("divide", slow) > 4 * price("binary", slow)
+        assert price("divide", slow) > 3 * max(
+            price("divide", fast) for fast in ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED")
+        )

@@ -220,3 +220,21 @@ class ResponseNorm(nn.Module):
 
 def response_norm():
     return ResponseNorm(), (torch.randn(1, 16, 16, 64),)
+
+
+class DividedGate(nn.Module):
+    """A gate written with a division between two convolutions (MobileNetV3's hard sigmoid as PyTorch code spells
+    it): the convolutions want channels-packed textures, where the runtime's division is slow on lavapipe."""
+
+    def __init__(self, channels: int = 16):
+        super().__init__()
+        self.head = nn.Conv2d(3, channels, 3, padding=1)
+        self.tail = nn.Conv2d(channels, channels, 1)
+
+    def forward(self, x):
+        x = self.head(x)
+        return self.tail(x * (torch.clamp(x + 3.0, 0.0, 6.0) / 6.0))
+
+
+def divided_gate():
+    return DividedGate(), (torch.randn(1, 3, 8, 8),)

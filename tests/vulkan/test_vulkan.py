@@ -454,3 +454,25 @@ def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_
     transitions = [key for key, (operator_name, _, _) in original.items() if operator_name == "aten.clone.default"]
     assert transitions and all(key.startswith("transition of ") and " to " in key for key in transitions)
     assert original.keys() == copy.keys() and robust.uncertainty(original, copy, 0.5) == 0.0
+
+
+def test_a_division_leaves_the_texture_where_the_measured_profile_prices_it_slow():
+    """divided_gate's division sits between two convolutions, in their channels-packed texture under stock's
+    pass. The registry's division is its own cost class; with the lavapipe profile (a division there measured
+    near a millisecond) the solver buys two clones to run the gate elsewhere; the default objective keeps
+    stock's layout (the assumed mobile-GPU numbers price buffers and clones dearer)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    from layout_solver.vulkan.rules import OP_CLASSES
+
+    assert OP_CLASSES[exir_ops.edge.aten.div.Tensor] == "divide"
+    stock_reports, _ = _lower("divided_gate", lambda: stock_layouts("lavapipe"))
+    reports, _ = _lower("divided_gate", lambda: solver_layouts(cost_profile="lavapipe"))
+    divide = "aten.div.Tensor"
+    stock_div = sum(r.modelled_us_by_op[divide] for r in stock_reports)
+    solver_div = sum(r.modelled_us_by_op[divide] for r in reports)
+    assert solver_div < stock_div / 3
+    assert sum(len(r.transitions) for r in reports) == 2
+    assert sum(r.modelled_us for r in reports) < sum(r.modelled_us for r in stock_reports)
+    default_reports, _ = _lower("divided_gate", solver_layouts)
+    assert all(r.kept_stock for r in default_reports)
