@@ -451,11 +451,8 @@ def _read(probes: list[Probe], profiled: dict[str, list]) -> dict[tuple[str, str
 # two days after it was measured, and at 1.9x a day later). Not by one factor: that day a program's
 # linears in buffers ran 74 ms against 41 ms in stock's textures (the profile priced them 0.3 ms cheaper;
 # the day before, the program ran 0.85x stock), so a class is re-timed in each storage
-# it was measured in (width-packed where it was), plus the clone between width- and channels-packed textures.
-# At two shapes, the class's first probe shape and its last extra one (a feature map and a token matrix for the
-# element-wise classes): one chain's reading carried its noise into every price of the class (2026-11-28, crnn:
-# the day's factor for binary ops in textures read 1.45 from one chain, and the rescaled profile priced the
-# model's element-wise GRU ops 1.7x what they ran).
+# it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
+# between width- and channels-packed textures.
 REFERENCE_LAYOUT = "TENSOR_WIDTH_PACKED"
 REFERENCE_TRANSITION = ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED")
 
@@ -470,10 +467,10 @@ def reference_plan(base: vk_cost.VulkanProfile, links: int = 4) -> tuple[list[Jo
             if not labels:
                 continue
             label = f"{storage}:{REFERENCE_LAYOUT}" if f"{storage}:{REFERENCE_LAYOUT}" in labels else min(labels)
-            for shape in dict.fromkeys((PROBES[op].shapes[0], *PROBES[op].extra[-1:])):
-                job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
-                jobs.append(job)
-                probes.append(Probe("op", f"{op}|{label}", shape, job.name))
+            shape = PROBES[op].shapes[0]
+            job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
+            jobs.append(job)
+            probes.append(Probe("op", f"{op}|{label}", shape, job.name))
     a, b = REFERENCE_TRANSITION
     if f"{a}->{b}" in base.transitions or f"{b}->{a}" in base.transitions:
         shape = SQUARE_4D[0]

@@ -325,7 +325,7 @@ def test_calibration_plan_one_program_per_probe():
 
 
 def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
-    """`calibrate vulkan --rescale`: two reference probes per class and storage (and one clone) stand for
+    """`calibrate vulkan --rescale`: one reference probe per class and storage (and one clone) stands for
     them. Fed the profile's own samples at half their time (linear's in buffers at a quarter), every price
     halves (linear's in buffers quarter), the samples follow (a later --extend fits on one scale), and the
     note says by how much."""
@@ -334,7 +334,7 @@ def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
     base = vk_cost.load_profile("lavapipe")
     jobs, probes = reference_plan(base)
     storages = {(op, lab.split(":")[0]) for op, table in base.op_modes.items() for lab in table}
-    assert len(jobs) == len(probes) == 2 * len(storages) + 1  # two shapes per class and storage, one clone
+    assert len(jobs) == len(probes) == len(storages) + 1  # one per class and storage, one clone
     assert {(p.key.split("|")[0], p.key.split("|")[1].split(":")[0]) for p in probes if p.kind == "op"} == storages
     today = {}
     for probe in probes:
