@@ -26,6 +26,7 @@ import statistics
 
 from benchmarks import harness
 from layout_solver.zoo.models import ZOO
+from layout_solver.zoo.report import ratio
 from layout_solver.zoo.runner import compare_named
 
 NOISE_US = 0.03  # a change smaller than 3% of stock's time is not a sign either way
@@ -55,8 +56,8 @@ def row(model: str, r: dict) -> tuple[str, dict | None]:
     return line, {
         "stock": s,
         "solver": o,
-        "ratio": paired or r.get("run_ratio"),
-        # the solver kept stock's program byte for byte: any time between the two is noise (the zoo report's rule)
+        # the zoo report's reading: 1 for byte-identical programs (their times differ by noise), else paired
+        "ratio": ratio(r),
         "same": bool(r.get("same_program")),
         # The change the checks read: from the paired ratio where there is one (the difference of the two medians
         # carries the drift between rounds: unet_like's two identical programs once differed by 3.7% so)
@@ -87,8 +88,7 @@ def checks(rows: dict[str, dict | None]) -> list[str]:
         for r in ran.values()
         if r["solver"].get("executed")
     )
-    # Two byte-identical programs read as unchanged: ratio 1, no change (what they read is in the table).
-    ratios = {m: 1.0 if r["same"] else r["ratio"] for m, r in ran.items() if r["ratio"]}
+    ratios = {m: r["ratio"] for m, r in ran.items() if r["ratio"]}
     identical = sum(1 for r in ran.values() if r["same"])
     with_transitions = [m for m in ratios if ok[m]["stock"]["transitions"] > 0]
     geo = harness.geomean(ratios[m] for m in with_transitions) if with_transitions else None

@@ -111,7 +111,7 @@ OP_CLASSES: dict[object, str] = {
     # Measured on lavapipe (2026-11-28): a division written to a channels- or height-packed texture pays about
     # a millisecond per dispatch that add, mul and a width-packed or buffer division do not (16 chained divides
     # of a [1, 16, 8, 8] tensor: 1.1 ms each channels-packed, 0.08 ms width-packed, 0.05 ms for add), whatever
-    # the divisor's shape; priced as "binary", MobileNetV3's hard-sigmoid divisions were 0.1 ms where they ran 2.
+    # the divisor's shape; priced as "binary", MobileNetV3's hard-sigmoid divisions were 0.1 ms where they ran 1-2.5.
     exir_ops.edge.aten.div.Tensor: "divide",
     exir_ops.edge.aten.permute_copy.default: "permute",
     exir_ops.edge.aten.view_copy.default: "view",

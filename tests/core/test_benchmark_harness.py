@@ -31,6 +31,7 @@ def _vulkan_result(same: bool, paired: float, predicted: float) -> dict:
     return {
         "stock": side,
         "solver": side,
+        "target": "vulkan",
         "same_program": same,
         "run_ratio": paired,
         "run_ratio_paired": paired,
