@@ -351,22 +351,20 @@ def calibrate(
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = plan(ops or list(PROBES), labels or FLOAT_LABELS, sizes, links, transitions, shapes)
-    if extend is None:
-        measured, lowered, failed = _measure(jobs, runtime, rounds, workers, log)
-        points = _read(probes, measured)
-    else:
+    measured, lowered, failed = _measure(jobs, runtime, rounds, workers, log)
+    points = _read(probes, measured)
+    if extend is not None:
         ref_jobs, ref_probes = reference_plan(extend, links)
-        both = {job.name: job for job in [*jobs, *ref_jobs]}
-        measured, lowered, failed = _measure(list(both.values()), runtime, rounds, workers, log)
+        reference, _, _ = _measure(ref_jobs, runtime, rounds, workers, log, passes=REFERENCE_PASSES)
         try:
-            factors = rescale_factors(extend, _read(ref_probes, measured))
+            factors = rescale_factors(extend, _read(ref_probes, reference))
         except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
             log(f"[calibrate] new points kept at today's scale: {exc}")
             factors = {"*": 1.0}
         log("[calibrate] today / profile: " + _shown(factors))
         points = {
             (kind, key): [(*p[:2], round(p[2] / _factor(factors, kind, key), 2), *p[3:]) for p in pts]
-            for (kind, key), pts in _read(probes, measured).items()
+            for (kind, key), pts in points.items()
         }
         return _extended(extend, points, lowered, len(jobs), failed, command, factors)
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
@@ -405,10 +403,11 @@ def calibrate(
 
 
 def _measure(
-    jobs: list[Job], runtime, rounds: int, workers: int, log: Callable[[str], None]
-) -> tuple[dict[str, list], int, dict[str, str]]:
-    """Lower every job and profile the programs on the device: (dispatches by program that ran, programs
-    lowered, programs that failed on the device with their errors)."""
+    jobs: list[Job], runtime, rounds: int, workers: int, log: Callable[[str], None], passes: int = 1
+) -> tuple[list[dict[str, list]], int, dict[str, str]]:
+    """Lower every job and profile the programs on the device `passes` times, each pass over every program
+    in turn: (dispatches by program that ran, one dict per pass; programs lowered; programs that failed on the
+    device with their errors)."""
     programs: dict[str, bytes] = {}
     inputs: dict[str, tuple] = {}
     start = time.perf_counter()
@@ -422,27 +421,32 @@ def _measure(
                     f"[calibrate] lowered {k}/{len(jobs)} programs ({len(jobs) - k} to go, "
                     f"{time.perf_counter() - start:.0f} s)"
                 )
-    profiled = profile(programs, inputs, runtime=runtime, runs=rounds)
-    failed = {n: r for n, r in profiled.items() if isinstance(r, str)}
+    runs: list[dict[str, list]] = []
+    failed: dict[str, str] = {}
+    for _ in range(passes):
+        profiled = profile({n: b for n, b in programs.items() if n not in failed}, inputs, runtime=runtime, runs=rounds)
+        failed |= {n: r for n, r in profiled.items() if isinstance(r, str)}
+        runs.append({n: r for n, r in profiled.items() if not isinstance(r, str)})
+    runs = [{n: r for n, r in one.items() if n not in failed} for one in runs]
     log(
-        f"[calibrate] profiled {len(profiled) - len(failed)} programs on the device, {len(failed)} failed "
-        f"({time.perf_counter() - start:.0f} s)"
+        f"[calibrate] profiled {len(programs) - len(failed)} programs on the device"
+        f"{f' in {passes} passes' if passes > 1 else ''}, {len(failed)} failed ({time.perf_counter() - start:.0f} s)"
     )
-    return {n: r for n, r in profiled.items() if n not in failed}, len(programs), failed
+    return runs, len(programs), failed
 
 
-def _read(probes: list[Probe], profiled: dict[str, list]) -> dict[tuple[str, str], list[tuple[float, ...]]]:
-    """Each probe's points from its program's dispatches, by (kind, key)."""
+def _read(probes: list[Probe], passes: list[dict[str, list]]) -> dict[tuple[str, str], list[tuple[float, ...]]]:
+    """Each probe's point from its program's dispatches, by (kind, key): one point per probe and key, the
+    median of its ops (or clones, all of one shape) over every pass."""
     points: dict[tuple[str, str], list[tuple[float, ...]]] = {}
     for probe in probes:
-        if probe.program in profiled:
-            # one point per probe and key: the median of its ops (or clones), all of one shape
-            same: dict[tuple[str, str], list[tuple[float, ...]]] = {}
-            for key, point in read_probe(probe, profiled[probe.program]):
+        same: dict[tuple[str, str], list[tuple[float, ...]]] = {}
+        for profiled in passes:
+            for key, point in read_probe(probe, profiled.get(probe.program, [])):
                 same.setdefault(key, []).append(point)
-            for key, pts in same.items():
-                middle = sorted(pts, key=lambda p: p[2])[len(pts) // 2]
-                points.setdefault(key, []).append(middle)
+        for key, pts in same.items():
+            middle = sorted(pts, key=lambda p: p[2])[len(pts) // 2]
+            points.setdefault(key, []).append(middle)
     return points
 
 
@@ -453,6 +457,13 @@ def _read(probes: list[Probe], profiled: dict[str, list]) -> dict[tuple[str, str
 # the day before, the program ran 0.85x stock), so a class is re-timed in each storage
 # it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
 # between width- and channels-packed textures.
+#
+# Each probe is re-timed in several passes over all of them, its time the median over the passes: one pass
+# of the 25 reference programs takes about 7 s on lavapipe, and one pass's factor for a group moved by up to
+# a factor 1.5 from the next pass's, a minute later (binary ops in textures 2.08, 1.56, 1.44, 1.37; divisions in
+# textures 0.86 to 0.51), while a program profiled in one go carries whatever the machine did in its 2 s into
+# the factor of every op of its class.
+REFERENCE_PASSES = 7
 REFERENCE_LAYOUT = "TENSOR_WIDTH_PACKED"
 REFERENCE_TRANSITION = ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED")
 
@@ -587,13 +598,15 @@ def rescale(
     workers: int = 2,
     log: Callable[[str], None] = print,
     command: str = "",
+    passes: int = REFERENCE_PASSES,
 ) -> vk_cost.VulkanProfile:
-    """Re-time `base`'s reference probes on the present device and return `base` rescaled to today's speed
-    (choices then see today's ratios between classes; predictions today's microseconds)."""
+    """Re-time `base`'s reference probes on the present device (`passes` passes over all of them) and return
+    `base` rescaled to today's speed (choices then see today's ratios between classes; predictions today's
+    microseconds)."""
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = reference_plan(base, links)
-    measured, _, failed = _measure(jobs, runtime, rounds, workers, log)
+    measured, _, failed = _measure(jobs, runtime, rounds, workers, log, passes=passes)
     if failed:
         log(f"[calibrate] {len(failed)} reference programs failed on the device: {', '.join(failed)}")
     factors = rescale_factors(base, _read(probes, measured))
