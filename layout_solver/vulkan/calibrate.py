@@ -455,18 +455,15 @@ def _read(probes: list[Probe], passes: list[dict[str, list]]) -> dict[tuple[str,
 # two days after it was measured, and at 1.9x a day later). Not by one factor: that day a program's
 # linears in buffers ran 74 ms against 41 ms in stock's textures (the profile priced them 0.3 ms cheaper;
 # the day before, the program ran 0.85x stock), so a class is re-timed in each storage
-# it was measured in (width-packed where it was), plus the clone between width- and channels-packed textures.
+# it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
+# between width- and channels-packed textures.
 #
-# Each at every built-in probe size, the factor the median over them: one shape does not stand for its class.
-# Binary ops in width-packed textures at [1, 8, 32, 32] ran 1.43x their profile sample on a day (seven passes
-# agreeing) where the same class in a CRNN's GRU cell ran 0.6x its rescaled price, so the rescaled profile
-# predicted 5x the CRNN's measured gain.
-#
-# Each probe is re-timed in several passes over all of them, its time the median over the passes: one pass's
-# factor for a group moved by up to a factor 1.5 from the next pass's, a few seconds later (binary ops in
-# textures 2.08, 1.56, 1.44, 1.37; divisions in textures 0.86 to 0.51), while a program profiled in one go
-# carries whatever the machine did in its 2 s into the factor of every op of its class.
-REFERENCE_PASSES = 5
+# Each probe is re-timed in several passes over all of them, its time the median over the passes: one pass
+# of the 25 reference programs takes about 7 s on lavapipe, and one pass's factor for a group moved by up to
+# a factor 1.5 from the next pass's, a minute later (binary ops in textures 2.08, 1.56, 1.44, 1.37; divisions in
+# textures 0.86 to 0.51), while a program profiled in one go carries whatever the machine did in its 2 s into
+# the factor of every op of its class.
+REFERENCE_PASSES = 7
 REFERENCE_LAYOUT = "TENSOR_WIDTH_PACKED"
 REFERENCE_TRANSITION = ("TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED")
 
@@ -481,16 +478,16 @@ def reference_plan(base: vk_cost.VulkanProfile, links: int = 4) -> tuple[list[Jo
             if not labels:
                 continue
             label = f"{storage}:{REFERENCE_LAYOUT}" if f"{storage}:{REFERENCE_LAYOUT}" in labels else min(labels)
-            for shape in PROBES[op].shapes:
-                job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
-                jobs.append(job)
-                probes.append(Probe("op", f"{op}|{label}", shape, job.name))
+            shape = PROBES[op].shapes[0]
+            job = Job(f"{op}|{label}|{shape}|{links}", op, shape, links, (label,))
+            jobs.append(job)
+            probes.append(Probe("op", f"{op}|{label}", shape, job.name))
     a, b = REFERENCE_TRANSITION
     if f"{a}->{b}" in base.transitions or f"{b}->{a}" in base.transitions:
-        for shape in SQUARE_4D:
-            job = Job(f"unary|{a}/{b}|{shape}|{links}", "unary", shape, links, (a, b))
-            jobs.append(job)
-            probes.append(Probe("transition", f"{a}<->{b}", shape, job.name))
+        shape = SQUARE_4D[0]
+        job = Job(f"unary|{a}/{b}|{shape}|{links}", "unary", shape, links, (a, b))
+        jobs.append(job)
+        probes.append(Probe("transition", f"{a}<->{b}", shape, job.name))
     return jobs, probes
 
 
