@@ -459,8 +459,8 @@ def _read(probes: list[Probe], passes: list[dict[str, list]]) -> dict[tuple[str,
 # between width- and channels-packed textures.
 #
 # Each probe is re-timed in several passes over all of them, its time the median over the passes: one pass
-# of the 25 reference programs takes about 7 s on lavapipe, and one pass's factor for a group moved by up to
-# a factor 1.5 from the next pass's, a minute later (binary ops in textures 2.08, 1.56, 1.44, 1.37; divisions in
+# of the 21 reference programs takes about 7 s on lavapipe, and one pass's factor for a group moved by up to
+# a factor 1.5 from the next pass's, seconds later (binary ops in textures 2.08, 1.56, 1.44, 1.37; divisions in
 # textures 0.86 to 0.51), while a program profiled in one go carries whatever the machine did in its 2 s into
 # the factor of every op of its class.
 REFERENCE_PASSES = 7

@@ -400,6 +400,32 @@ def test_calibration_reads_each_op_and_clone_from_its_dispatches():
     ]
 
 
+def test_a_probe_re_timed_in_passes_is_read_as_its_median_over_them():
+    """The rescale re-times its reference programs in several passes: one probe's point is the median of its
+    ops over every pass, so a pass the machine slowed (here 3x) neither sets the factor nor is averaged in."""
+    from layout_solver.vulkan.calibrate import Probe, _read
+    from layout_solver.vulkan.runtime import Dispatch
+
+    tex_w = ("TEXTURE_3D", 0)
+
+    def chain(*us):
+        x = ((1, 8, 32, 32), *tex_w)
+        return [Dispatch(k, "aten.add.Tensor", "binary_add", (x, x, x), t) for k, t in enumerate(us)]
+
+    probe = Probe("op", "binary|TEXTURE_3D:TENSOR_WIDTH_PACKED", (1, 8, 32, 32), "p")
+    passes = [
+        {"p": chain(100.0, 104.0, 106.0)},
+        {"p": chain(300.0, 310.0, 320.0)},
+        {"p": chain(98.0, 102.0, 103.0)},
+        {},
+    ]
+    [(key, point)] = _read([probe], passes).items()
+    assert key == ("op", probe.key) and len(point) == 1
+    # the middle of its nine ops over the passes (the pass without the program adds nothing), not their mean
+    assert point[0][2] == 104.0
+    assert _read([probe], passes[1:2])[key][0][2] == 310.0  # the slow pass alone
+
+
 def test_a_change_the_best_estimate_prices_dearer_keeps_stock():
     """The solver decides as if a label its profile's fits cannot explain cost the class's dearest (lavapipe:
     layer_norm in a channels-packed texture), so leaving stock's layer_norms there looks like a saving; the
