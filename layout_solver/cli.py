@@ -402,6 +402,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "shapes": args.shapes,
         "extend": args.extend,
         "rescale": args.rescale,
+        "by_class": args.by_class,
         "command": shlex.join(["layout-solver", *args.argv]),
         "log": lambda line: print(line, file=sys.stderr, flush=True),
     }
@@ -552,7 +553,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--rescale",
         help="a measured profile: re-time its reference probes (one per op class, one clone) on the present "
-        "device and write it rescaled to today's speed",
+        "device and write it rescaled to today's speed (one factor: the median over them)",
+    )
+    c.add_argument(
+        "--by-class",
+        action="store_true",
+        help="with --rescale: one factor per op class in each storage (each rests on one sample of the profile)",
     )
     c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")

@@ -80,12 +80,13 @@ class VulkanTarget(Target):
         shapes=None,
         extend: str | None = None,
         rescale: str | None = None,
+        by_class: bool = False,
         command: str = "",
         log=print,
     ) -> str:
         """Measure the present Vulkan device's profile (op modes and transitions) and write it to `out`; with
         `extend`, add the new points to that measured profile; with `rescale`, re-time its reference probes and
-        write it rescaled to today's speed."""
+        write it rescaled to today's speed (by one factor; with `by_class`, by each op class's in each storage)."""
         from cost_models.vulkan import load_profile
         from layout_solver.vulkan import calibrate as calibration
         from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
@@ -98,6 +99,8 @@ class VulkanTarget(Target):
         out = Path(out)
         if not out.parent.is_dir():
             raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
+        if by_class and not rescale:
+            raise ValueError("--by-class rescales: it needs --rescale PROFILE")
         if extend and rescale:
             raise ValueError("--extend and --rescale: one at a time (rescale the extended profile afterwards)")
         base = None
@@ -114,7 +117,7 @@ class VulkanTarget(Target):
         except VulkanRuntimeUnavailable as exc:
             raise ValueError(str(exc)) from exc
         if rescale:
-            profile = calibration.rescale(base, runtime, rounds=rounds, log=log, command=command)
+            profile = calibration.rescale(base, command, by_class, runtime=runtime, rounds=rounds, log=log)
         else:
             profile = calibration.calibrate(
                 runtime, ops=ops, sizes=sizes, rounds=rounds, transitions=transitions, log=log, command=command,

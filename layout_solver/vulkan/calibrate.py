@@ -354,14 +354,11 @@ def calibrate(
     measured, lowered, failed = _measure(jobs, runtime, rounds, workers, log)
     points = _read(probes, measured)
     if extend is not None:
-        ref_jobs, ref_probes = reference_plan(extend, links)
-        reference, _, _ = _measure(ref_jobs, runtime, rounds, workers, log, passes=REFERENCE_PASSES)
         try:
-            factors = rescale_factors(extend, _read(ref_probes, reference))
+            factors = overall(reference_factors(extend, runtime, links, rounds, workers, log))
         except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
             log(f"[calibrate] new points kept at today's scale: {exc}")
             factors = {"*": 1.0}
-        log("[calibrate] today / profile: " + _shown(factors))
         points = {
             (kind, key): [(*p[:2], round(p[2] / _factor(factors, kind, key), 2), *p[3:]) for p in pts]
             for (kind, key), pts in points.items()
@@ -458,6 +455,16 @@ def _read(probes: list[Probe], passes: list[dict[str, list]]) -> dict[tuple[str,
 # it was measured in (width-packed where it was, at the class's smallest probe shape), plus the clone
 # between width- and channels-packed textures.
 #
+# What is applied by default is one factor, the median over every probe ("*"), not each class's own: a
+# class's ratio divides by the one sample the profile measured at that point, once, and that sample's moment
+# then moves the whole class on every later day (binary ops in width-packed textures read 1.40-1.45 in five
+# re-timings over two days, and 0.93 in one between them, while a CRNN's GRU additions ran 0.6x their
+# class-rescaled price). Held against one device profile of the 20 zoo and outside models' programs
+# (`benchmarks/vulkan/rescale_rules.py`), class factors priced the ops further from their device times than
+# the one factor (median |log(price / time)| 0.314 against 0.235, the profile as measured 0.235) and predicted
+# the programs' changes no better (median error 40% against 41%). `--by-class` applies the class
+# factors.
+#
 # Each probe is re-timed in several passes over all of them, its time the median over the passes: one pass
 # of the 21 reference programs takes about 7 s on lavapipe, and one pass's factor for a group moved by up to
 # a factor 1.5 from the next pass's, seconds later (binary ops in textures 2.08, 1.56, 1.44, 1.37; divisions in
@@ -530,6 +537,11 @@ def rescale_factors(
     return factors
 
 
+def overall(factors: dict[str, float]) -> dict[str, float]:
+    """The one factor a rescale applies by default (see the comment on REFERENCE_PASSES)."""
+    return {"*": factors["*"]}
+
+
 def _shown(factors: dict[str, float]) -> str:
     """Rescale factors as notes and logs show them: "group factor, ..." sorted by group."""
     return ", ".join(f"{g} {f:.3f}" for g, f in sorted(factors.items()))
@@ -590,19 +602,26 @@ def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: st
     )
 
 
-def rescale(
+def rescale(base: vk_cost.VulkanProfile, command: str = "", by_class: bool = False, **timing) -> vk_cost.VulkanProfile:
+    """Re-time `base`'s reference probes on the present device (`reference_factors`, which `timing` goes to)
+    and return `base` rescaled to today's speed by one factor (choices as the profile's; predictions in
+    today's microseconds), or with `by_class` by each class's factor in each storage (choices then see today's
+    ratios between classes)."""
+    factors = reference_factors(base, **timing)
+    return rescaled(base, factors if by_class else overall(factors), command)
+
+
+def reference_factors(
     base: vk_cost.VulkanProfile,
     runtime=None,
     links: int = 4,
     rounds: int = 9,
     workers: int = 2,
     log: Callable[[str], None] = print,
-    command: str = "",
     passes: int = REFERENCE_PASSES,
-) -> vk_cost.VulkanProfile:
-    """Re-time `base`'s reference probes on the present device (`passes` passes over all of them) and return
-    `base` rescaled to today's speed (choices then see today's ratios between classes; predictions today's
-    microseconds)."""
+) -> dict[str, float]:
+    """`rescale_factors` from `base`'s reference probes re-timed on the present device, in `passes` passes
+    over all of them."""
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
     jobs, probes = reference_plan(base, links)
@@ -611,7 +630,7 @@ def rescale(
         log(f"[calibrate] {len(failed)} reference programs failed on the device: {', '.join(failed)}")
     factors = rescale_factors(base, _read(probes, measured))
     log("[calibrate] today / profile: " + _shown(factors))
-    return rescaled(base, factors, command)
+    return factors
 
 
 def _extended(

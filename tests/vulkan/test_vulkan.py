@@ -330,25 +330,17 @@ def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
     them. Fed the profile's own samples at half their time (linear's in buffers at a quarter), every price
     halves (linear's in buffers quarter), the samples follow (a later --extend fits on one scale), and the
     note says by how much."""
-    from layout_solver.vulkan.calibrate import reference_plan, rescale_factors, rescaled
+    from layout_solver.vulkan.calibrate import overall, reference_plan, rescale_factors, rescaled
 
     base = vk_cost.load_profile("lavapipe")
     jobs, probes = reference_plan(base)
     storages = {(op, lab.split(":")[0]) for op, table in base.op_modes.items() for lab in table}
     assert len(jobs) == len(probes) == len(storages) + 1  # one per class and storage, one clone
     assert {(p.key.split("|")[0], p.key.split("|")[1].split(":")[0]) for p in probes if p.kind == "op"} == storages
-    today = {}
-    for probe in probes:
-        kind, key = probe.kind, probe.key.replace("<->", "->")
-        old = base.samples[f"{kind}:{key}"][0]
-        # the profile's time at that point: the median of its samples there (two shapes can share their terms)
-        there = statistics.median(
-            o[2] for o in base.samples[f"{kind}:{key}"] if (*o[:2], *o[3:]) == (*old[:2], *old[3:])
-        )
-        # linear in buffers a quarter, in textures a half: the day's shift between storages is kept
-        factor = 0.25 if key.startswith("linear|BUFFER") else 0.5
-        today[(kind, key)] = [(*old[:2], there * factor, *old[3:])]
-    factors = rescale_factors(base, today)
+    # linear in buffers a quarter, the rest a half
+    factors = rescale_factors(
+        base, _reference_points(base, probes, lambda key: 0.25 if "linear|BUFFER" in key else 0.5)
+    )
     assert factors["linear@BUFFER"] == pytest.approx(0.25) and factors["linear@TEXTURE_3D"] == pytest.approx(0.5)
     assert factors["softmax"] == pytest.approx(0.5) and factors["transitions"] == pytest.approx(0.5)
     assert factors["*"] == pytest.approx(0.5)
@@ -369,8 +361,59 @@ def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
         0.25 * base.samples["op:linear|BUFFER:TENSOR_WIDTH_PACKED"][0][2], abs=0.01
     )
     assert "linear@BUFFER 0.250" in fresh.notes[-1]
+    # What `--rescale` applies unless `--by-class`: the one factor, so linear's own reading moves nothing
+    pooled = rescaled(base, overall(factors))
+    for label in ("BUFFER:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED"):
+        before = vk_cost.op_mode_cost("linear", shape, "float32", label, base, 192)
+        assert vk_cost.op_mode_cost("linear", shape, "float32", label, pooled, 192) == pytest.approx(
+            0.5 * before, rel=1e-4
+        )
     with pytest.raises(ProblemError, match="no reference probe matched"):
         rescale_factors(base, {("op", "unary|TEXTURE_3D:TENSOR_WIDTH_PACKED"): [(1.0, 1.0, 5.0)]})
+
+
+def _reference_points(base, probes, factor_of):
+    """The reference probes' points as if re-timed today at `factor_of(key)` times the profile's time there
+    (the median of its samples at that point: two shapes can share their terms)."""
+    today = {}
+    for probe in probes:
+        kind, key = probe.kind, probe.key.replace("<->", "->")
+        old = base.samples[f"{kind}:{key}"][0]
+        there = statistics.median(
+            o[2] for o in base.samples[f"{kind}:{key}"] if (*o[:2], *o[3:]) == (*old[:2], *old[3:])
+        )
+        today[(kind, key)] = [(*old[:2], there * factor_of(key), *old[3:])]
+    return today
+
+
+def test_a_rescale_applies_one_factor_whatever_one_class_reads():
+    """By default the rescale multiplies every price by the median over all reference probes: one class's own
+    reading (which divides by the one sample the profile has there) moves nothing by itself, and the choices
+    stay the profile's."""
+    from layout_solver.vulkan.calibrate import overall, reference_plan, rescale_factors, rescaled
+
+    base = vk_cost.load_profile("lavapipe")
+    _, probes = reference_plan(base)
+    odd = {"binary|TEXTURE_3D:TENSOR_WIDTH_PACKED": 1.4, "unary|BUFFER:TENSOR_WIDTH_PACKED": 3.0}
+    factors = rescale_factors(base, _reference_points(base, probes, lambda key: odd.get(key, 0.5)))
+    assert factors["binary@TEXTURE_3D"] == pytest.approx(1.4) and overall(factors) == pytest.approx({"*": 0.5})
+    fresh = rescaled(base, overall(factors))
+    shape = (1, 8, 32, 32)
+    for op, label in (
+        ("binary", "TEXTURE_3D:TENSOR_WIDTH_PACKED"),
+        ("unary", "BUFFER:TENSOR_WIDTH_PACKED"),
+        ("unary", "TEXTURE_3D:TENSOR_CHANNELS_PACKED"),
+    ):
+        before = vk_cost.op_mode_cost(op, shape, "float32", label, base)
+        assert vk_cost.op_mode_cost(op, shape, "float32", label, fresh) == pytest.approx(0.5 * before, rel=1e-4), (
+            op,
+            label,
+        )
+    src, dst = "TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_CHANNELS_PACKED"
+    assert vk_cost.transition_cost(shape, "float32", src, dst, fresh) == pytest.approx(
+        0.5 * vk_cost.transition_cost(shape, "float32", src, dst, base), rel=1e-3
+    )
+    assert "* 0.500" in fresh.notes[-1] and "binary" not in fresh.notes[-1]
 
 
 def _calibration_chain(op, shape):

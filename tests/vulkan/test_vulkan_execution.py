@@ -317,20 +317,26 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert all(c.points == sizes + 1 for c in grown.op_modes["view"].values())
     assert grown.command.startswith(profile.command) and "--extend" in grown.command
     # ... measured beside the reference probes, at the extended profile's scale (a day's speed is not a shape's)
-    assert "brought to this profile's scale" in grown.notes[-1] and "view@TEXTURE_3D" in grown.notes[-1]
+    assert "brought to this profile's scale" in grown.notes[-1] and "(today / profile: * " in grown.notes[-1]
     # Rescaling: the reference probes (view in a width-packed texture and buffer, the smallest 4-D shape)
-    # re-timed a minute later on the same device: factors near 1, written into the prices and the notes.
+    # re-timed a minute later on the same device: a factor near 1 (the median of their ratios), written into
+    # every price and the notes; with --by-class, each class's own in each storage.
     again = tmp_path / "rescaled.json"
     argv = ["calibrate", "vulkan", "--out", str(again), "--vulkan-runtime", str(runtime), "--rounds", "3"]
-    assert main([*argv, "--rescale", str(out)]) == 0
-    fresh = load_profile(str(again))
-    factor = float(re.search(r"view@TEXTURE_3D ([0-9.]+)", fresh.notes[-1]).group(1))
-    assert 0.3 < factor < 3 and "rescaled" in fresh.notes[-1] and "--rescale" in fresh.command
     label = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
-    assert fresh.op_modes["view"][label].us_per_mib == pytest.approx(
-        factor * profile.op_modes["view"][label].us_per_mib, rel=0.01, abs=1e-3
-    )
+    for flags, applied in (([], r"\* ([0-9.]+)"), (["--by-class"], r"view@TEXTURE_3D ([0-9.]+)")):
+        written = tmp_path / f"rescaled{len(flags)}.json"  # profiles are loaded once per path
+        assert main([*argv[:2], "--out", str(written), *argv[4:], "--rescale", str(out), *flags]) == 0
+        fresh = load_profile(str(written))
+        factor = float(re.search(applied, fresh.notes[-1]).group(1))
+        assert 0.3 < factor < 3 and "rescaled" in fresh.notes[-1] and "--rescale" in fresh.command
+        assert ("view@" in fresh.notes[-1]) == bool(flags)
+        assert fresh.op_modes["view"][label].us_per_mib == pytest.approx(
+            factor * profile.op_modes["view"][label].us_per_mib, rel=0.01, abs=1e-3
+        )
     capsys.readouterr()
+    assert main([*argv, "--by-class"]) == 2
+    assert "needs --rescale" in capsys.readouterr().err
     assert main([*argv, "--rescale", "mobile-gpu"]) == 2
     assert "not a measured profile" in capsys.readouterr().err
     assert main([*argv, "--rescale", str(out), "--extend", str(out)]) == 2
