@@ -359,10 +359,7 @@ def calibrate(
         except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
             log(f"[calibrate] new points kept at today's scale: {exc}")
             factors = {"*": 1.0}
-        points = {
-            (kind, key): [(*p[:2], round(p[2] / _factor(factors, kind, key), 2), *p[3:]) for p in pts]
-            for (kind, key), pts in points.items()
-        }
+        points = {key: [(*p[:2], round(p[2] / factors["*"], 2), *p[3:]) for p in pts] for key, pts in points.items()}
         return _extended(extend, points, lowered, len(jobs), failed, command, factors)
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
