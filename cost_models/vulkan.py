@@ -139,6 +139,10 @@ class VulkanProfile(_Strict):
     # not 0) MFLOP and operand bytes of a contraction, thousand rows of a row reduction, flat texture slices
     # (the order of `dispatch_terms`, with the microseconds third)
     samples: dict[str, list[tuple[float, ...]]] = Field(default_factory=dict)
+    # How far the prices stray on the ops of whole programs: the median |log(price / device time)| over the
+    # operators of programs lowered with this profile (`benchmarks.vulkan.rescale_rules`); 0 where not measured.
+    # The fits are judged on their own probe chains (`mode_resolution`); an op in a program strays further.
+    program_error: float = Field(0.0, ge=0)
     notes: list[str] = Field(default_factory=list)
 
     def param(self, key: str) -> float:

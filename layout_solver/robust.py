@@ -28,6 +28,7 @@ Pure: problems and numbers in, problems and a choice out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from layout_solver.problem import MAX_COST, Problem, ProblemError
@@ -73,7 +74,13 @@ def ratio(cost: float, stock: float) -> float:
     return (cost + NOISE_US) / (stock + NOISE_US)
 
 
-def uncertainty(stock: dict[str, tuple], candidate: dict[str, tuple], resolution: float) -> float:
+def uncertainty(
+    stock: dict[str, tuple],
+    candidate: dict[str, tuple],
+    resolution: float,
+    unreliable: Callable[[str, tuple], bool] | None = None,
+    unreliable_error: float = 0.0,
+) -> float:
     """How far one profile's price of a change could be off: `resolution` (its relative error on one op)
     times the price of what the change moved, the mean of the two sides' prices of it: the ops written or
     read in another representation, and the transitions either side has alone.
@@ -84,16 +91,22 @@ def uncertainty(stock: dict[str, tuple], candidate: dict[str, tuple], resolution
     the sum of both: an op priced in two representations of one shape is off in the same direction in
     both more often than not (the same class's fit, the same probes nearby).
 
+    `unreliable(name, record)` marks a side's price its profile does not stand behind (a fit that cannot
+    explain its own samples): that side counts with `unreliable_error` instead of `resolution`.
+
     >>> uncertainty({"a": ("ln", ("T",), 100.0), "b": ("mm", ("T",), 50.0)},
     ...             {"a": ("ln", ("B",), 80.0), "b": ("mm", ("T",), 50.0), "c": ("clone", ("B",), 20.0)}, 0.1)
     10.0
     """
-    moved = 0.0
+    margin = 0.0
     for name in stock.keys() | candidate.keys():
         before, after = stock.get(name), candidate.get(name)
         if before is None or after is None or before[:2] != after[:2]:
-            moved += (before[2] if before else 0.0) + (after[2] if after else 0.0)
-    return resolution * moved / 2.0
+            for record in (before, after):
+                if record is not None:
+                    off = unreliable_error if unreliable is not None and unreliable(name, record) else resolution
+                    margin += off * record[2]
+    return margin / 2.0
 
 
 def choose(

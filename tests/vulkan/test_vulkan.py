@@ -88,17 +88,19 @@ def _by_profile(reports) -> dict[str, float]:
 @pytest.mark.parametrize("model", ["window_heads", "decode_attention", "mixed"])
 def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(model):
     """Without a profile the solver weighs every profile: each prices its program at most stock's (1 us of
-    noise); the two tiny attention models' layouts are cheaper on the measured one by more than 100 us. mixed's
-    best candidate is 4 us cheaper on the measured profile, under what that profile resolves of the ops it moves
-    (two permutes of 170 us at 13%): stock's layout is kept, and the report says why. (Where the layout is kept,
-    the program is stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
+    noise); decode_attention's layout is cheaper on the measured one by more than 100 us. mixed's best candidate
+    is 4 us cheaper on the measured profile, under what that profile resolves of the ops it moves (two permutes
+    of 170 us at 26%); window_heads' (every tensor in buffers) is 1.4 ms cheaper, but it moves linears out of
+    width-packed textures, a label whose fit misses its own samples over 5x (`unfit_op_modes`), so their price
+    may be 4x off and the saving is not resolved: stock's layout is kept, and the report says why. (Where the
+    layout is kept, the program is stock's byte for byte: test_a_profile_in_the_users_directory_joins_the_default.)"""
     stock_reports, _ = _stock_lowering(model)
     reports, _ = _lower(model, solver_layouts)
     stock, solver = _by_profile(stock_reports), _by_profile(reports)
     assert set(solver) == {"mobile-gpu", "lavapipe"} <= set(stock)  # (a cached stock may be priced by more)
     assert all(solver[p] <= stock[p] + robust.NOISE_US for p in stock), (stock, solver)
     assert all(r.pricing == "every profile: mobile-gpu, lavapipe" and r.gap is None for r in reports)
-    if model == "mixed":
+    if model in ("mixed", "window_heads"):
         kept = [r for r in reports if r.kept_stock]
         assert kept and any("within its" in note and "uncertainty" in note for r in kept for note in r.notes)
     else:
@@ -106,17 +108,24 @@ def test_the_default_objective_is_priced_no_dearer_than_stock_by_any_profile(mod
 
 
 def test_a_profile_in_the_users_directory_joins_the_default(tmp_path, monkeypatch):
-    """window_heads' solver moves every tensor into buffers (the measured profile prices them 40% cheaper);
-    a profile of the user's own in which buffers are slow vetoes that, and stock's program comes back."""
-    assume = json.loads((Path(vk_cost.__file__).parent / "data" / "vulkan_v1.json").read_text())
-    assume["parameters"]["buffer_op_penalty_per_mib"]["value"] = 1e6
-    (tmp_path / "slow_buffers.json").write_text(json.dumps(assume))
+    """decode_attention's default layout moves tensors from buffers into textures (both shipped profiles price
+    it cheaper); a measured profile of the user's own in which texture ops are slow vetoes that, and stock's
+    program comes back."""
+    measured = json.loads((Path(vk_cost.__file__).parent / "data" / "vulkan_lavapipe.json").read_text())
+    for table in measured["op_modes"].values():
+        for label, fit in table.items():
+            if label.startswith("TEXTURE_3D"):
+                table[label] = {k: v * 100 if k != "points" else v for k, v in fit.items()}
+    for key, points in measured["samples"].items():
+        if key.startswith("op:") and "|TEXTURE_3D" in key:
+            measured["samples"][key] = [[*p[:2], p[2] * 100, *p[3:]] for p in points]
+    (tmp_path / "slow_textures.json").write_text(json.dumps(measured))
     monkeypatch.setenv(vk_cost.PROFILES_DIR_ENV, str(tmp_path))
-    _, stock_pte = _stock_lowering("window_heads")
-    reports, pte = _lower("window_heads", solver_layouts)
-    assert set(_by_profile(reports)) == {"mobile-gpu", "lavapipe", "slow_buffers"}
+    _, stock_pte = _stock_lowering("decode_attention")
+    reports, pte = _lower("decode_attention", solver_layouts)
+    assert set(_by_profile(reports)) == {"mobile-gpu", "lavapipe", "slow_textures"}
     assert all(r.kept_stock for r in reports) and pte == stock_pte
-    assert "slow_buffers" in reports[0].notes[-1]  # the report says which profile priced the change dearer
+    assert "slow_textures" in reports[0].notes[-1]  # the report says which profile priced the change dearer
     # A file there that is not a profile is a clear error naming it, before anything is lowered.
     (tmp_path / "broken.json").write_text("{}")
     with pytest.raises(ValueError, match="broken.json is not a Vulkan cost profile"):
@@ -506,6 +515,21 @@ def test_a_change_the_best_estimate_prices_dearer_keeps_stock():
     assert any("best estimate" in note for r in reports for note in r.notes)
     reports, pte = lower(lambda: solver_layouts(cost_profile="lavapipe"))
     assert not any(r.kept_stock for r in reports) and pte != stock_pte
+
+
+def test_the_default_margin_reads_how_far_prices_stray_in_whole_programs():
+    """A measured profile's margin is the larger of its fits' error on their own probes and its prices' error on
+    the ops of whole programs, where measured (`program_error`, a median |log|): the shipped lavapipe profile's
+    program error (0.235, 26%) is twice its probes' (13%), and a profile without one keeps its probes'."""
+    import math
+
+    lavapipe = vk_cost.load_profile("lavapipe")
+    probes = vk_cost.mode_resolution(lavapipe)
+    assert lavapipe.program_error > 0 and math.expm1(lavapipe.program_error) > probes
+    assert vk_passes._resolution(lavapipe) == pytest.approx(math.expm1(lavapipe.program_error))
+    unmeasured = lavapipe.model_copy(update={"program_error": 0.0})
+    assert vk_passes._resolution(unmeasured) == pytest.approx(vk_cost.mode_resolution(unmeasured))
+    assert vk_passes._resolution(vk_cost.load_profile("mobile-gpu")) == 0.0  # assumed numbers: nothing to stray
 
 
 def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_they_convert():
