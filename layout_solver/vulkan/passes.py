@@ -380,6 +380,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         prices: dict[str, dict[str, float]] = {}
         margins: dict[str, dict[str, float]] = {}
         classes = {n.name: op_class(n) for n in graph_module.graph.nodes if n.op == "call_function"}
+        # each pricing's error on one op, and which of its prices it does not stand behind: once per delegate
+        errors = {name: (_resolution(p), _unreliable(p, classes)) for name, (p, _) in pricings.items()}
         seen: dict[tuple, str] = {}
 
         def price(names) -> None:
@@ -392,11 +394,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                     prices[name] = {pricing: _total(n) for pricing, n in nodes.items()}
                     margins[name] = {
                         pricing: robust.uncertainty(
-                            stock_nodes[pricing],
-                            n,
-                            _resolution(pricings[pricing][0]),
-                            _unreliable(pricings[pricing][0], classes),
-                            vk_cost.UNFIT_FACTOR - 1.0,
+                            stock_nodes[pricing], n, *errors[pricing], vk_cost.UNFIT_FACTOR - 1.0
                         )
                         for pricing, n in nodes.items()
                     }

@@ -132,3 +132,7 @@ def test_the_uncertainty_counts_only_what_the_change_moved():
     # Read in another representation (the op writes what it wrote) counts as moved.
     read_elsewhere = dict(stock, ln=("layer_norm", ("B:W", "<-", "T:W"), 40.0))
     assert robust.uncertainty(stock, read_elsewhere, 1.0) == pytest.approx(40.0)
+    # A side whose price its profile does not stand behind counts at that error, not the resolution.
+    shaky = lambda name, record: name == "ln" and record[1][0] == "B:W"
+    assert robust.uncertainty(stock, moved, 0.5, shaky, 4.0) == pytest.approx((4.0 * 40 + 0.5 * (35 + 30 + 5)) / 2)
+    assert robust.uncertainty(stock, stock, 0.5, shaky, 4.0) == 0.0  # nothing moved: nothing to be off
