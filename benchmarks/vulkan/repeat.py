@@ -10,7 +10,8 @@ for --rounds rounds; its paired ratio is the median over rounds of solver time /
 programs are the same bytes measures the machine: the spread of its repeats is what one zoo verdict cannot
 resolve. A model whose programs differ is judged by the median of its repeats' paired ratios, each repeat a
 fresh timing process (and a fresh solve: the default objective's 30 s solve can pick another candidate, so the
-table says whether every repeat lowered the same solver program).
+table counts the distinct solver taggings the repeats lowered: transitions and tensor representations, as the
+comparison records them; the program bytes themselves are not kept).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from benchmarks import harness
 from layout_solver.zoo.runner import compare_named
 
 
-def _digest(record: dict) -> str:
-    """A short name for a side's program, from what the comparison records of it (its transitions and tagging)."""
+def _tagging(record: dict) -> str:
+    """A short name for a side's tagging: its transitions and tensor representations, as the comparison records them."""
     what = repr((record.get("transition_list"), sorted((record.get("tensors_by_repr") or {}).items())))
     return hashlib.sha1(what.encode()).hexdigest()[:6]
 
@@ -37,11 +38,11 @@ def main() -> None:
     parser.add_argument("--runtime", help="runtime plugin (default $LAYOUT_SOLVER_VULKAN_RUNTIME)")
     args = parser.parse_args()
     lines = [harness.provenance(f"{args.repeats} repeats of {args.rounds} interleaved rounds"), ""]
-    header = ("model", "same program", "solver programs", "paired ratio per repeat", "median", "min - max")
+    header = ("model", "same program", "solver taggings", "paired ratio per repeat", "median", "min - max")
     print("\n".join([*lines, *harness.table(header, ())]), flush=True)
     rows = []
     for model in args.models.split(","):
-        ratios, same, programs = [], set(), set()
+        ratios, same, taggings = [], set(), set()
         for _ in range(args.repeats):
             result = compare_named(
                 model, "vulkan", execute=True, runtime=args.runtime, cost_profile=args.profile, rounds=args.rounds
@@ -50,11 +51,11 @@ def main() -> None:
                 break  # a side did not run: nothing to repeat
             ratios.append(result["run_ratio_paired"])
             same.add(result.get("same_program"))
-            programs.add(_digest(result.get("solver") or {}))
+            taggings.add(_tagging(result.get("solver") or {}))
         cells = (
             model,
             "/".join(sorted(str(s) for s in same)) or None,
-            len(programs),
+            len(taggings),
             ", ".join(f"{r:.3f}" for r in ratios) or "did not run",
             f"{statistics.median(ratios):.3f}" if ratios else None,
             f"{min(ratios):.3f} - {max(ratios):.3f}" if ratios else None,
