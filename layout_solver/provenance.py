@@ -23,13 +23,38 @@ def tool_versions(tools: tuple[str, ...] = TOOLS) -> dict[str, str]:
     return versions
 
 
+# The code only one backend's comparison reads (folders or files, relative to the repository root). A target's
+# source digest leaves out the code of every other backend, so a change to Vulkan's rules keeps the Ethos-U
+# results cached, and the other way round. tests/zoo/test_source_digest.py checks each entry against what a
+# comparison on every other backend really imports and opens; code both read (the registry in
+# layout_solver/targets, the solvers, cost_models/ethos_u55.py that the TOSA target imports) stays in every digest.
+BACKEND_CODE: dict[str, tuple[str, ...]] = {
+    "arm": ("layout_solver/arm", "graph_io/arm.py", "graph_io/tosa.py", "cost_models/vela.py",
+            "cost_models/tosa_probe.py", "cost_models/calibration", "cost_models/data/ethos_u55_v2.json"),
+    "vulkan": ("layout_solver/vulkan", "graph_io/vulkan.py", "cost_models/vulkan.py",
+               "cost_models/data/vulkan_lavapipe.json", "cost_models/data/vulkan_v1.json"),
+}  # fmt: skip
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def foreign_code(backend: str | None) -> tuple[str, ...]:
+    """The code of every backend but `backend` (nothing when `backend` is None: the whole project counts)."""
+    if backend is not None and backend not in BACKEND_CODE:
+        raise ValueError(f"unknown backend {backend!r}; known: {', '.join(BACKEND_CODE)}")
+    return () if backend is None else tuple(p for b, paths in BACKEND_CODE.items() if b != backend for p in paths)
+
+
 @cache
-def source_digest() -> str:
-    """A digest of the project's code and data files (read once per process): a change invalidates results."""
-    root = Path(__file__).resolve().parents[1]
+def source_digest(backend: str | None = None) -> str:
+    """A digest of the project's code and data files (read once per process): a change invalidates results.
+    Given a backend ("arm", "vulkan"), the other backends' code (BACKEND_CODE) is left out."""
+    skipped = foreign_code(backend)
     digest = hashlib.sha1()
     for package in ("layout_solver", "cost_models", "graph_io"):
-        for path in sorted((root / package).rglob("*")):
+        for path in sorted((ROOT / package).rglob("*")):
+            relative = path.relative_to(ROOT).as_posix()
+            if any(relative == s or relative.startswith(s + "/") for s in skipped):
+                continue
             if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
                 digest.update(path.read_bytes())
     return digest.hexdigest()[:12]

@@ -49,7 +49,7 @@ def chunks(ids: list[str], size: int) -> list[list[str]]:
 
 def run_chunk(tests: list[str], stage: str, folder: Path, work: Path | None) -> tuple[dict, float, bool]:
     """One stage's outcomes for one chunk: from `work` if a run of exactly these tests, by this code, is kept there."""
-    key = hashlib.sha256(("\n".join([stage, source_digest(), *tests])).encode()).hexdigest()[:16]
+    key = hashlib.sha256(("\n".join([stage, source_digest("arm"), *tests])).encode()).hexdigest()[:16]
     kept = work / f"{stage}-{key}.json" if work else None
     if kept is not None and kept.is_file():
         stored = json.loads(kept.read_text())

@@ -6,7 +6,8 @@ Run: LAYOUT_SOLVER_VULKAN_RUNTIME=/path/to/libvkbackend.so \\
 
 Each repeat is the zoo's own comparison (`compare MODEL --target vulkan --execute`): a fresh export and lowering of
 both sides, outputs checked in child processes, then both programs timed in one more child process, interleaved
-for --rounds rounds; its paired ratio is the median over rounds of solver time / stock time. A model whose two
+for --rounds rounds; its paired ratio is the median over rounds of solver time / stock time (for two different
+programs first read outside the target's 3%, the comparison's own median over five timing processes). A model whose two
 programs are the same bytes measures the machine: the spread of its repeats is what one zoo verdict cannot
 resolve. A model whose programs differ is judged by the median of its repeats' paired ratios, each repeat a
 fresh timing process (and a fresh solve: the default objective's 30 s solve can pick another candidate, so the

@@ -102,7 +102,7 @@ def _solve_refining(arm: ArmProblem, solve) -> Solution:
 def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmPricing, pinned: frozenset) -> str:
     """A digest of everything the stage's answer depends on: the graph (nodes, arguments, tensor metadata), the
     values of its constants, the pricing's configuration, the pinned rule kinds, the tool versions and the
-    project's source."""
+    source of the code an Arm lowering reads."""
 
     def constant_bytes(node) -> bytes:
         if node.op in ("placeholder", "get_attr") and isinstance(tensor := constant_value(node), torch.Tensor):
@@ -110,7 +110,7 @@ def answer_key(graph_module: torch.fx.GraphModule, constant_value, pricing: ArmP
         return b""
 
     digest = hashlib.sha1(graph_content(graph_module.graph.nodes, constant_bytes))
-    digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest()]).encode())
+    digest.update(json.dumps([pricing.key, sorted(pinned), tool_versions(), source_digest("arm")]).encode())
     return digest.hexdigest()
 
 

@@ -30,13 +30,13 @@ from layout_solver.provenance import graph_content, source_digest, tensor_bytes,
 
 def delegate_digest(edge_program, flags) -> str:
     """A digest of everything that decides how a delegate lowers: its graph (nodes and tensor metadata), its
-    constants' values, the compile flags, the tool versions and the project's source."""
+    constants' values, the compile flags, the tool versions and the source of the code an Arm lowering reads."""
     digest = hashlib.sha1(graph_content(edge_program.graph.nodes))
     for name, tensor in sorted({**edge_program.state_dict, **edge_program.constants}.items()):
         digest.update(name.encode())
         if hasattr(tensor, "detach"):
             digest.update(tensor_bytes(tensor))
-    digest.update(json.dumps([list(flags), tool_versions(), source_digest()]).encode())
+    digest.update(json.dumps([list(flags), tool_versions(), source_digest("arm")]).encode())
     return digest.hexdigest()
 
 

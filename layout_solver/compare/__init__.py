@@ -72,6 +72,7 @@ def _single_table(result: dict) -> str:
         "same_program",
         "run_ratio",
         "run_ratio_paired",
+        "run_ratio_timings",
         "measured_delta_us",
         "predicted_delta_us",
         "max_abs_diff_stock_vs_solver",

@@ -142,6 +142,9 @@ class Comparison(_Record):
     same_program: bool | None = None  # the two programs are byte-identical (the solver kept stock's layout)
     run_ratio: float | None = None  # the solver's median run time over stock's
     run_ratio_paired: float | None = None  # the median of each round's own ratio (both sides back to back)
+    # where the first timing process read the pair outside the target's tolerance: each timing process's paired
+    # ratio (the first, then fresh ones); run_ratio_paired is then their median
+    run_ratio_timings: list[float] | None = None
     measured_delta_us: float | None = None
     predicted_delta_us: float | None = None
     max_abs_diff_stock_vs_solver: float | None = None

@@ -25,6 +25,9 @@ class Target:
 
     name: str
     family: ClassVar[str] = ""
+    # The backend whose code lowers for this target (a key of provenance.BACKEND_CODE): its results' cache keys
+    # digest the project's source less the other backends' code.
+    backend: ClassVar[str | None] = None
     options: ClassVar[frozenset[str]] = frozenset()  # compare/zoo options this target accepts
     query_options: ClassVar[frozenset[str]] = frozenset()  # `cost` query fields of this target alone
     family_name: ClassVar[str] = ""  # the family in words ("Ethos-U")

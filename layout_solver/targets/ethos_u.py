@@ -25,6 +25,7 @@ class EthosUTarget(Target):
     """An Arm Ethos-U NPU configuration, compiled by Vela (e.g. "ethos-u85-256")."""
 
     family: ClassVar[str] = "ethos-u"
+    backend: ClassVar[str] = "arm"
     options: ClassVar[frozenset[str]] = frozenset({"input_order", "verify"})
     family_name: ClassVar[str] = "Ethos-U"
     headline: ClassVar[tuple[str, ...]] = ("vela_total_cycles",)  # deterministic: within 0.1% is unchanged

@@ -110,6 +110,7 @@ class TosaTarget(Target):
     """A TOSA INT program with no compiler behind it, priced by the bytes its transposes move."""
 
     family: ClassVar[str] = "tosa"
+    backend: ClassVar[str] = "arm"
     family_name: ClassVar[str] = "TOSA"
     example: ClassVar[str] = "--target tosa-int"
     headline: ClassVar[tuple[str, ...]] = ("transition_cost",)

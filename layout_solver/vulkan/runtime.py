@@ -168,25 +168,52 @@ def execute(
                 results[name] = ExecutionResult(True, outputs=one["outputs"][name])
         ran = [name for name, r in results.items() if r.executed]
         if time_runs and ran:
-            answer = _run_child(
-                {
-                    "mode": "time",
-                    "runtime": lib,
-                    "programs": {n: paths[n] for n in ran},
-                    "inputs": {n: inputs[n] for n in ran},
-                    "warmup": warmup,
-                    "rounds": rounds,
-                },
-                timeout,
-            )
+            times, failure = _time_child(lib, {n: paths[n] for n in ran}, inputs, warmup, rounds, timeout)
             for name in ran:
-                times = answer.get("times", {}).get(name)
-                if times:
-                    results[name].run_ms_all = times
-                    results[name].run_ms = statistics.median(times)
+                if times.get(name):
+                    results[name].run_ms_all = times[name]
+                    results[name].run_ms = statistics.median(times[name])
                 else:
-                    results[name].error = f"timing failed: {answer.get('crash') or answer.get('error')}"
+                    results[name].error = f"timing failed: {failure}"
     return results
+
+
+def time_again(
+    programs: dict[str, bytes],
+    inputs: tuple | dict[str, tuple],
+    runtime: str | os.PathLike | None = None,
+    warmup: int = 3,
+    rounds: int = 15,
+    timeout: float = 600.0,
+) -> dict[str, list[float]]:
+    """Time programs that `execute` ran once more, in a fresh child process, interleaved as `execute` times them:
+    each program's per-round milliseconds ({} for one the child could not time). A second reading of a time
+    comes from another process: within one, the rounds share whatever that process's placement and warm-up
+    gave them."""
+    lib = str(locate_runtime(runtime))
+    if not isinstance(inputs, dict):
+        inputs = {name: inputs for name in programs}
+    with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
+        paths = _write_programs(tmp, {name: (buffer, "forward") for name, buffer in programs.items()})
+        times, _ = _time_child(lib, paths, inputs, warmup, rounds, timeout)
+    return times
+
+
+def _time_child(lib: str, paths: dict, inputs: dict, warmup: int, rounds: int, timeout: float):
+    """One timing child over `paths`: (program name -> per-round ms for those it timed, why the rest failed)."""
+    answer = _run_child(
+        {
+            "mode": "time",
+            "runtime": lib,
+            "programs": paths,
+            "inputs": {n: inputs[n] for n in paths},
+            "warmup": warmup,
+            "rounds": rounds,
+        },
+        timeout,
+    )
+    times = {name: t for name, t in answer.get("times", {}).items() if t}
+    return times, answer.get("crash") or answer.get("error")
 
 
 def profile(

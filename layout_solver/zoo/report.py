@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -177,6 +178,10 @@ def rows(results: list[dict]) -> list[dict]:
             run_ratio=r.get("run_ratio", ""),
             solved_by=solved_by(solver.get("solver_notes", [])),
         )
+        if _family(r["target"]) == "vulkan":
+            timings = r.get("run_ratio_timings")
+            row.update(same_program=r.get("same_program", ""), run_ratio_paired=r.get("run_ratio_paired", ""),
+                       run_ratio_timings=" ".join(map(str, timings)) if timings else "")  # fmt: skip
         if _family(r["target"]) == "ethos-u":
             row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
             row["dearer_ops"] = "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(r))
@@ -226,6 +231,7 @@ def report_markdown(table: list[dict]) -> str:
             + " | ".join(str(counts[v]) for v in VERDICTS)
             + f" | {f'{geomean:.3f}' if geomean else ''} | {f'{worst[0]:.3f} ({worst[1]})' if worst else ''} |"
         )
+    lines += [line for target in targets if _family(target) == "vulkan" for line in _timing_noise(table, target)]
     dearer = [r for r in table if r["verdict"] == "dearer than stock"]
     if dearer:
         lines += ["", "Dearer than stock (and the operator classes whose cycles grew most, Ethos-U):", ""]
@@ -289,6 +295,29 @@ def report_markdown(table: list[dict]) -> str:
         lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
     lines += ["Plots: `total_cycles*.png`, `transpose_cycles*.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
     return "\n".join(lines)
+
+
+def _timing_noise(table: list[dict], target: str) -> list[str]:
+    """What one timing process's paired ratio strays by in this run, read off the byte-identical pairs (their
+    true ratio is 1), and which changed programs were judged on the median of fresh timing processes."""
+    mine = [r for r in table if r["target"] == target]
+    same = sorted(r["run_ratio_paired"] for r in mine if r.get("same_program") is True and r.get("run_ratio_paired"))
+    again = [r for r in mine if r.get("run_ratio_timings")]
+    if not same and not again:
+        return []
+    lines = [""]
+    if same:
+        lines.append(
+            f"{target}, timing noise: {len(same)} byte-identical pairs read paired ratios {same[0]:.3f} - "
+            f"{same[-1]:.3f} (median {statistics.median(same):.3f}) in one timing process each; their ratio counts as 1."
+        )
+    if again:
+        lines.append(
+            f"{target}, changed programs first read outside +-{get_target(target).tolerance:.0%} and so timed again in "
+            "fresh processes (the verdict reads the median): "
+            + "; ".join(f"{r['model']} {r['run_ratio_timings']} -> {r['ratio']}" for r in again)
+        )
+    return lines
 
 
 def _measures_table(target: str, mine: list[dict]) -> list[str]:

@@ -40,13 +40,14 @@ class Job:
 
 
 def job_key(job: Job) -> str:
-    """The cache key of a job: model, target, options, tool versions and the project's source digest."""
+    """The cache key of a job: model, target, options, tool versions and the digest of the source its target's
+    comparison can read."""
     payload = json.dumps(
         {
             "model": job.model,
             "target": job.target,
             "tools": tool_versions(),
-            "source": source_digest(),
+            "source": source_digest(get_target(job.target).backend),
             **({"options": list(job.options)} if job.options else {}),
             # a saved program by its bytes, a catalog model by the transformers that built it
             **({"content": _file_digest(job.model)} if job.model.endswith(".pt2") else {}),

@@ -205,6 +205,38 @@ def test_a_crashing_program_is_a_record_not_the_end(runtime):
     assert not ran["bad"].executed and "crashed the process" in ran["bad"].error
 
 
+def test_a_ratio_outside_the_tolerance_is_read_again_in_fresh_timing_processes(runtime):
+    """Two different programs: the first timing process's paired ratio is confirmed by more processes and the
+    comparison keeps their median; byte-identical programs are never timed again (their ratio counts as 1)."""
+    import statistics
+
+    from layout_solver.vulkan.measure import execute_on_device
+
+    class Double(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2.0
+
+    class SumOfTwo(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + torch.relu(x)
+
+    inputs = (torch.randn(1, 8, 16, 16),)
+    double, twice = (lower_vulkan(m().eval(), inputs, stock_layouts)[0] for m in (Double, SumOfTwo))
+    assert double != twice
+
+    def sides():
+        return {side: {"modelled_us": 0.0} for side in ("stock", "solver")}
+
+    extra = execute_on_device(Double(), inputs, {"stock": double, "solver": twice}, sides(), runtime, rounds=3,
+                              confirm_timings=2, confirm_beyond=-1.0)  # fmt: skip
+    assert len(extra["run_ratio_timings"]) == 3 and extra["run_ratio_paired"] == statistics.median(
+        extra["run_ratio_timings"]
+    )
+    same = execute_on_device(Double(), inputs, {"stock": double, "solver": double}, sides(), runtime, rounds=3,
+                             confirm_timings=2, confirm_beyond=-1.0)  # fmt: skip
+    assert same["same_program"] and "run_ratio_timings" not in same
+
+
 def test_compare_cli_executes_on_the_device(runtime, capsys):
     import json
 

@@ -177,3 +177,21 @@ def test_a_dearer_program_names_the_operator_classes_that_grew():
     record = {"target": U55, "stock": {"vela_cycles_by_op": {"Mul": 100, "Add": 50, "Transpose": 400}},
               "solver": {"vela_cycles_by_op": {"Mul": 400, "Add": 60, "Transpose": 20}}}  # fmt: skip
     assert dearer_op_classes(record) == [("Mul", 300), ("Add", 10)]
+
+
+def test_the_report_reads_its_timing_noise_off_the_identical_pairs():
+    """Beside the verdicts: how far one timing process strayed for byte-identical programs in this run, and which
+    changed programs were judged on the median of fresh timing processes."""
+    from layout_solver.zoo.report import report_markdown, rows
+
+    def vulkan(model, paired, same, timings=None):
+        return {"model": model, "target": VK, "status": "ok", "same_program": same, "run_ratio_paired": paired,
+                "stock": {"run_ms": 10.0, "executed": True}, "solver": {"run_ms": 10.0, "executed": True},
+                **({"run_ratio_timings": timings} if timings else {})}  # fmt: skip
+
+    table = rows([vulkan("a", 0.95, True), vulkan("b", 1.06, True), vulkan("c", 1.0, True),
+                  vulkan("d", 1.01, False, [1.05, 1.01, 0.99, 1.02, 0.98])])  # fmt: skip
+    assert [r["verdict"] for r in table] == ["unchanged"] * 4  # d's first reading (1.05) did not hold
+    report = report_markdown(table)
+    assert "3 byte-identical pairs read paired ratios 0.950 - 1.060 (median 1.000)" in report
+    assert "d 1.05 1.01 0.99 1.02 0.98 -> 1.01" in report
