@@ -27,7 +27,6 @@ from pathlib import Path
 
 from layout_solver.provenance import source_digest, tool_versions
 from layout_solver.targets import get_target
-from layout_solver.zoo.report import write_outputs
 
 
 @dataclass(frozen=True)
@@ -256,5 +255,7 @@ def run_zoo(
                 f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s", file=sys.stderr
             )
     results.sort(key=lambda r: (r["model"], r["target"]))
+    from layout_solver.zoo.report import write_outputs  # here, never in a worker: no result's digest has it
+
     write_outputs(results, out)
     return results

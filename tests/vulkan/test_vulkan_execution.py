@@ -228,12 +228,11 @@ def test_a_ratio_outside_the_tolerance_is_read_again_in_fresh_timing_processes(r
         return {side: {"modelled_us": 0.0} for side in ("stock", "solver")}
 
     extra = execute_on_device(Double(), inputs, {"stock": double, "solver": twice}, sides(), runtime, rounds=3,
-                              confirm_timings=2, confirm_beyond=-1.0)  # fmt: skip
-    assert len(extra["run_ratio_timings"]) == 3 and extra["run_ratio_paired"] == statistics.median(
-        extra["run_ratio_timings"]
-    )
+                              confirm_timings=1, confirm_beyond=-1.0)  # fmt: skip
+    assert len(extra["run_ratio_timings"]) == 2
+    assert extra["run_ratio_paired"] == pytest.approx(statistics.median(extra["run_ratio_timings"]), abs=1e-4)
     same = execute_on_device(Double(), inputs, {"stock": double, "solver": double}, sides(), runtime, rounds=3,
-                             confirm_timings=2, confirm_beyond=-1.0)  # fmt: skip
+                             confirm_timings=1, confirm_beyond=-1.0)  # fmt: skip
     assert same["same_program"] and "run_ratio_timings" not in same
 
 

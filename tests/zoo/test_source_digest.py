@@ -1,6 +1,6 @@
-"""A target's source digest (the zoo's and the Arm decision caches' keys) leaves out the other backends' code:
-checked here against what a comparison on each backend really imports and opens, read by an audit hook in a
-fresh process, not against provenance.BACKEND_CODE's own say-so."""
+"""A target's source digest (the zoo's and the Arm decision caches' keys) leaves out the other backends' code and
+the report's: checked here against what a zoo job on each backend really imports and opens, read by an audit hook
+in a fresh process, not against provenance's own lists."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from layout_solver import provenance
 from layout_solver.provenance import BACKEND_CODE, ROOT, foreign_code
 from layout_solver.targets import TARGETS
 
-# One comparison in a fresh process; prints the project files it imported or opened (compiled modules by source).
-AUDITED_COMPARISON = r"""
+# One zoo job in a fresh process, as a zoo worker runs it (`run_job`: the model built, stock and solver lowered and
+# measured, the record made); prints the project files it imported or opened (compiled modules by their source).
+AUDITED_JOB = r"""
 import json, sys
 from pathlib import Path
 
-root, target = Path(sys.argv[1]), sys.argv[2]
+root, model, target = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 opened = set()
 
 def record(event, args):
@@ -29,8 +30,24 @@ def record(event, args):
         opened.add(args[0].decode() if isinstance(args[0], bytes) else args[0])
 
 sys.addaudithook(record)
+from layout_solver.zoo.runner import Job, run_job
+
+result = run_job(Job(model, target))
+assert result["status"] == "ok", result
+files = set(opened) | {m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+read = set()
+for name in files:
+    path = Path(name).resolve()
+    if path.parent.name == "__pycache__":  # a compiled module stands for its source
+        path = path.parent.parent / (path.name.split(".")[0] + ".py")
+    if path.is_relative_to(root) and ".venv" not in path.parts:
+        read.add(path.relative_to(root).as_posix())
+print(json.dumps(sorted(read)))
+"""
+
+MODEL = """
 import torch
-from layout_solver.targets import compare
+
 
 class ConvThenLinear(torch.nn.Module):
     def __init__(self):
@@ -41,17 +58,9 @@ class ConvThenLinear(torch.nn.Module):
     def forward(self, x):
         return self.linear(torch.relu(self.conv(x)).permute(0, 2, 3, 1))
 
-comparison = compare(ConvThenLinear().eval(), (torch.randn(1, 3, 8, 8),), target)
-assert not comparison.side("solver").failed, comparison.to_json()
-files = set(opened) | {m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
-read = set()
-for name in files:
-    path = Path(name).resolve()
-    if path.parent.name == "__pycache__":  # a compiled module stands for its source
-        path = path.parent.parent / (path.name.split(".")[0] + ".py")
-    if path.is_relative_to(root) and ".venv" not in path.parts:
-        read.add(path.relative_to(root).as_posix())
-print(json.dumps(sorted(read)))
+
+def conv_then_linear():
+    return ConvThenLinear().eval(), (torch.randn(1, 3, 8, 8),)
 """
 
 
@@ -89,15 +98,21 @@ def test_a_backends_change_moves_its_own_digest_and_not_the_others(tmp_path, mon
     assert after_arm["vulkan"] == after_vulkan["vulkan"] and after_arm["arm"] != after_vulkan["arm"]
     with (tmp_path / "layout_solver/solvers/cpsat.py").open("a") as shared:
         shared.write("# a solver changed\n")
-    assert all(v != after_arm[k] for k, v in digests().items())  # shared code is in every digest
+    after_shared = digests()
+    assert all(v != after_arm[k] for k, v in after_shared.items())  # shared code is in every digest
+    with (tmp_path / "layout_solver/zoo/report.py").open("a") as report:
+        report.write("# the report reads differently\n")
+    after_report = digests()
+    assert after_report["arm"] == after_shared["arm"] and after_report["vulkan"] == after_shared["vulkan"]
 
 
 @pytest.mark.parametrize("target", ["ethos-u55-128", "vulkan"])
-def test_a_comparison_reads_none_of_the_code_its_digest_leaves_out(target, tmp_path):
+def test_a_zoo_job_reads_none_of_the_code_its_digest_leaves_out(target, tmp_path):
     backend = TARGETS[target].backend
+    (tmp_path / "model.py").write_text(MODEL)
     env = {"LAYOUT_SOLVER_VELA_CACHE": str(tmp_path / "cache")}  # no stored decision cuts the lowering short
     done = subprocess.run(
-        [sys.executable, "-c", AUDITED_COMPARISON, str(ROOT), target],
+        [sys.executable, "-c", AUDITED_JOB, str(ROOT), f"{tmp_path / 'model.py'}:conv_then_linear", target],
         capture_output=True,
         text=True,
         timeout=600,
@@ -106,7 +121,7 @@ def test_a_comparison_reads_none_of_the_code_its_digest_leaves_out(target, tmp_p
     )
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
-    assert _inside("layout_solver/targets/base.py", read)  # the hook saw the project's files
-    assert _inside(f"layout_solver/{'arm' if backend == 'arm' else 'vulkan'}/rules.py", read)
+    assert _inside("layout_solver/zoo/runner.py", read)  # the hook saw the project's files
+    assert _inside(f"layout_solver/{backend}/rules.py", read)
     leaked = [path for path in read if _inside(path, foreign_code(backend))]
-    assert not leaked, f"{target} reads code its source digest leaves out: {leaked}"
+    assert not leaked, f"a zoo job on {target} reads code its source digest leaves out: {leaked}"
