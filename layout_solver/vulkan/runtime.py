@@ -178,24 +178,14 @@ def execute(
     return results
 
 
-def time_again(
-    programs: dict[str, bytes],
-    inputs: tuple | dict[str, tuple],
-    runtime: str | os.PathLike | None = None,
-    warmup: int = 3,
-    rounds: int = 15,
-    timeout: float = 600.0,
-) -> dict[str, list[float]]:
-    """Time programs that `execute` ran once more, in a fresh child process, interleaved as `execute` times them:
-    each program's per-round milliseconds ({} for one the child could not time). A second reading of a time
-    comes from another process: within one, the rounds share whatever that process's placement and warm-up
-    gave them."""
-    lib = str(locate_runtime(runtime))
-    if not isinstance(inputs, dict):
-        inputs = {name: inputs for name in programs}
+def time_again(programs: dict[str, bytes], inputs: tuple, runtime=None, rounds: int = 15) -> dict[str, list[float]]:
+    """Time programs that `execute` ran (on the same `inputs`) once more, in a fresh child process, interleaved as
+    `execute` times them (3 warm-up runs): each program's per-round milliseconds ({} for one the child could not
+    time). A second reading of a time comes from another process: within one, the rounds share whatever that
+    process's placement and warm-up gave them."""
     with tempfile.TemporaryDirectory(prefix="layout-solver-pte-") as tmp:
         paths = _write_programs(tmp, {name: (buffer, "forward") for name, buffer in programs.items()})
-        times, _ = _time_child(lib, paths, inputs, warmup, rounds, timeout)
+        times, _ = _time_child(str(locate_runtime(runtime)), paths, dict.fromkeys(programs, inputs), 3, rounds, 600.0)
     return times
 
 
