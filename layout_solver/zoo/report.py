@@ -346,13 +346,25 @@ def plot(table: list[dict], out: Path) -> None:
 
     def bars(rows_, stock_key, solver_key, title, ylabel, path):
         rows_ = [r for r in rows_ if isinstance(r[stock_key], (int, float)) and isinstance(r[solver_key], (int, float))]
-        fig, ax = plt.subplots(figsize=(max(6, len(rows_) * 0.9), 4))
-        xs = range(len(rows_))
-        ax.bar([x - 0.2 for x in xs], [r[stock_key] for r in rows_], 0.4, label="stock")
-        ax.bar([x + 0.2 for x in xs], [r[solver_key] for r in rows_], 0.4, label="layout-solver")
-        ax.set_xticks(list(xs), [r["model"] for r in rows_], rotation=30, ha="right")
+        values = [v for r in rows_ for v in (r[stock_key], r[solver_key]) if v > 0]
+        # A catalog's values span decades: a log axis, and one row per model past a dozen (else 10,000-pixel-wide).
+        log = bool(values) and max(values) > 100 * min(values)
+        many = len(rows_) > 12
+        size = (7, max(2.5, 0.3 * len(rows_) + 1)) if many else (max(6, len(rows_) * 0.9), 4)
+        fig, ax = plt.subplots(figsize=size)
+        places, labels = range(len(rows_)), [_plot_label(r["model"]) for r in rows_]
+        draw = ax.barh if many else ax.bar
+        draw([x - 0.2 for x in places], [r[stock_key] for r in rows_], 0.4, label="stock")
+        draw([x + 0.2 for x in places], [r[solver_key] for r in rows_], 0.4, label="layout-solver")
+        if many:
+            ax.set_yticks(list(places), labels, fontsize=7)
+            ax.set_xlabel(ylabel)
+            ax.set_xscale("log" if log else "linear")
+        else:
+            ax.set_xticks(list(places), labels, rotation=30, ha="right")
+            ax.set_ylabel(ylabel)
+            ax.set_yscale("log" if log else "linear")
         ax.set_title(title)
-        ax.set_ylabel(ylabel)
         ax.legend()
         fig.tight_layout()
         fig.savefig(path, dpi=120)
@@ -409,6 +421,11 @@ def plot(table: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+def _plot_label(model: str) -> str:
+    """A model's name on a plot's axis: a catalog entry keeps its architecture and task, a file model its name."""
+    return model.removeprefix("transformers:") if model.startswith("transformers:") else Path(model).name
+
+
 def ratio_plot(table: list[dict], target: str, path: Path) -> None:
     """Every model's solver / stock ratio on `target`, sorted, on a log scale (one bar per model)."""
     import matplotlib
@@ -426,7 +443,7 @@ def ratio_plot(table: list[dict], target: str, path: Path) -> None:
     ax.barh(range(len(points)), [x for x, _ in points], color=colors, left=0)
     ax.set_xscale("log")
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.set_yticks(range(len(points)), [Path(m).name.removeprefix("transformers:") for _, m in points], fontsize=7)
+    ax.set_yticks(range(len(points)), [_plot_label(m) for _, m in points], fontsize=7)
     unit = get_target(target).headline_name
     ax.set_xlabel(f"solver / stock, {unit} (log scale)")
     ax.set_title(f"{target}: {len(points)} models")

@@ -195,3 +195,21 @@ def test_the_report_reads_its_timing_noise_off_the_identical_pairs():
     report = report_markdown(table)
     assert "3 byte-identical pairs read paired ratios 0.950 - 1.060 (median 1.000)" in report
     assert "d 1.05 1.01 0.99 1.02 0.98 -> 1.01" in report
+
+
+def test_a_catalog_sized_report_plots_one_readable_row_per_model(tmp_path):
+    """Past a dozen models the bar charts run one row per model on a log axis (not a 10,000-pixel-wide strip), and
+    every axis names the architecture, not only the task."""
+    from matplotlib.image import imread
+
+    from layout_solver.zoo.report import _plot_label, plot, rows
+
+    assert _plot_label("transformers:bert/text-classification") == "bert/text-classification"
+    assert _plot_label("zoo/models/net.pt2") == "net.pt2" and _plot_label("mobilenet_v2") == "mobilenet_v2"
+    table = rows([{"model": f"transformers:m{i}/image-classification", "target": U55, "status": "ok",
+                   "equivalent": True, "stock": {"vela_total_cycles": 10**(i % 7 + 3), "vela_transpose_cycles": 10},
+                   "solver": {"vela_total_cycles": 10**(i % 7 + 3) // 2, "vela_transpose_cycles": 5}}
+                  for i in range(40)])  # fmt: skip
+    plot(table, tmp_path)
+    height, width = imread(tmp_path / "total_cycles.png").shape[:2]
+    assert height > width < 1200, (height, width)
