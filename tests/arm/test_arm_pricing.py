@@ -165,6 +165,34 @@ def test_verify_keeps_stock_where_vela_finds_the_stage_dearer_and_remembers(monk
     assert [f.read_bytes() for f in again["solver"][0].tosa_files] == [f.read_bytes() for f in stock.tosa_files]
 
 
+@pytest.mark.parametrize(
+    ("model", "target"),
+    [("attention", "ethos-u55-128"), ("window_heads", "ethos-u85-256"), ("padded_stem", "ethos-u55-128"),
+     ("response_norm", "ethos-u85-256"), ("mixed", "ethos-u55-128")],
+)  # fmt: skip
+def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(model, target, monkeypatch, tmp_path):
+    """A new delegate's two sides share every pass before the first one the stage changes: they run once (the
+    stage's side copies the program there), and stock's side, lowered from that copy, is the TOSA program a
+    stock lowering writes, bit for bit; Vela prices exactly that program."""
+    from executorch.backends.arm._passes import FoldAndAnnotateQParamsPass
+
+    from layout_solver.arm import verify
+
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))  # no decision stored: the cold path
+    priced, folds = [], []
+    compile_network = verify.compile_network
+    monkeypatch.setattr(
+        verify, "compile_network", lambda tosa, config: priced.append(tosa) or compile_network(tosa, config)
+    )
+    fold = FoldAndAnnotateQParamsPass.call
+    monkeypatch.setattr(FoldAndAnnotateQParamsPass, "call", lambda self, gm: folds.append(1) or fold(self, gm))
+    out = _lower(model, target, tmp_path)
+    (stock, _), (_, reports) = out["stock"], out["solver"]
+    assert [r.vela_check["cached"] for r in reports] == [False] * len(reports)
+    assert priced == [f.read_bytes() for f in stock.tosa_files]
+    assert len(folds) == 2 * len(priced)  # stock's lowering once, the verified one once per delegate
+
+
 def test_a_tosa_pipeline_with_no_vela_behind_it_is_priced_in_moved_bytes():
     """TOSA FP / INT specs have no compiler to ask: the stage counts a TRANSPOSE as moving 1 MiB plus its
     bytes, so it never trades one transpose for two, and ops cost nothing in any order."""
