@@ -58,6 +58,16 @@ def job_key(job: Job) -> str:
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
+def provenance(job: Job) -> dict:
+    """What produced a job's numbers, stored with them: the digest of the source its comparison reads and the
+    tool versions (the cache key hashes these; the record keeps them readable)."""
+    return {
+        "source": source_digest(get_target(job.target).backend),
+        "tools": tool_versions(),
+        **({"transformers": _transformers_version()} if job.model.startswith("transformers:") else {}),
+    }
+
+
 def _file_digest(path: str) -> str:
     try:
         return hashlib.sha1(Path(path).read_bytes()).hexdigest()
@@ -248,6 +258,7 @@ def run_zoo(
     run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs)
     with tqdm(total=len(todo), desc="zoo", unit="job", file=sys.stderr, disable=not todo) as bar:
         for job, result in run:
+            result["provenance"] = provenance(job)
             paths[job].write_text(json.dumps(result))
             results.append(result)
             bar.update(1)
