@@ -231,8 +231,11 @@ def run_zoo(
     address: str | None = None,
     log: Callable[[str], None] = print,
     options: dict[str, dict] | None = None,
+    prune: bool = False,
 ) -> list[dict]:
-    """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare()."""
+    """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare().
+    `prune`: afterwards, delete the results in `out/cache` this run did not read or write (results of other code,
+    tool versions, models or targets), and say how many."""
     from tqdm import tqdm
 
     from layout_solver.zoo.models import MULTI_METHOD_ZOO
@@ -265,6 +268,11 @@ def run_zoo(
             tqdm.write(
                 f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s", file=sys.stderr
             )
+    if prune:
+        stale = [path for path in cache.glob("*.json") if path not in set(paths.values())]
+        for path in stale:
+            path.unlink()
+        log(f"pruned {len(stale)} results this run did not use from {cache}")
     results.sort(key=lambda r: (r["model"], r["target"]))
     from layout_solver.zoo.report import write_outputs  # here, never in a worker: no result's digest has it
 

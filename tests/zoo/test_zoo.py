@@ -42,6 +42,14 @@ def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
     again = run_zoo(models, ["vulkan", "ethos-u55-128"], tmp_path, jobs=2, log=logged.append)
     assert len(logged) == 4 and all(line.startswith("[cached]") for line in logged)
     assert [r["status"] for r in again] == [r["status"] for r in results]
+    # Pruned: the results of the jobs left out of a run go, the rest stay.
+    logged = []
+    kept = run_zoo(models[:1], ["ethos-u55-128"], tmp_path, jobs=1, log=logged.append, prune=True)
+    assert logged == [
+        f"[cached] {models[0]} on ethos-u55-128: ok",
+        f"pruned 3 results this run did not use from {tmp_path / 'cache'}",
+    ]
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1 and kept[0]["status"] == "ok"
 
 
 def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
