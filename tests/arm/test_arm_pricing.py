@@ -166,14 +166,18 @@ def test_verify_keeps_stock_where_vela_finds_the_stage_dearer_and_remembers(monk
 
 
 @pytest.mark.parametrize(
-    ("model", "target"),
-    [("attention", "ethos-u55-128"), ("window_heads", "ethos-u85-256"), ("padded_stem", "ethos-u55-128"),
-     ("response_norm", "ethos-u85-256"), ("mixed", "ethos-u55-128")],
+    ("model", "target", "stage"),
+    [("attention", "ethos-u55-128", {}), ("window_heads", "ethos-u85-256", {}), ("padded_stem", "ethos-u55-128", {}),
+     ("response_norm", "ethos-u85-256", {}), ("mixed", "ethos-u55-128", {}),
+     ("window_heads", "ethos-u55-128", {"replace_stock": False})],
 )  # fmt: skip
-def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(model, target, monkeypatch, tmp_path):
-    """A new delegate's two sides share every pass before the first one the stage changes: they run once (the
-    stage's side copies the program there), and stock's side, lowered from that copy, is the TOSA program a
-    stock lowering writes, bit for bit; Vela prices exactly that program."""
+def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(
+    model, target, stage, monkeypatch, tmp_path
+):
+    """A new delegate's two sides share every pass before the first one the stage changes (the views-only
+    propagation; with replace_stock=False, the solver pass): they run once (the stage's side copies the program
+    there), and stock's side, lowered from that copy, is the TOSA program a stock lowering writes, bit for bit;
+    Vela prices exactly that program."""
     from executorch.backends.arm._passes import FoldAndAnnotateQParamsPass
 
     from layout_solver.arm import verify
@@ -186,7 +190,7 @@ def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(
     )
     fold = FoldAndAnnotateQParamsPass.call
     monkeypatch.setattr(FoldAndAnnotateQParamsPass, "call", lambda self, gm: folds.append(1) or fold(self, gm))
-    out = _lower(model, target, tmp_path)
+    out = _lower(model, target, tmp_path, **stage)
     (stock, _), (_, reports) = out["stock"], out["solver"]
     assert [r.vela_check["cached"] for r in reports] == [False] * len(reports)
     assert priced == [f.read_bytes() for f in stock.tosa_files]
