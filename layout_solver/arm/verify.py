@@ -10,6 +10,9 @@ tie) and the decision stored. Every report of the delegate carries both totals i
 both sides share (every one before the first the stage changes) run once (`hooks.PipelineFork`), so the first
 lowering of a model costs about 1.4-1.5 stock lowerings (MobileNetV2, a small ViT), and every later one one.
 
+A stage's side that fails after the sides part (a pass raising on the stage's graph) keeps stock's program,
+with a warning and the reason in `vela_check`; the lowering goes on.
+
 `verify="model"` skips the comparison: the stage's own whole-delegate pricing decides alone.
 """
 
@@ -125,7 +128,14 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     before = _dumped(folder)
     # The stage's side first: the passes both sides share (most of the pipeline) run once, on its side.
     with pipeline_fork(PipelineFork()) as fork:
-        solver = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes
+        try:
+            solver, failed = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes, None
+        except Exception as exc:  # the stage's side alone failed: stock's is the legal answer
+            if fork.program is None:
+                raise  # before the sides part: stock's lowering fails the same way
+            while exc.__cause__ is not None:  # the pass manager wraps a pass's error in one naming no pass
+                exc = exc.__cause__
+            solver, failed = None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         by_solver = _written(folder, before)
         _put_back(by_solver, before)
         with stage_off():
@@ -133,15 +143,23 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     by_stock = _written(folder, before)
     config = vela_config(tuple(spec.compiler_flags))
     stock_cycles = compile_network(stock, config).cycles  # stock's own lowering compiles it in-process anyway
-    try:  # the stage's TOSA is new to Vela: a crash in its compiler core must not take the lowering with it
-        solver_cycles = compile_network_isolated(solver, config).cycles
-    except VelaUnsupported as exc:
-        why = f"Vela could not compile the stage's layout: {exc}"
-        decision = Decision("stock", stock_cycles, None, why, _predictions(reports[first:]))
-        warnings.warn(f"layout-solver: {decision.why}; the delegate keeps stock's layout", stacklevel=2)
+    predictions = _predictions(reports[first:])
+    if failed is not None:
+        decision = Decision(
+            "stock", stock_cycles, None, f"the stage's side of the lowering failed: {failed}", predictions
+        )
     else:
-        kept = "solver" if solver_cycles < stock_cycles else "stock"
-        decision = Decision(kept, stock_cycles, solver_cycles, predictions=_predictions(reports[first:]))
+        try:  # the stage's TOSA is new to Vela: a crash in its compiler core must not take the lowering with it
+            solver_cycles = compile_network_isolated(solver, config).cycles
+        except VelaUnsupported as exc:
+            decision = Decision(
+                "stock", stock_cycles, None, f"Vela could not compile the stage's layout: {exc}", predictions
+            )
+        else:
+            kept = "solver" if solver_cycles < stock_cycles else "stock"
+            decision = Decision(kept, stock_cycles, solver_cycles, predictions=predictions)
+    if decision.solver_cycles is None:
+        warnings.warn(f"layout-solver: {decision.why}; the delegate keeps stock's layout", stacklevel=2)
     store.put(key, decision)
     if decision.kept == "solver":  # the folder holds stock's files: back to what it was, then the stage's
         _put_back(by_stock, before)

@@ -197,6 +197,31 @@ def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(
     assert len(folds) == 2 * len(priced)  # stock's lowering once, the verified one once per delegate
 
 
+def test_a_failure_on_the_stages_side_alone_keeps_stocks_program(monkeypatch, tmp_path):
+    """A pass after the fork that fails on the stage's graph only (here made to) does not fail the lowering:
+    stock's side is lowered from the copy, kept bit for bit, and the warning and the report say why."""
+    import executorch.backends.arm._passes as arm_passes
+    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+
+    from layout_solver.arm.hooks import stage_on
+
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))
+    insert = InsertConstShapesPass.call
+
+    def failing_with_the_stage(self, graph_module):
+        if stage_on() and arm_passes.ArmPassManager.__name__ == "SolverArmPassManager":  # in solver_layouts
+            raise ValueError("made to fail on the stage's side")
+        return insert(self, graph_module)
+
+    monkeypatch.setattr(InsertConstShapesPass, "call", failing_with_the_stage)
+    with pytest.warns(UserWarning, match="the stage's side of the lowering failed: ValueError: made to fail"):
+        out = _lower("attention", "ethos-u55-128", tmp_path)
+    (stock, _), (solver, reports) = out["stock"], out["solver"]
+    check = reports[0].vela_check
+    assert check["kept"] == "stock" and check["solver_cycles"] is None and "made to fail" in check["why"]
+    assert [f.read_bytes() for f in solver.tosa_files] == [f.read_bytes() for f in stock.tosa_files]
+
+
 def test_a_tosa_pipeline_with_no_vela_behind_it_is_priced_in_moved_bytes():
     """TOSA FP / INT specs have no compiler to ask: the stage counts a TRANSPOSE as moving 1 MiB plus its
     bytes, so it never trades one transpose for two, and ops cost nothing in any order."""
