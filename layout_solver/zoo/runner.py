@@ -269,7 +269,8 @@ def run_zoo(
                 f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s", file=sys.stderr
             )
     if prune:
-        stale = [path for path in cache.glob("*.json") if path not in set(paths.values())]
+        used = set(paths.values())
+        stale = [path for path in cache.glob("*.json") if path not in used]
         for path in stale:
             path.unlink()
         log(f"pruned {len(stale)} results this run did not use from {cache}")
