@@ -346,8 +346,9 @@ def cmd_zoo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     results = run_zoo(
-        models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address, options=options
-    )
+        models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address, options=options,
+        prune=args.prune,
+    )  # fmt: skip
     print((out / "report.md").read_text())
     print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
     return 0 if all(r["status"] == "ok" for r in results) else 1
@@ -530,6 +531,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", choices=["local", "ray"], default="local")
     p.add_argument("--address", help="with --executor ray: join this cluster instead of starting one")
     p.add_argument("--out", default="zoo-out", help="output directory (default %(default)s)")
+    p.add_argument(
+        "--prune",
+        action="store_true",
+        help="after the run, delete the results in OUT/cache this run did not use (other code, tools, models or "
+        "targets)",
+    )
     _add_service_argument(p)
     _add_vulkan_arguments(p)
     _add_ethos_u_arguments(p)

@@ -23,11 +23,12 @@ def tool_versions(tools: tuple[str, ...] = TOOLS) -> dict[str, str]:
     return versions
 
 
-# The code only one backend's comparison reads (folders or files, relative to the repository root). A target's
+# The code only one backend's zoo jobs read (folders or files, relative to the repository root). A target's
 # source digest leaves out the code of every other backend, so a change to Vulkan's rules keeps the Ethos-U
-# results cached, and the other way round. tests/zoo/test_source_digest.py checks each entry against what a
-# comparison on every other backend really imports and opens; code both read (the registry in
-# layout_solver/targets, the solvers, cost_models/ethos_u55.py that the TOSA target imports) stays in every digest.
+# results cached, and the other way round. tests/zoo/test_source_digest.py checks each entry against what a zoo
+# job (model built, both sides lowered and measured) on every other backend really imports and opens; code both
+# read (the registry in layout_solver/targets, the solvers, cost_models/ethos_u55.py that the TOSA target imports)
+# stays in every digest.
 BACKEND_CODE: dict[str, tuple[str, ...]] = {
     "arm": ("layout_solver/arm", "graph_io/arm.py", "graph_io/tosa.py", "cost_models/vela.py",
             "cost_models/tosa_probe.py", "cost_models/calibration", "cost_models/data/ethos_u55_v2.json"),

@@ -157,8 +157,9 @@ def rows(results: list[dict]) -> list[dict]:
     """The zoo records as table rows, one per model x target (multi-method models: one per method)."""
     out = []
     for r in results:
+        source = r.get("provenance", {}).get("source", "")  # the code's digest (records before it: none)
         if "methods" in r:
-            out += _method_rows(r)
+            out += [{**row, "source": source} for row in _method_rows(r)]
             continue
         row = {
             "model": r["model"],
@@ -186,7 +187,7 @@ def rows(results: list[dict]) -> list[dict]:
             row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
             row["dearer_ops"] = "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(r))
         ratio_ = ratio(r) if r["status"] not in ("error", "crashed") else None
-        row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r))
+        row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r), source=source)
         out.append(row)
     return out
 
@@ -217,8 +218,8 @@ def report_markdown(table: list[dict]) -> str:
             "against the transposes."
         ),
         "",
-        "| target | models | " + " | ".join(VERDICTS) + " | geomean ratio | worst |",
-        "|" + "---|" * (len(VERDICTS) + 4),
+        "| target | models | " + " | ".join(VERDICTS) + " | geomean ratio | worst | code (source digest: rows) |",
+        "|" + "---|" * (len(VERDICTS) + 5),
     ]
     for target in targets:
         mine = [r for r in table if r["target"] == target]
@@ -229,7 +230,9 @@ def report_markdown(table: list[dict]) -> str:
         lines.append(
             f"| {target} | {len(mine)} | "
             + " | ".join(str(counts[v]) for v in VERDICTS)
-            + f" | {f'{geomean:.3f}' if geomean else ''} | {f'{worst[0]:.3f} ({worst[1]})' if worst else ''} |"
+            + f" | {f'{geomean:.3f}' if geomean else ''} | {f'{worst[0]:.3f} ({worst[1]})' if worst else ''} | "
+            + ", ".join(f"{d or 'unrecorded'}: {n}" for d, n in Counter(r.get("source", "") for r in mine).items())
+            + " |"
         )
     lines += [line for target in targets if _family(target) == "vulkan" for line in _timing_noise(table, target)]
     dearer = [r for r in table if r["verdict"] == "dearer than stock"]

@@ -58,6 +58,16 @@ def job_key(job: Job) -> str:
     return hashlib.sha1(payload.encode()).hexdigest()[:16]
 
 
+def provenance(job: Job) -> dict:
+    """What produced a job's numbers, stored with them: the digest of the source its comparison reads and the
+    tool versions (the cache key hashes these; the record keeps them readable)."""
+    return {
+        "source": source_digest(get_target(job.target).backend),
+        "tools": tool_versions(),
+        **({"transformers": _transformers_version()} if job.model.startswith("transformers:") else {}),
+    }
+
+
 def _file_digest(path: str) -> str:
     try:
         return hashlib.sha1(Path(path).read_bytes()).hexdigest()
@@ -221,8 +231,11 @@ def run_zoo(
     address: str | None = None,
     log: Callable[[str], None] = print,
     options: dict[str, dict] | None = None,
+    prune: bool = False,
 ) -> list[dict]:
-    """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare()."""
+    """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare().
+    `prune`: afterwards, delete the results in `out/cache` this run did not read or write (results of other code,
+    tool versions, models or targets), and say how many."""
     from tqdm import tqdm
 
     from layout_solver.zoo.models import MULTI_METHOD_ZOO
@@ -248,12 +261,19 @@ def run_zoo(
     run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs)
     with tqdm(total=len(todo), desc="zoo", unit="job", file=sys.stderr, disable=not todo) as bar:
         for job, result in run:
+            result["provenance"] = provenance(job)
             paths[job].write_text(json.dumps(result))
             results.append(result)
             bar.update(1)
             tqdm.write(
                 f"[{result['status']}] {job.model} on {job.target} in {result['wall_seconds']:.0f} s", file=sys.stderr
             )
+    if prune:
+        used = set(paths.values())
+        stale = [path for path in cache.glob("*.json") if path not in used]
+        for path in stale:
+            path.unlink()
+        log(f"pruned {len(stale)} results this run did not use from {cache}")
     results.sort(key=lambda r: (r["model"], r["target"]))
     from layout_solver.zoo.report import write_outputs  # here, never in a worker: no result's digest has it
 

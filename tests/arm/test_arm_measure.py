@@ -234,3 +234,45 @@ def test_a_reference_model_that_crashes_is_a_rejection_not_a_dead_process(monkey
     with pytest.raises(equivalence.ReferenceRejected) as rejected:
         equivalence.run_tosa(tmp_path / "any.tosa", [np.zeros(4, np.int8)])
     assert rejected.value.status == "error: the reference model crashed (signal SIGSEGV)"
+
+
+def _rescaled(tmp_path, name: str, layout: str = "identity", shift: int = 28):
+    """An int32 input RESCALEd to int8 (by 2**20 / 2**shift) with a shift the reference model calls unpredictable
+    for values beyond ±2**(shift - 1) (full-range int32 inputs: funnel's attention delegate on ethos-u55-128),
+    read through a transpose and its inverse ("pair") or a transpose and a reshape back to the shape (a
+    "scrambled" layout)."""
+    from cost_models.tosa_probe import ProbeBuilder
+
+    b = ProbeBuilder()
+    tensor = b.input((1, 4, 6), "int32")
+    if layout != "identity":
+        tensor = b.op("TRANSPOSE", [tensor], (1, 6, 4), "int32", "TransposeAttribute", perms=(0, 2, 1))[1]
+        tensor = (
+            b.op("TRANSPOSE", [tensor], (1, 4, 6), "int32", "TransposeAttribute", perms=(0, 2, 1))[1]
+            if layout == "pair"
+            else b.op("RESHAPE", [tensor, b.const([1, 4, 6], "shape")], (1, 4, 6), "int32")[1]
+        )
+    consts = [b.const([1 << 20], "int32"), b.const([shift], "int8"), b.const([0], "int32"), b.const([0], "int8")]
+    b.op("RESCALE", [tensor, *consts], (1, 4, 6), "int8", "RescaleAttribute", rounding_mode="RoundingMode.SINGLE_ROUND",
+         per_channel=False, input_unsigned=False, output_unsigned=False, scale32=True)  # fmt: skip
+    path = tmp_path / name / "output_tag0_TOSA.tosa"
+    path.parent.mkdir()
+    path.write_bytes(b.build().serialize())
+    return [path]
+
+
+def test_a_delegate_unpredictable_on_both_sides_is_compared_on_narrower_inputs(tmp_path):
+    """Full-range int32 inputs make both sides unpredictable: a property of the program they share, so the delegate
+    is compared on the widest narrower inputs both run, where a wrong layout is still caught. Unpredictable on one
+    side only is that side's: it stays unchecked."""
+    from layout_solver.arm.equivalence import compare_lowerings
+
+    stock = _rescaled(tmp_path, "stock")
+    same = compare_lowerings(stock, _rescaled(tmp_path, "pair", "pair"))
+    assert same.equivalent is True and same.max_abs_diff == 0
+    narrowed = "compared on integer inputs within ±32768: on full-range inputs the reference model calls both sides"
+    assert same.notes == [f"output_tag0_TOSA.tosa: {narrowed} unpredictable"]
+    scrambled = compare_lowerings(stock, _rescaled(tmp_path, "scrambled", "scrambled"))
+    assert scrambled.equivalent is False and scrambled.max_abs_diff > 0
+    one_sided = compare_lowerings(stock, _rescaled(tmp_path, "predictable", shift=40))  # ±2**39: any int32
+    assert one_sided.equivalent is None and one_sided.reference == {"left": "unpredictable", "right": "ok"}

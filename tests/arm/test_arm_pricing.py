@@ -165,6 +165,63 @@ def test_verify_keeps_stock_where_vela_finds_the_stage_dearer_and_remembers(monk
     assert [f.read_bytes() for f in again["solver"][0].tosa_files] == [f.read_bytes() for f in stock.tosa_files]
 
 
+@pytest.mark.parametrize(
+    ("model", "target", "stage"),
+    [("attention", "ethos-u55-128", {}), ("window_heads", "ethos-u85-256", {}), ("padded_stem", "ethos-u55-128", {}),
+     ("response_norm", "ethos-u85-256", {}), ("mixed", "ethos-u55-128", {}),
+     ("window_heads", "ethos-u55-128", {"replace_stock": False})],
+)  # fmt: skip
+def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(
+    model, target, stage, monkeypatch, tmp_path
+):
+    """A new delegate's two sides share every pass before the first one the stage changes (the views-only
+    propagation; with replace_stock=False, the solver pass): they run once (the stage's side copies the program
+    there), and stock's side, lowered from that copy, is the TOSA program a stock lowering writes, bit for bit;
+    Vela prices exactly that program."""
+    from executorch.backends.arm._passes import FoldAndAnnotateQParamsPass
+
+    from layout_solver.arm import verify
+
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))  # no decision stored: the cold path
+    priced, folds = [], []
+    compile_network = verify.compile_network
+    monkeypatch.setattr(
+        verify, "compile_network", lambda tosa, config: priced.append(tosa) or compile_network(tosa, config)
+    )
+    fold = FoldAndAnnotateQParamsPass.call
+    monkeypatch.setattr(FoldAndAnnotateQParamsPass, "call", lambda self, gm: folds.append(1) or fold(self, gm))
+    out = _lower(model, target, tmp_path, **stage)
+    (stock, _), (_, reports) = out["stock"], out["solver"]
+    assert [r.vela_check["cached"] for r in reports] == [False] * len(reports)
+    assert priced == [f.read_bytes() for f in stock.tosa_files]
+    assert len(folds) == 2 * len(priced)  # stock's lowering once, the verified one once per delegate
+
+
+def test_a_failure_on_the_stages_side_alone_keeps_stocks_program(monkeypatch, tmp_path):
+    """A pass after the fork that fails on the stage's graph only (here made to) does not fail the lowering:
+    stock's side is lowered from the copy, kept bit for bit, and the warning and the report say why."""
+    import executorch.backends.arm._passes as arm_passes
+    from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
+
+    from layout_solver.arm.hooks import stage_on
+
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))
+    insert = InsertConstShapesPass.call
+
+    def failing_with_the_stage(self, graph_module):
+        if stage_on() and arm_passes.ArmPassManager.__name__ == "SolverArmPassManager":  # in solver_layouts
+            raise ValueError("made to fail on the stage's side")
+        return insert(self, graph_module)
+
+    monkeypatch.setattr(InsertConstShapesPass, "call", failing_with_the_stage)
+    with pytest.warns(UserWarning, match="the stage's side of the lowering failed: ValueError: made to fail"):
+        out = _lower("attention", "ethos-u55-128", tmp_path)
+    (stock, _), (solver, reports) = out["stock"], out["solver"]
+    check = reports[0].vela_check
+    assert check["kept"] == "stock" and check["solver_cycles"] is None and "made to fail" in check["why"]
+    assert [f.read_bytes() for f in solver.tosa_files] == [f.read_bytes() for f in stock.tosa_files]
+
+
 def test_a_tosa_pipeline_with_no_vela_behind_it_is_priced_in_moved_bytes():
     """TOSA FP / INT specs have no compiler to ask: the stage counts a TRANSPOSE as moving 1 MiB plus its
     bytes, so it never trades one transpose for two, and ops cost nothing in any order."""

@@ -29,11 +29,27 @@ def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
     assert verdicts[("tiny.py:residual", "ethos-u55-128")] in ("better", "unchanged")
     assert "## Verdicts per target" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "ratio_ethos-u55-128.png").stat().st_size > 0
+    # Each record says what produced it: the digest of the code its backend reads, and the tool versions.
+    from layout_solver.provenance import source_digest, tool_versions
+
+    for r in results:
+        backend = "vulkan" if r["target"] == "vulkan" else "arm"
+        assert r["provenance"] == {"source": source_digest(backend), "tools": tool_versions()}
+    assert {r["source"] for r in table} == {source_digest("vulkan"), source_digest("arm")}
+    assert f"{source_digest('arm')}: 2" in (tmp_path / "report.md").read_text()
     # Resume: everything comes from the cache, nothing is lowered again.
     logged = []
     again = run_zoo(models, ["vulkan", "ethos-u55-128"], tmp_path, jobs=2, log=logged.append)
     assert len(logged) == 4 and all(line.startswith("[cached]") for line in logged)
     assert [r["status"] for r in again] == [r["status"] for r in results]
+    # Pruned: the results of the jobs left out of a run go, the rest stay.
+    logged = []
+    kept = run_zoo(models[:1], ["ethos-u55-128"], tmp_path, jobs=1, log=logged.append, prune=True)
+    assert logged == [
+        f"[cached] {models[0]} on ethos-u55-128: ok",
+        f"pruned 3 results this run did not use from {tmp_path / 'cache'}",
+    ]
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1 and kept[0]["status"] == "ok"
 
 
 def test_a_job_that_kills_its_worker_is_recorded_and_the_rest_go_on(tmp_path):
