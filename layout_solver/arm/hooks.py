@@ -4,7 +4,7 @@ exit, exceptions included.
 * `inserted_passes`: passes put into the Arm pipeline through its public (but global) insertion registry;
 * `views_only_propagation`: ArmPassManager swapped for a subclass that runs the stock permute/view
   propagation heuristics on views only (the solver places the permutes), exposes the exported program
-  being lowered, and runs the passes both sides of a verified delegate share once (`pipeline_fork`);
+  being lowered, and runs the passes both sides of a verified delegate share once (`pipeline_fork.py`);
 * `solver_layouts` / `canonical_transposes`: the user-facing blocks built from those two.
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import copy
 import dataclasses
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from layout_solver.arm.pipeline_fork import STAGE_PASS, active_fork
 from layout_solver.client import solve_problem
 from layout_solver.joint_lowering import JointReports, joint_preprocess
 from layout_solver.multimethod import SubproblemCache
@@ -46,71 +46,6 @@ _current_ethos_u_spec: contextvars.ContextVar = contextvars.ContextVar("layout_s
 _stage_on: contextvars.ContextVar[bool] = contextvars.ContextVar("layout_solver_arm_stage_on", default=True)
 
 VERIFY_MODES = ("model", "vela")
-
-
-class PipelineFork:
-    """One delegate's Arm pipeline run both ways (verify="vela") with the passes the two sides share run once.
-
-    Every pass before the first one the stage changes (`STAGE_PASS` marks it: the views-only propagation, or the
-    solver pass itself with replace_stock=False) is the same on both sides, and they are most of the pipeline's
-    passes. The stage's side runs first and copies the program as it stands where the sides part; stock's side
-    then lowers that copy from there on. Only the outermost graph forks: control flow is declined whole."""
-
-    def __init__(self):
-        self.program = None  # the copy, once the stage's side has reached the fork
-        self.shared: list[type] = []  # the shared passes, as the stage's side ran them
-
-    def capture(self, passes: list) -> None:
-        """The stage's side: a pass that copies the program goes in before the first pass the stage changes."""
-        at = next((i for i, p in enumerate(passes) if getattr(p, STAGE_PASS, False)), None)
-        if at is None:
-            raise RuntimeError("the Arm pipeline has no pass of the layout-solver stage: nowhere to fork it")
-        self.shared = [type(p) for p in passes[:at]]
-        passes.insert(at, _CopyProgram(self))
-
-    def resume(self, passes: list) -> None:
-        """Stock's side: drop the shared passes (the copy has been through them), checking they are the same."""
-        if self.program is None:
-            raise RuntimeError("stock's side of a verified delegate started before the stage's side forked")
-        at = len(self.shared)
-        if [type(p) for p in passes[:at]] != self.shared:
-            raise RuntimeError("the Arm pipeline's passes differ before the fork between stock's side and the stage's")
-        del passes[:at]
-
-
-# The attribute that marks a pass whose work depends on `stage_on()`: the pipeline forks before the first.
-STAGE_PASS = "layout_solver_stage_pass"
-
-
-class _CopyProgram:
-    """A graph pass (changing nothing) that leaves a copy of the program it sees in `fork.program`; executorch's
-    adapter sets `exported_program` to the pass manager's working program for the call."""
-
-    def __init__(self, fork: PipelineFork):
-        self.fork = fork
-        self.exported_program = None
-
-    def __call__(self, graph_module):
-        from torch.fx.passes.infra.pass_base import PassResult
-
-        self.fork.program = copy.deepcopy(self.exported_program)
-        return PassResult(graph_module, False)
-
-
-_pipeline_fork: contextvars.ContextVar[PipelineFork | None] = contextvars.ContextVar(
-    "layout_solver_pipeline_fork", default=None
-)
-
-
-@contextlib.contextmanager
-def pipeline_fork(fork: PipelineFork) -> Iterator[PipelineFork]:
-    """Within this block the outermost Arm pipeline forks through `fork` (captured with the stage on, resumed
-    with it off)."""
-    token = _pipeline_fork.set(fork)
-    try:
-        yield fork
-    finally:
-        _pipeline_fork.reset(token)
 
 
 def current_ethos_u_spec():
@@ -292,7 +227,7 @@ def views_only_propagation(names=REPLACED_STOCK_PASSES) -> Iterator[None]:
                 _current_program.reset(token)
 
         def _transform(self, exported_program, graph_module):
-            fork = _pipeline_fork.get()
+            fork = active_fork()
             if fork is not None and graph_module is exported_program.graph_module:
                 fork.capture(self.passes) if stage_on() else fork.resume(self.passes)
             return super()._transform(exported_program, graph_module)

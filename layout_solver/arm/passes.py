@@ -131,7 +131,7 @@ class SolverLayoutPass(SolverPass, ArmPass):
     post-condition is `layout_solver.arm.validate` (an independent reading of what the written ops compute)."""
 
     _passes_required_after: ClassVar[set] = set()
-    # Its work depends on `stage_on()`: a verified delegate's pipeline forks no later than here (hooks.STAGE_PASS).
+    # Its work depends on `stage_on()`: the pipeline forks no later than here (pipeline_fork.STAGE_PASS).
     layout_solver_stage_pass: ClassVar[bool] = True
 
     def __init__(

@@ -7,8 +7,9 @@ shapes and constant data, the compile flags, the tool versions and this project'
 is lowered once, the way that won. An unknown one is lowered with the stage and without it; Vela's compiler
 core prices both TOSA graphs for the delegate's own configuration; the cheaper is kept (the stock one on a
 tie) and the decision stored. Every report of the delegate carries both totals in `vela_check`. The passes
-both sides share (every one before the first the stage changes) run once (`hooks.PipelineFork`), so the first
-lowering of a model costs about 1.4-1.5 stock lowerings (MobileNetV2, a small ViT), and every later one one.
+both sides share (every one before the first the stage changes) run once (`pipeline_fork.PipelineFork`), so
+the first lowering of a model costs about 1.4-1.5 stock lowerings (MobileNetV2, a small ViT), and every later
+one one.
 
 A stage's side that fails after the sides part (a pass raising on the stage's graph) keeps stock's program,
 with a warning and the reason in `vela_check`; the lowering goes on.
@@ -105,12 +106,12 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     that lowers the stock way; `settings` names the stage's options, part of the decision's key.
 
     A new delegate runs the TOSA pipeline both ways (the passes before the first one the stage changes once:
-    `hooks.PipelineFork`) but hands Vela's command line only the TOSA it keeps, so whatever watches the
+    `pipeline_fork.PipelineFork`) but hands Vela's command line only the TOSA it keeps, so whatever watches the
     lowering (a recorder of the flatbuffers Vela compiles, the artifacts folder) sees one delegate, as
     without verification."""
     from executorch.backends.arm.tosa.backend import TOSABackend
 
-    from layout_solver.arm.hooks import PipelineFork, pipeline_fork
+    from layout_solver.arm.pipeline_fork import PipelineFork, forked
 
     store = store if store is not None else default_decisions()
     key = delegate_digest(edge_program, [*spec.compiler_flags, settings])
@@ -127,7 +128,7 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     # as it was, before the other side runs.
     before = _dumped(folder)
     # The stage's side first: the passes both sides share (most of the pipeline) run once, on its side.
-    with pipeline_fork(PipelineFork()) as fork:
+    with forked(PipelineFork()) as fork:
         try:
             solver, failed = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes, None
         except Exception as exc:  # the stage's side alone failed: stock's is the legal answer
