@@ -8,8 +8,8 @@ is lowered once, the way that won. An unknown one is lowered with the stage and 
 core prices both TOSA graphs for the delegate's own configuration; the cheaper is kept (the stock one on a
 tie) and the decision stored. Every report of the delegate carries both totals in `vela_check`. The passes
 both sides share (every one before the first the stage changes) run once (`pipeline_fork.PipelineFork`), so
-the first lowering of a model costs about 1.2-1.5 stock lowerings (resnet8, MobileNetV2, a small ViT), and every later
-one one.
+the first lowering of a model costs about 1.2-1.5 stock lowerings (resnet8, MobileNetV2, a small ViT), and
+every later one one.
 
 A stage's side that fails after the sides part (a pass raising on the stage's graph) keeps stock's program,
 with a warning and the reason in `vela_check`; the lowering goes on.
