@@ -39,7 +39,8 @@ class TransposeQuery(BaseModel):
     exact: bool = False  # Ethos-U: also ask Vela
     src: str = "TEXTURE_3D:TENSOR_CHANNELS_PACKED"  # Vulkan only
     dst: str = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
-    cost_profile: str | None = None  # Vulkan: built-in name or profile file
+    cost_profile: str | None = None  # Vulkan, XNNPACK: built-in name or profile file
+    threads: int | None = Field(None, ge=1, le=1024)  # XNNPACK: the thread count the program runs with
 
     @model_validator(mode="after")
     def _check(self) -> TransposeQuery:

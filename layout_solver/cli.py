@@ -225,6 +225,8 @@ def _target_options(targets: list, args: argparse.Namespace) -> dict[str, dict]:
         "execute": args.execute,
         "runtime": args.vulkan_runtime,
         "cost_profile": args.cost_profile,
+        "threads": args.threads,
+        "verify": args.verify,
     }
     stray = stray_options(given, set().union(*(t.options for t in targets)))
     try:
@@ -267,9 +269,10 @@ def cmd_cost(args: argparse.Namespace) -> int:
         "src": args.src,
         "dst": args.dst,
         "cost_profile": args.cost_profile,
+        "threads": args.threads,
     }
     target = get_target(args.target)
-    own = {"src", "dst", "cost_profile"}  # fields of some target's query alone
+    own = {"src", "dst", "cost_profile", "threads"}  # fields of some target's query alone
     try:
         target.check_options({k: fields[k] for k in own}, accepted=target.query_options)
     except ValueError as exc:
@@ -373,6 +376,29 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_xnnpack_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threads",
+        type=_ints,
+        help="XNNPACK: thread counts to time both programs at, e.g. 1,2 (default 1,2; the first also prices the stage)",
+    )
+    p.add_argument(
+        "--verify",
+        choices=["model", "run"],
+        help="XNNPACK: model (default): each delegate keeps stock's layout unless the profile prices the "
+        "stage's cheaper; run: also time both programs during the lowering and keep the faster",
+    )
+
+
+def _xnnpack_calibration(args: argparse.Namespace) -> dict:
+    return {
+        "threads": tuple(args.threads or (1, 2)),
+        "rounds": args.rounds,
+        "command": shlex.join(["layout-solver", *args.argv]),
+        "log": lambda line: print(line, file=sys.stderr, flush=True),
+    }
+
+
 def _add_ethos_u_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input-order",
@@ -394,7 +420,16 @@ def _add_service_argument(p: argparse.ArgumentParser) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`layout-solver calibrate TARGET`: measure the present device's costs for the target and write them."""
-    settings = {
+    settings = args.settings(args) if getattr(args, "settings", None) else _vulkan_calibration(args)
+    try:
+        print(get_target(args.kind).calibrate(args.out, **settings))
+    except ValueError as exc:
+        raise ProblemError(str(exc)) from exc
+    return 0
+
+
+def _vulkan_calibration(args: argparse.Namespace) -> dict:
+    return {
         "runtime": args.vulkan_runtime,
         "ops": [o.strip() for o in args.ops.split(",")] if args.ops else None,
         "sizes": args.sizes,
@@ -407,11 +442,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         "command": shlex.join(["layout-solver", *args.argv]),
         "log": lambda line: print(line, file=sys.stderr, flush=True),
     }
-    try:
-        print(get_target(args.kind).calibrate(args.out, **settings))
-    except ValueError as exc:
-        raise ProblemError(str(exc)) from exc
-    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -481,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
         "model", help="built-in zoo name (multi-method: decoder_kv, convnext_two_res) or path/to/file.py:factory"
     )
     p.add_argument("--target", choices=target_names(), required=True, metavar="TARGET",
-                   help="vulkan or an Ethos-U configuration: " + ", ".join(target_names("ethos-u")))  # fmt: skip
+                   help="vulkan, xnnpack, xnnpack-int8, tosa-int or an Ethos-U configuration: "
+                   + ", ".join(target_names("ethos-u")))  # fmt: skip
     p.add_argument(
         "--method-weights",
         type=_method_weights,
@@ -492,10 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_service_argument(p)
     _add_vulkan_arguments(p)
     _add_ethos_u_arguments(p)
+    _add_xnnpack_arguments(p)
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
     kinds = p.add_subparsers(dest="kind", required=True)
-    t = kinds.add_parser("transpose", help="Ethos-U55 transpose, or Vulkan transition (--src/--dst)")
+    t = kinds.add_parser("transpose", help="Ethos-U55 or XNNPACK transpose, or Vulkan transition (--src/--dst)")
     t.add_argument("--target", choices=target_names(), default=DEFAULT_ETHOS_U, metavar="TARGET",
                    help="vulkan or an Ethos-U configuration (default %(default)s)")  # fmt: skip
     t.add_argument("--shape", type=_ints, required=True)
@@ -510,7 +542,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Ethos-U55: price the cheaper of the transpose and its canonical form, or exactly as given",
     )
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
-    t.add_argument("--cost-profile", help="Vulkan: built-in profile name (mobile-gpu, lavapipe) or profile file")
+    t.add_argument(
+        "--cost-profile", help="Vulkan, XNNPACK: built-in profile name (mobile-gpu, lavapipe, ci-x86) or profile file"
+    )
+    t.add_argument("--threads", type=int, help="XNNPACK: the thread count the program runs with (default 1)")
     t.add_argument("--json", action="store_true")
     t.set_defaults(func=cmd_cost)
     p = sub.add_parser("zoo", help="stock versus solver on many models and targets, in parallel, resumable")
@@ -540,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_service_argument(p)
     _add_vulkan_arguments(p)
     _add_ethos_u_arguments(p)
+    _add_xnnpack_arguments(p)
     p.set_defaults(func=cmd_zoo)
     p = sub.add_parser("calibrate", help="measure a device's cost profile")
     kinds = p.add_subparsers(dest="kind", required=True)
@@ -568,6 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --rescale: one factor per op class in each storage (each rests on one sample of the profile)",
     )
     c.set_defaults(func=cmd_calibrate)
+    c = kinds.add_parser("xnnpack", help="XNNPACK conversion (transpose) costs on this CPU, timed by ETDump")
+    c.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
+    c.add_argument("--threads", type=_ints, help="thread counts to measure (default 1,2)")
+    c.add_argument("--rounds", type=int, default=15, help="timed runs per probe (default %(default)s)")
+    c.set_defaults(func=cmd_calibrate, settings=_xnnpack_calibration)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")
     p.add_argument("--port", type=int, default=8731, help="default %(default)s; 0 picks a free port")

@@ -34,6 +34,10 @@ BACKEND_CODE: dict[str, tuple[str, ...]] = {
             "cost_models/tosa_probe.py", "cost_models/calibration", "cost_models/data/ethos_u55_v2.json"),
     "vulkan": ("layout_solver/vulkan", "graph_io/vulkan.py", "cost_models/vulkan.py",
                "cost_models/data/vulkan_lavapipe.json", "cost_models/data/vulkan_v1.json"),
+    # The target's own package (its __init__ is the registry's: every comparison imports it) stays shared.
+    "xnnpack": ("layout_solver/xnnpack", "layout_solver/targets/xnnpack/measure.py",
+                "layout_solver/targets/xnnpack/runtime.py", "layout_solver/targets/xnnpack/calibrate.py",
+                "layout_solver/targets/xnnpack/conformance.py", "cost_models/data/xnnpack_ci_x86.json"),
 }  # fmt: skip
 # Code that only renders finished results (no zoo worker or comparison imports it): in no backend's digest, so a
 # change to the report keeps every cached result. Checked by the same test.

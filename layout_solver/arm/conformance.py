@@ -132,9 +132,15 @@ def collect(files: list[Path], keyword: str) -> list[str]:
 
 
 def run(
-    ids: list[str], stage: str, folder: Path, junit: Path, time_limit: float = DEFAULT_TIME_LIMIT
+    ids: list[str],
+    stage: str,
+    folder: Path,
+    junit: Path,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    plugin: str = __name__,
 ) -> dict[str, dict]:
-    """Run the peer tests `ids` (relative to `folder`) with `stage`; per test: outcome ("passed", "failed",
+    """Run the peer tests `ids` (relative to `folder`) with `stage`, through the pytest `plugin` that wraps each
+    test in that backend's stage (this module's, Arm's, by default); per test: outcome ("passed", "failed",
     "xfailed", "skipped", "error"), seconds, the solver's delegate count, and the failure text."""
     # pytest exits non-zero when a test fails: the outcomes are read from the junit file, per test
     subprocess.run(
@@ -146,7 +152,7 @@ def run(
             "-p",
             "no:cacheprovider",
             "-p",
-            __name__,
+            plugin,
             "--rootdir",
             str(folder),
             "--layout-stage",

@@ -111,6 +111,17 @@ class Side(_Record):
     verified_solver_cycles: int | None = None
     delegates_kept_stock: int | None = None
     verification_cached: bool | None = None
+    # XNNPACK: each thread count's median run time, ETDump's layout-conversion time (XNNPACK transposes) and its
+    # share of the run, and the profile's prediction of it; the program's digest
+    run_ms_by_threads: dict[str, float] | None = None
+    conversion_ms_by_threads: dict[str, float] | None = None
+    conversion_share: float | None = None
+    predicted_conversion_ms: float | None = None
+    conversions: int | None = None
+    pte_sha256: str | None = None
+    # XNNPACK verify="run": which program the lowering kept ("stock" or "solver") and both timings
+    kept: str | None = None
+    verify_run_ms: dict[str, float] | None = None
     # Ethos-U: ops the solver runs in an algebraic mode ("MATMUL.default (B^T A^T)^T": a transposed product)
     modes_chosen: dict[str, int] | None = None
 
@@ -148,6 +159,13 @@ class Comparison(_Record):
     measured_delta_us: float | None = None
     predicted_delta_us: float | None = None
     max_abs_diff_stock_vs_solver: float | None = None
+    # XNNPACK: the paired ratio per thread count (the first read, or the median of fresh processes' reads where
+    # it was outside the tolerance: run_ratio_timings_by_threads), outputs relative to stock's
+    threads: list[int] | None = None
+    run_ratio_by_threads: dict[str, float] | None = None
+    run_ratio_timings_by_threads: dict[str, list[float]] | None = None
+    max_rel_diff_stock_vs_solver: float | None = None
+    bit_identical: bool | None = None
 
     def side(self, name: str) -> Side:
         """A side by name; an empty Side if it was not lowered."""

@@ -6,6 +6,8 @@ query and the benchmarks look a target up here instead of testing its name.
   the solver stage prices with), how to lower and compare a model for it, and its options (`input_order`).
 * `vulkan.VulkanTarget`: ExecuTorch's Vulkan delegate, priced with a device cost profile; its options say
   whether and where to run the programs.
+* `xnnpack.XnnpackTarget`: ExecuTorch's XNNPACK delegate on this CPU, `xnnpack` (fp32) and `xnnpack-int8`;
+  its comparisons run and time both programs here.
 * `tosa.TosaTarget`: a TOSA INT program with no compiler behind it, priced by the bytes its transposes move.
 
 `get_target(name)` returns the registered target or raises ValueError naming the known ones; `compare(module,
@@ -32,17 +34,20 @@ from layout_solver.targets.base import (
 from layout_solver.targets.ethos_u import EthosUTarget, vela_accelerators
 from layout_solver.targets.tosa import TosaTarget
 from layout_solver.targets.vulkan import VulkanTarget
+from layout_solver.targets.xnnpack import XnnpackTarget
 
 if TYPE_CHECKING:  # the comparisons import torch and executorch: each target imports its own when asked
     from layout_solver.compare.result import Comparison, MethodsComparison
 
-__all__ = ["FLAGS", "TARGETS", "EthosUTarget", "Target", "TosaTarget", "VulkanTarget", "compare", "get_target",
-           "register", "stray_options", "stray_options_message", "target_names"]  # fmt: skip
+__all__ = ["FLAGS", "TARGETS", "EthosUTarget", "Target", "TosaTarget", "VulkanTarget", "XnnpackTarget", "compare",
+           "get_target", "register", "stray_options", "stray_options_message", "target_names"]  # fmt: skip
 
 for _accelerator in vela_accelerators():
     register(EthosUTarget(_accelerator))
 register(VulkanTarget("vulkan"))
 register(TosaTarget("tosa-int"))
+register(XnnpackTarget("xnnpack"))
+register(XnnpackTarget("xnnpack-int8", quantized=True))
 
 DEFAULT_ETHOS_U = "ethos-u55-128"
 # The targets a zoo run covers by default: the two NPU generations the project is measured on, and Vulkan.

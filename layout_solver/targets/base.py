@@ -15,7 +15,8 @@ from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 # The command-line flag each comparison option comes from, for errors said in the user's words.
 FLAGS = {"input_order": "--input-order", "execute": "--execute", "runtime": "--vulkan-runtime",
-         "cost_profile": "--cost-profile", "src": "--src", "dst": "--dst"}  # fmt: skip
+         "cost_profile": "--cost-profile", "src": "--src", "dst": "--dst", "threads": "--threads",
+         "verify": "--verify", "rounds": "--rounds"}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def test_a_backends_change_moves_its_own_digest_and_not_the_others(tmp_path, mon
     assert after_report["arm"] == after_shared["arm"] and after_report["vulkan"] == after_shared["vulkan"]
 
 
-@pytest.mark.parametrize("target", ["ethos-u55-128", "vulkan"])
+@pytest.mark.parametrize("target", ["ethos-u55-128", "vulkan", "xnnpack"])
 def test_a_zoo_job_reads_none_of_the_code_its_digest_leaves_out(target, tmp_path):
     backend = TARGETS[target].backend
     (tmp_path / "model.py").write_text(MODEL)

@@ -1,0 +1,177 @@
+"""XNNPACK on this CPU: stock ChannelsLastTaggedReshapePass against the solver stage, model by model, timed.
+
+Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outside,catalog] [--targets xnnpack,xnnpack-int8]
+     [--threads 1,2] [--rounds 30] [--cache DIR] [--out benchmarks/results/xnnpack.md]
+
+Per model and target (`layout-solver compare MODEL --target xnnpack[-int8] --threads 1,2`): both programs lowered in
+one warm process from fresh exports of one module (int8: of one quantized module), run through executorch.runtime,
+interleaved and paired at each thread count (a pair first read above 1.02 is timed again in four fresh processes and
+judged on the median); ETDump's per-op times give each program's layout-conversion time (XNNPACK's transposes) and
+its share of the run. Results are kept per model and target in --cache (a rerun resumes) and tabled with the
+issue's acceptance checks: no model slower than stock (paired ratio <= 1.02) at any thread count; over the models
+whose stock program spends >= 5% of its time converting, conversion time summed >= 60% lower; over those at
+>= 15%, run-time geometric mean <= 0.90; the predicted conversion time against the measured one; lowering time
+with the stage against stock's (median).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import harness
+
+SETS = ("zoo", "outside", "catalog")
+
+
+def model_names(sets: list[str]) -> list[str]:
+    """The single-method models of the named sets."""
+    from layout_solver.zoo.models import ZOO
+
+    names: list[str] = []
+    if "zoo" in sets:
+        names += list(ZOO)
+    if "outside" in sets:
+        from layout_solver.zoo.outside import MODELS
+
+        names += [f"outside:{n}" for n in MODELS]
+    if "catalog" in sets:
+        from layout_solver.zoo.catalog import default_names
+
+        names += default_names()
+    return names
+
+
+def warm_up() -> None:
+    """One small lowering of each side first, so no model's first lowering pays the process's start-up."""
+    import torch
+
+    from layout_solver.targets import compare
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    compare(module, (torch.randn(1, 3, 8, 8),), "xnnpack", threads=[1], rounds=3)
+
+
+def run_one(model: str, target: str, threads: list[int], rounds: int) -> dict:
+    from layout_solver.compare.result import error_record
+    from layout_solver.zoo.runner import compare_named
+
+    started = time.perf_counter()
+    try:
+        record = compare_named(model, target, threads=threads, rounds=rounds).to_json()
+        record["status"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be built or exported is a row, not the end
+        record = {"model": model, "target": target, "status": "error", **error_record(exc, limit=2)}
+    record["seconds"] = round(time.perf_counter() - started, 1)
+    return record
+
+
+def _fmt(x, digits=3) -> str:
+    return "" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def report(records: list[dict], threads: list[int]) -> list[str]:
+    lines = [f"Provenance: {harness.provenance()}", ""]
+    for target in dict.fromkeys(r["target"] for r in records):
+        mine = [r for r in records if r["target"] == target]
+        ok = [r for r in mine if r.get("status") == "ok" and "error" not in r.get("stock", {})
+              and "error" not in r.get("solver", {})]  # fmt: skip
+        header = ["model", *(f"ratio {t}t" for t in threads), "stock conv ms", "solver conv ms", "stock share",
+                  "predicted stock / solver ms", "stock / solver run ms (1st)", "equivalent", "lower s stock / solver"]  # fmt: skip
+        rows = []
+        for r in ok:
+            s, o = r["stock"], r["solver"]
+            ratios = r.get("run_ratio_by_threads", {})
+            t0 = str(threads[0])
+            rows.append([
+                r["model"], *(_fmt(ratios.get(str(t))) for t in threads),
+                _fmt(s.get("conversion_ms_by_threads", {}).get(t0)), _fmt(o.get("conversion_ms_by_threads", {}).get(t0)),
+                _fmt(s.get("conversion_share")), f"{_fmt(s.get('predicted_conversion_ms'))} / {_fmt(o.get('predicted_conversion_ms'))}",
+                f"{_fmt(s.get('run_ms'))} / {_fmt(o.get('run_ms'))}",
+                "bit-identical" if r.get("bit_identical") else _fmt(r.get("equivalent")),
+                f"{_fmt(s.get('lower_seconds'), 2)} / {_fmt(o.get('lower_seconds'), 2)}",
+            ])  # fmt: skip
+        lines += [f"## {target}", ""] + harness.table(header, rows) + [""]
+        lines += checks(ok, threads) + [""]
+        failed = [r for r in mine if r not in ok]
+        if failed:
+            lines += ["Not compared:", ""] + [
+                f"- {r['model']}: {r.get('error') or r.get('stock', {}).get('error') or r.get('solver', {}).get('error')}"
+                for r in failed
+            ] + [""]  # fmt: skip
+    return lines
+
+
+def checks(ok: list[dict], threads: list[int]) -> list[str]:
+    """The issue's acceptance figures over the compared models of one target."""
+    out = []
+    for t in map(str, threads):
+        ratios = [r["run_ratio_by_threads"][t] for r in ok if t in r.get("run_ratio_by_threads", {})]
+        dearer = [r["model"] for r in ok if r.get("run_ratio_by_threads", {}).get(t, 1) > 1.02]
+        over5 = [r for r in ok if (r["stock"].get("conversion_share") or 0) >= 0.05]
+        over15 = [r for r in ok if (r["stock"].get("conversion_share") or 0) >= 0.15]
+        stock5 = sum(r["stock"]["conversion_ms_by_threads"][t] for r in over5)
+        solver5 = sum(r["solver"]["conversion_ms_by_threads"][t] for r in over5)
+        out.append(
+            f"- {t} thread(s): {len(ratios)} models, geomean paired ratio {harness.geomean(ratios):.3f}, worst "
+            f"{max(ratios, default=1):.3f}; dearer than 1.02: {dearer or 'none'}; "
+            f"{len(over5)} models spend >= 5% converting: conversion time summed {stock5:.3f} -> {solver5:.3f} ms "
+            f"({(1 - solver5 / stock5) if stock5 else 0:.0%} lower); {len(over15)} at >= 15%: geomean ratio "
+            f"{harness.geomean([r['run_ratio_by_threads'][t] for r in over15]) if over15 else float('nan'):.3f}"
+        )
+    errors = []
+    for r in ok:
+        for side in ("stock", "solver"):
+            measured = r[side].get("conversion_ms_by_threads", {}).get(str(threads[0]))
+            predicted = r[side].get("predicted_conversion_ms")
+            if measured and predicted is not None and measured > 0.01:
+                errors.append(abs(predicted - measured) / measured)
+    if errors:
+        out.append(f"- predicted conversion time against ETDump's, |error| median {statistics.median(errors):.0%} "
+                   f"over {len(errors)} programs")  # fmt: skip
+    lowering = [r["solver"]["lower_seconds"] / r["stock"]["lower_seconds"] for r in ok if r["stock"].get("lower_seconds")]
+    if lowering:
+        out.append(f"- lowering time with the stage / stock's: median {statistics.median(lowering):.2f}, "
+                   f"worst {max(lowering):.2f}")  # fmt: skip
+    identical = sum(1 for r in ok if r.get("same_program"))
+    out.append(f"- {identical} of {len(ok)} programs byte-identical to stock's (the stage kept every delegate's "
+               f"layout); outputs: {sum(1 for r in ok if r.get('equivalent'))} equivalent")  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--models")
+    parser.add_argument("--set", default="zoo,outside")
+    parser.add_argument("--targets", default="xnnpack,xnnpack-int8")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--cache", default="zoo-out/xnnpack-bench")
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    models = args.models.split(",") if args.models else model_names(args.set.split(","))
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    warm_up()
+    records = []
+    jobs = [(m, t) for t in args.targets.split(",") for m in models]
+    for i, (model, target) in enumerate(jobs, 1):
+        path = cache / f"{target}__{model.replace('/', '_').replace(':', '_')}.json"
+        if path.is_file():
+            records.append(json.loads(path.read_text()))
+            continue
+        record = run_one(model, target, threads, args.rounds)
+        path.write_text(json.dumps(record))
+        records.append(record)
+        ratios = record.get("run_ratio_by_threads", {})
+        print(f"[{i}/{len(jobs)}] {target} {model}: {record['status']} ratios {ratios} "
+              f"share {record.get('stock', {}).get('conversion_share')} ({record['seconds']} s)",
+              file=sys.stderr, flush=True)  # fmt: skip
+    harness.emit(report(records, threads), args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""XNNPACK on this CPU: `xnnpack` (fp32) and `xnnpack-int8` (XNNPACKQuantizer, static, per-channel symmetric).
+
+The stage is `layout_solver.xnnpack.solver_layouts` (the solver in place of ChannelsLastTaggedReshapePass),
+priced by a conversion-cost profile measured on the CPU (`calibrate xnnpack`); a comparison runs both programs
+through the wheel's own runtime, interleaved and paired, threads pinned (`measure.py`, `runtime.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets.base import Target
+
+DEFAULT_THREADS = (1, 2)
+
+
+@dataclass(frozen=True)
+class XnnpackTarget(Target):
+    """ExecuTorch's XNNPACK delegate on the present CPU, fp32 or static int8."""
+
+    quantized: bool = False
+    family: ClassVar[str] = "xnnpack"
+    backend: ClassVar[str] = "xnnpack"
+    options: ClassVar[frozenset[str]] = frozenset({"threads", "cost_profile", "rounds", "verify"})
+    query_options: ClassVar[frozenset[str]] = frozenset({"cost_profile", "threads"})
+    family_name: ClassVar[str] = "XNNPACK"
+    headline: ClassVar[tuple[str, ...]] = ("run_ms",)
+    headline_name: ClassVar[str] = "run time on this CPU"
+    row_fields: ClassVar[tuple[str, ...]] = (
+        "transitions", "modelled_us", "lower_seconds", "pass_seconds", "run_ms", "conversion_share",
+        "predicted_conversion_ms", "max_abs_diff_vs_eager",
+    )  # fmt: skip
+    tolerance: ClassVar[float] = 0.02  # the issue's bar: a paired ratio above 1.02 is dearer
+    example: ClassVar[str] = "--target xnnpack"
+
+    @property
+    def description(self) -> str:
+        return f"XNNPACK ({'static int8' if self.quantized else 'fp32'}, this CPU)"
+
+    def checked_options(self, options: dict) -> dict:
+        from cost_models.xnnpack import load_profile
+
+        if options.get("cost_profile"):
+            try:
+                load_profile(options["cost_profile"])
+            except OSError as exc:
+                raise ValueError(str(exc)) from exc
+        threads = options.get("threads")
+        if threads is not None and (not threads or any(not isinstance(t, int) or t < 1 for t in threads)):
+            raise ValueError(f"--threads takes positive integers, got {threads!r}")
+        if options.get("verify") not in (None, "model", "run"):
+            raise ValueError(f"--verify takes model or run, got {options['verify']!r}")
+        return options
+
+    def cache_inputs(self) -> dict:
+        """The profile file a user names may change between runs."""
+        from cost_models.xnnpack import load_profile, profile_digest
+
+        return {"xnnpack_profile": profile_digest(load_profile())}
+
+    def price_transpose(self, query) -> dict:
+        """A conversion's microseconds on the profile's CPU (default: the shipped one)."""
+        from cost_models import xnnpack as xnn_cost
+
+        if not query.perm:
+            raise ValueError(f"{self.name}: --perm is required (the physical permutation)")
+        profile = xnn_cost.load_profile(getattr(query, "cost_profile", None))
+        threads = getattr(query, "threads", None) or 1
+        dtype = query.dtype or ("int8" if self.quantized else "float32")
+        return {
+            "target": self.name,
+            "shape": list(query.shape),
+            "perm": list(query.perm),
+            "dtype": dtype,
+            "threads": threads,
+            "kind": xnn_cost.conversion_kind(query.shape, query.perm),
+            "us": round(xnn_cost.conversion_us(profile, query.shape, dtype, query.perm, threads), 4),
+            "profile": profile.device,
+        }
+
+    def calibrate(self, out, threads=(1, 2), rounds: int = 15, command: str = "", log=print, **_) -> str:
+        """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`."""
+        from layout_solver.targets.xnnpack.calibrate import calibrate
+
+        out = Path(out)
+        if not out.parent.is_dir():
+            raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
+        if rounds < 3 or not threads or any(t < 1 for t in threads):
+            raise ValueError("--rounds at least 3, --threads positive integers")
+        profile = calibrate(list(threads), rounds=rounds, command=command, log=log)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(profile.model_dump_json(indent=1) + "\n")
+        tmp.replace(out)
+        return (f"profile for {profile.device}: {len(profile.measurements)} conversions timed at "
+                f"{', '.join(map(str, threads))} threads -> {out}")  # fmt: skip
+
+    def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
+        """Stock versus solver lowering on XNNPACK, both programs run and timed here."""
+        from layout_solver.targets.xnnpack.measure import compare_xnnpack
+
+        self.check_options(options)
+        self.checked_options(options)
+        return compare_xnnpack(
+            module, inputs, name or type(module).__name__, self.name, self.quantized, time_limit, service,
+            threads=tuple(options.get("threads") or DEFAULT_THREADS), cost_profile=options.get("cost_profile"),
+            rounds=options.get("rounds") or 30, verify=options.get("verify") or "model",
+        )  # fmt: skip

@@ -1,0 +1,112 @@
+"""`layout-solver calibrate xnnpack`: measure this CPU's conversion costs into an XnnpackProfile.
+
+Each probe is a one-op XNNPACK program, a permute_copy of one shape by one permutation (fp32, or int8 between
+a quantize and a dequantize, which XNNPACK runs as an 8-bit transpose), lowered with the stock partitioner and
+run through `executorch.runtime`; the transpose's own time is read from ETDump, so delegate-call overhead and
+the input copy are not in it. Shapes span 4 KiB to 4 MiB in each class of `cost_models.xnnpack`
+(copy / block / transpose), at every requested thread count; each class keeps its curve of time by size.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import defaultdict
+
+import numpy as np
+
+from cost_models import xnnpack as xnn_cost
+
+# (shape, perm) per class; the element counts run 2^10 .. 2^20.
+# Element counts 2^10 .. 2^20 (4 KiB .. 4 MiB of fp32), closer together where a tensor leaves L1 and L2.
+_CHANNELS = (16, 32, 16, 64, 32, 64, 128, 64, 128, 256)
+_SIDES = (8, 16, 32, 24, 48, 40, 32, 64, 64, 64)
+PROBES = {
+    "transpose": [([1, c, s, s], [0, 2, 3, 1] if i % 2 else [0, 3, 1, 2]) for i, (c, s) in
+                  enumerate(zip(_CHANNELS, _SIDES))],
+    "block": [([1, c, s, s], [0, 2, 1, 3]) for c, s in zip(_CHANNELS, _SIDES)],
+    "copy": [([1, 1, c, s * s], [1, 0, 2, 3]) for c, s in zip(_CHANNELS, _SIDES)],
+}  # fmt: skip
+DTYPES = {"float32": 4, "int8": 1}
+
+
+def probe_program(shape: list[int], perm: list[int], dtype: str) -> tuple[bytes, tuple]:
+    """A one-transpose XNNPACK program and its input."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    ops = torch.ops.quantized_decomposed
+
+    class Probe(torch.nn.Module):
+        def forward(self, x):
+            if dtype == "int8":
+                x = ops.dequantize_per_tensor(ops.quantize_per_tensor(x, 0.05, 0, -128, 127, torch.int8),
+                                              0.05, 0, -128, 127, torch.int8)  # fmt: skip
+                y = x.permute(perm)
+                return ops.dequantize_per_tensor(ops.quantize_per_tensor(y, 0.05, 0, -128, 127, torch.int8),
+                                                 0.05, 0, -128, 127, torch.int8)  # fmt: skip
+            return x.permute(perm)
+
+    inputs = (torch.randn(shape),)
+    program = to_edge_transform_and_lower(torch.export.export(Probe(), inputs), partitioner=[XnnpackPartitioner()])
+    return program.to_executorch().buffer, inputs
+
+
+def calibrate(threads: list[int], rounds: int = 15, dtypes=tuple(DTYPES), command: str = "",
+              log=print) -> xnn_cost.XnnpackProfile:  # fmt: skip
+    """Time every probe at every thread count and fit each class."""
+    from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.runtime import event_means
+
+    measurements = []
+    total = sum(len(p) for p in PROBES.values()) * len(dtypes)
+    done = 0
+    for dtype in dtypes:
+        for kind, probes in PROBES.items():
+            for shape, perm in probes:
+                with quiet():
+                    buffer, inputs = probe_program(shape, perm, dtype)
+                for n in threads:
+                    times = event_means(buffer, inputs, n, "Transpose (ND", runs=rounds)
+                    if len(times) != 1:
+                        raise RuntimeError(f"probe {shape} {perm} {dtype}: {len(times)} transposes, expected one")
+                    measurements.append(
+                        xnn_cost.Measurement(shape=shape, elem_bytes=DTYPES[dtype], perm=perm, threads=n,
+                                             kind=xnn_cost.conversion_kind(shape, perm), us=round(times[0], 3))
+                    )  # fmt: skip
+                done += 1
+                log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
+                    + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
+    return xnn_cost.XnnpackProfile(
+        device=f"{platform.machine()} {platform.processor() or ''} ({cpu_model()})".replace("  ", " "),
+        measured=True,
+        command=command,
+        curves=curves(measurements),
+        measurements=measurements,
+    )
+
+
+def curves(measurements: list[xnn_cost.Measurement]) -> dict[str, dict[str, dict[str, xnn_cost.Curve]]]:
+    """Per (threads, element bytes, class): the measured microseconds by KiB, made non-decreasing (a larger
+    conversion never costs less; ETDump reads whole microseconds, so small ones can read 0)."""
+    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        groups[(m.threads, m.elem_bytes, m.kind)][float(np.prod(m.shape)) * m.elem_bytes / 1024].append(m.us)
+    out: dict[str, dict[str, dict[str, xnn_cost.Curve]]] = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, kind), by_kib in sorted(groups.items()):
+        kib = sorted(by_kib)
+        us = np.maximum.accumulate([float(np.median(by_kib[k])) for k in kib])
+        out[str(threads)][str(elem)][kind] = xnn_cost.Curve(kib=kib, us=[round(float(u), 3) for u in us])
+    return {t: dict(v) for t, v in out.items()}
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"

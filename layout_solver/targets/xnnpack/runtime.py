@@ -1,0 +1,197 @@
+"""Running XNNPACK programs on this CPU through the wheel's own runtime (`executorch.runtime`): threads pinned,
+programs timed in interleaved paired rounds, per-op times from ETDump (`executorch.devtools.Inspector`)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# XNNPACK's operator events ("Transpose (ND, X32) #3") name their class before the instance number.
+_INSTANCE = re.compile(r"\s+#\d+$")
+# What the profile counts as layout conversion: XNNPACK's transposes (stock's stubs and the stage's permutes).
+CONVERSION_EVENTS = ("Transpose (ND",)
+_WRAPPERS = ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Program::load_method", "Method::init")
+
+
+def set_threads(threads: int) -> None:
+    """Pin the runtime's thread pool (XNNPACK's and the portable kernels') to `threads`."""
+    from executorch.extension.pybindings import portable_lib
+
+    portable_lib._unsafe_reset_threadpool(int(threads))
+
+
+def load_method(buffer: bytes, etdump: bool = False):
+    """(program, forward method) of a .pte buffer."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(bytes(buffer), enable_etdump=etdump)
+    return program, program.load_method("forward")
+
+
+@dataclass
+class PairedTiming:
+    """Interleaved rounds of several programs: each one's per-round milliseconds, and each one's paired ratio
+    to the first (the median over rounds of its time / the first's in the same round)."""
+
+    ms: list[list[float]]
+
+    @property
+    def medians(self) -> list[float]:
+        return [statistics.median(t) for t in self.ms]
+
+    def ratio(self, index: int) -> float:
+        return statistics.median(b / a for a, b in zip(self.ms[0], self.ms[index]))
+
+    def spread(self, index: int) -> tuple[float, float]:
+        """The inter-quartile range of the paired ratio (its noise)."""
+        q = statistics.quantiles([b / a for a, b in zip(self.ms[0], self.ms[index])], n=4)
+        return q[0], q[2]
+
+
+def paired_times(buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30, warmup: int = 5) -> PairedTiming:
+    """Run every program once per round, in an order that alternates round to round, with `threads` threads."""
+    set_threads(threads)
+    methods = [load_method(b)[1] for b in buffers]
+    args = list(inputs)
+    for method in methods:
+        for _ in range(warmup):
+            method.execute(args)
+    ms: list[list[float]] = [[] for _ in methods]
+    order = list(range(len(methods)))
+    for r in range(rounds):
+        for i in order if r % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            methods[i].execute(args)
+            ms[i].append((time.perf_counter() - started) * 1e3)
+    return PairedTiming(ms)
+
+
+@dataclass
+class OpProfile:
+    """Per-run milliseconds by ETDump event class (XNNPACK ops, portable kernels), medians over runs."""
+
+    runs: int
+    by_class: dict[str, float] = field(default_factory=dict)
+    by_event: dict[str, float] = field(default_factory=dict)
+    count_by_class: dict[str, float] = field(default_factory=dict)  # events per run
+
+    @property
+    def conversions(self) -> int:
+        """XNNPACK transposes run per inference."""
+        return round(sum(v for k, v in self.count_by_class.items() if k.startswith(CONVERSION_EVENTS)))
+
+    @property
+    def conversion_ms(self) -> float:
+        return sum(v for k, v in self.by_class.items() if k.startswith(CONVERSION_EVENTS))
+
+    @property
+    def total_ms(self) -> float:
+        return self.by_class.get("Method::execute", 0.0)
+
+    @property
+    def conversion_share(self) -> float:
+        return self.conversion_ms / self.total_ms if self.total_ms else 0.0
+
+
+def etdump_events(buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3) -> dict[str, list[float]]:
+    """Each ETDump event's milliseconds in each of `runs` runs (after `warmup` runs in another load), by name
+    in the order the events first ran."""
+    from executorch.devtools import Inspector
+
+    set_threads(threads)
+    _, warm = load_method(buffer)
+    for _ in range(warmup):
+        warm.execute(list(inputs))
+    program, method = load_method(buffer, etdump=True)
+    for _ in range(runs):
+        method.execute(list(inputs))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "run.etdp"
+        program.write_etdump_result_to_file(str(path), str(Path(tmp) / "debug.bin"))
+        inspector = Inspector(etdump_path=str(path))
+    events: dict[str, list[float]] = defaultdict(list)
+    for block in inspector.event_blocks:
+        for event in block.events:
+            if event.perf_data is not None:
+                events[event.name].extend(event.perf_data.raw)
+    return dict(events)
+
+
+def profile_ops(buffer: bytes, inputs: tuple, threads: int, runs: int = 20) -> OpProfile:
+    """ETDump's per-op times of one program, per run, by event and by event class."""
+    events = etdump_events(buffer, inputs, threads, runs)
+    by_event = {name: sum(raw) / runs for name, raw in events.items()}
+    by_class: dict[str, float] = defaultdict(float)
+    counts: dict[str, float] = defaultdict(float)
+    for name, raw in events.items():
+        by_class[_INSTANCE.sub("", name)] += sum(raw) / runs
+        counts[_INSTANCE.sub("", name)] += len(raw) / runs
+    return OpProfile(runs, dict(by_class), by_event, dict(counts))
+
+
+def event_means(buffer: bytes, inputs: tuple, threads: int, prefix: str, runs: int = 60) -> list[float]:
+    """Microseconds per run of each event whose name starts with `prefix`: the mean over runs with the slowest
+    tenth left out. ETDump counts whole microseconds; where a tick falls is independent of the op, so the mean of
+    many runs resolves an op shorter than one tick (a median would read it 0 or 1)."""
+    events = etdump_events(buffer, inputs, threads, runs)
+    out = []
+    for name, raw in events.items():
+        if name.startswith(prefix):
+            kept = sorted(raw)[: max(1, len(raw) - len(raw) // 10)]
+            out.append(statistics.fmean(kept) * 1e3)
+    return out
+
+
+def is_wrapper(event_class: str) -> bool:
+    """Events that contain others (the method, a delegate call, a portable kernel's call)."""
+    return event_class in _WRAPPERS
+
+
+def time_in_fresh_process(buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30) -> PairedTiming:
+    """`paired_times` in a new Python process (a fresh heap, caches and thread pool), for a second reading."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i, buffer in enumerate(buffers):
+            paths.append(str(Path(tmp) / f"p{i}.pte"))
+            Path(paths[-1]).write_bytes(buffer)
+        torch.save(tuple(inputs), Path(tmp) / "inputs.pt")
+        done = subprocess.run(
+            [sys.executable, "-m", __name__, "--threads", str(threads), "--rounds", str(rounds),
+             str(Path(tmp) / "inputs.pt"), *paths],
+            capture_output=True, text=True, check=False, timeout=600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"timing process failed: {done.stderr.strip().splitlines()[-1:]}")
+        return PairedTiming(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _main() -> None:
+    import argparse
+    import json
+
+    import torch
+
+    parser = argparse.ArgumentParser(description="time .pte programs in interleaved paired rounds (JSON ms lists)")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("inputs")
+    parser.add_argument("programs", nargs="+")
+    args = parser.parse_args()
+    inputs = torch.load(args.inputs)
+    timing = paired_times([Path(p).read_bytes() for p in args.programs], inputs, args.threads, args.rounds)
+    print(json.dumps(timing.ms))
+
+
+if __name__ == "__main__":
+    _main()

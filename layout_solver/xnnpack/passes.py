@@ -1,0 +1,157 @@
+"""The solver in place of XNNPACK's ChannelsLastTaggedReshapePass, and the counting stock pass.
+
+`SolverChannelsLastTaggedReshapePass` builds the delegate's problem (`rules.build_problem`), solves it, and
+writes the answer back with stock's own machinery: each node is tagged with its value's order
+(`XNN_NHWC_NODE`), and an operand read in the other order goes through stock's `input_to_nhwc` /
+`input_to_nchw`, so conversion stubs are shared per (value, order) as stock's partner nodes are and quantized
+graphs get stock's copy / q / dq patterns and implicit-q/dq tags. Stock's pass runs on a copy of the same
+graph; both results are priced by one reading of their tags (`pricing.layout_cost`) and the cheaper is
+returned, so the stage never hands back a delegate its cost model prices dearer than stock's.
+
+`CountingChannelsLastTaggedReshapePass` is stock's pass, unchanged, recording what it wrote.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
+from executorch.exir.pass_base import PassResult
+
+from cost_models import xnnpack as xnn_cost
+from layout_solver.problem import ProblemError, Solution
+from layout_solver.report import PassReport, lowering_solver, record, solver_report
+from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.solver_pass import SolverPass
+from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
+from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
+from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
+from layout_solver.xnnpack.validate import validate
+
+TAG = ChannelsLastTaggedReshapePass.XNN_NHWC_NODE
+# The stage's delegate replaces stock's only where it is predicted cheaper by more than this (microseconds):
+# a tie keeps stock's bytes.
+MIN_SAVING_US = 0.05
+
+
+def _report_fields(cost: LayoutCost) -> dict:
+    return {
+        "transitions": [c.record() for c in cost.conversions],
+        "transitions_written": cost.transposes,
+        "modelled_us": round(cost.us, 4),
+        "pricing": "xnnpack",
+    }
+
+
+class CountingChannelsLastTaggedReshapePass(ChannelsLastTaggedReshapePass):
+    """Stock's pass; records the conversions it left, priced by the profile."""
+
+    profile: xnn_cost.XnnpackProfile | None = None
+    threads: int = 1
+
+    def call(self, graph_module):
+        started = time.perf_counter()
+        result = super().call(graph_module)
+        cost = layout_cost(result.graph_module, self.profile or xnn_cost.load_profile(), self.threads)
+        record(PassReport("stock", pass_seconds=time.perf_counter() - started, **_report_fields(cost)))
+        return result
+
+
+class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapePass):
+    """The solver's dim orders for one XNNPACK delegate (see the module docstring)."""
+
+    time_limit: float = DEFAULT_TIME_LIMIT
+    profile: xnn_cost.XnnpackProfile | None = None
+    threads: int = 1
+    service: str | None = None
+    retraced = None
+
+    def call(self, graph_module):
+        started = time.perf_counter()
+        profile = self.profile or xnn_cost.load_profile()
+        stock_graph = ChannelsLastTaggedReshapePass(self.exported_program).call(copy.deepcopy(graph_module))
+        stock_cost = layout_cost(stock_graph.graph_module, profile, self.threads)
+        try:
+            run = self.solve_graph(graph_module)
+        except (ProblemError, ValueError) as exc:  # a graph the rules cannot read: stock's answer, said so
+            self.run = None
+            return self._keep_stock(stock_graph, stock_cost, started, f"stock kept: {exc}")
+        solved = super(ChannelsLastTaggedReshapePass, self).call(graph_module)  # ExportPass: retrace
+        self.retraced = solved.graph_module  # what `ensures` checks: the stubs have their tensors only now
+        cost = layout_cost(solved.graph_module, profile, self.threads)
+        if cost.us > stock_cost.us - MIN_SAVING_US:
+            self.run = None
+            return self._keep_stock(stock_graph, stock_cost, started, "stock kept: the stage's layout is not cheaper")
+        report = solver_report(run, time.perf_counter() - started, **_report_fields(cost))
+        report.stock_cost = round(stock_cost.us, 4)
+        self.report = report
+        record(report)
+        return PassResult(solved.graph_module, True)
+
+    def _keep_stock(self, stock_graph, stock_cost: LayoutCost, started: float, note: str) -> PassResult:
+        report = PassReport(
+            "stock-fallback", pass_seconds=time.perf_counter() - started, notes=[note], **_report_fields(stock_cost)
+        )
+        report.stock_cost = round(stock_cost.us, 4)
+        report.kept_stock = True
+        record(report)
+        return stock_graph
+
+    def build(self, graph_module) -> BuiltProblem:
+        return build_problem(graph_module, self.exported_program, self.profile or xnn_cost.load_profile(),
+                             self.threads)  # fmt: skip
+
+    def solve(self, built: BuiltProblem) -> Solution:
+        placeholders = {n.name for n in built.nodes.values() if n.op == "placeholder"}
+        return lowering_solver(self.time_limit, self.service, self.exported_program, lambda: placeholders)(
+            built.problem
+        )
+
+    def write_back(self, graph_module, built: BuiltProblem, solution: Solution) -> None:
+        """Tag every node with its value's order; convert each operand an op reads in the other order."""
+        ops = {op.id: op for op in built.problem.ops}
+        labels = solution.labels
+        for node in list(graph_module.graph.nodes):
+            if node.op in ("placeholder", "get_attr"):
+                if rank(node) == 4:
+                    node.meta[TAG] = labels.get(node.name, stored_label(node)) == CHANNELS_LAST
+            elif node.op == "call_function" and node.name in ops:
+                self._convert_operands(graph_module, node, ops[node.name], solution, built)
+                self._tag(node, labels[node.name])
+                if solution.modes[node.name].endswith("(removed)"):  # a copy into the order it already has
+                    node.replace_all_uses_with(node.args[0])
+                    graph_module.graph.erase_node(node)
+            elif node.op == "output":
+                for index, out in enumerate(node.args[0]):
+                    op = ops.get(f"output#{index}")
+                    if op is not None:
+                        self._convert_operands(graph_module, node, op, solution, built, only=out)
+        graph_module.recompile()
+        for node in graph_module.graph.nodes:
+            node.meta.pop(self.PARTNER_NODE, None)
+
+    def _convert_operands(self, graph_module, node, op, solution, built, only=None) -> None:
+        mode = next(m for m in op.modes if m.name == solution.modes[op.id])
+        for vid, wanted in zip(op.operands, mode.operands):
+            operand = built.nodes[vid]
+            if only is not None and operand is not only:
+                continue
+            if solution.labels[vid] == wanted:
+                continue
+            if wanted == CHANNELS_LAST:
+                self.input_to_nhwc(graph_module, operand, node)
+            else:
+                self.input_to_nchw(graph_module, operand, node)
+
+    @staticmethod
+    def _tag(node, label: str) -> None:
+        # cat, slice_copy and view_copy read the tag's presence, not its value: a contiguous node carries none.
+        if label == CHANNELS_LAST:
+            node.meta[TAG] = True
+        else:
+            node.meta.pop(TAG, None)
+
+    def check(self, graph_module, before) -> None:
+        # PassBase hands `ensures` the graph it gave `call`; the written program is the retraced one.
+        validate(self.retraced)

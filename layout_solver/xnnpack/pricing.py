@@ -1,0 +1,101 @@
+"""What a tagged XNNPACK delegate graph spends on layout, read off the graph as the serializer will read it.
+
+Both sides are priced by this one reading, after their pass has run: every `_to_copy(memory_format=...)`
+(stock's conversion stubs and the stage's) is one transpose of its tensor, and every permute_copy runs the
+permutation its input's and result's tags give (`op_rules.physical_permutation`). It reads the tags, not the
+stage's problem, so it prices stock's graph and the stage's the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from cost_models import xnnpack as xnn_cost
+from graph_io.fx import tensor_of
+from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, elem_bytes, physical_permutation, short_target
+from layout_solver.xnnpack.visitors import label_of
+
+
+@dataclass
+class Conversion:
+    """One data movement the delegate runs for layout: the node, its class, shape, bytes and modelled us."""
+
+    node: str
+    op: str  # "_to_copy" or "permute_copy"
+    kind: str  # cost_models.xnnpack class: copy, block, transpose
+    shape: list[int]
+    bytes: int
+    us: float
+
+    def record(self) -> dict:
+        return {"value": self.node, "op": self.op, "kind": self.kind, "shape": self.shape, "bytes": self.bytes,
+                "cost": round(self.us, 4)}  # fmt: skip
+
+
+@dataclass
+class LayoutCost:
+    """A tagged graph's conversions and their modelled sum."""
+
+    conversions: list[Conversion] = field(default_factory=list)
+
+    @property
+    def us(self) -> float:
+        return sum(c.us for c in self.conversions)
+
+    @property
+    def transposes(self) -> int:
+        """Conversions that move data out of order (not plain copies)."""
+        return sum(c.kind != "copy" for c in self.conversions)
+
+
+def removed_by_stock(graph_module) -> set[str]:
+    """The memory-format copies stock's RemoveRedundantCopyPass (run after the layout pass) deletes: one into the
+    order its input already has, and a pair converting there and back where the first has no other reader."""
+    removed: set[str] = set()
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function" or short_target(node.target) != "_to_copy.default":
+            continue
+        source = node.args[0]
+        is_copy = isinstance(source, torch.fx.Node) and source.op == "call_function"
+        if is_copy and short_target(source.target) == "_to_copy.default" and source.name not in removed:
+            if label_of(source) != label_of(node) and len(source.users) == 1:
+                removed |= {source.name, node.name}
+                continue
+        if label_of(source) == label_of(node):
+            removed.add(node.name)
+    return removed
+
+
+def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
+    """The conversions of a graph tagged by ChannelsLastTaggedReshapePass (stock's or the stage's), as the
+    serializer will run them once RemoveRedundantCopyPass has run."""
+    out = LayoutCost()
+    removed = removed_by_stock(graph_module)
+    for node in graph_module.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = short_target(node.target)
+        val = tensor_of(node)
+        if val is None or name not in ("_to_copy.default", "permute_copy.default") or node.name in removed:
+            continue
+        source = node.args[0]
+        if name == "_to_copy.default":
+            if "memory_format" not in node.kwargs or val.dim() != 4:
+                continue
+            # The serializer always reads the other order than the one it writes: one NCHW<->NHWC transpose.
+            dst = label_of(node)
+            perm = physical_permutation([0, 1, 2, 3], CHANNELS_LAST if dst == CONTIGUOUS else CONTIGUOUS, dst)
+        else:
+            rank = tensor_of(source).dim()
+            perm = [d % rank for d in node.args[1]]
+            if rank == 4:
+                perm = physical_permutation(perm, label_of(source), label_of(node))
+        shape = [int(d) for d in tensor_of(source).shape]
+        elem = elem_bytes(node)
+        out.conversions.append(
+            Conversion(node.name, name.split(".")[0], xnn_cost.conversion_kind(shape, perm), shape,
+                       int(torch.Size(shape).numel()) * elem, xnn_cost.conversion_us(profile, shape, elem, perm, threads))
+        )  # fmt: skip
+    return out

@@ -1,0 +1,154 @@
+"""One XNNPACK delegate's graph -> a layout problem (values, op modes, conversion prices), read off `op_rules`.
+
+Phases, each its own function: `values_and_domains` (a value per tensor node: the delegate's inputs pinned to
+the dim order the program hands them in, constants free but never in two orders, activations free),
+`op_modes` (each call_function node's modes from its rule, and one op per delegate output pinning the order
+the program reads it in), `conversion_prices` (what converting each activation costs, from the XNNPACK cost
+profile). Costs are microseconds on the profile's CPU for the lowering's thread count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cost_models import xnnpack as xnn_cost
+from graph_io.fx import tensor_of
+from layout_solver.problem import Op, Problem, TransitionCost, Value
+from layout_solver.xnnpack.op_rules import (
+    CHANNELS_LAST,
+    CONTIGUOUS,
+    elem_bytes,
+    labels_for,
+    physical_permutation,
+    rank,
+    rule_for,
+)
+
+# A constant is laid out once at serialization (stock raises if two ops want it in two orders): a second
+# order is priced out of reach rather than modelled.
+CONSTANT_SECOND_ORDER = 1e12
+
+
+@dataclass
+class BuiltProblem:
+    """The problem of one delegate and what the write-back needs of it: the node of each value id, and each
+    op's rule kind."""
+
+    problem: Problem
+    nodes: dict[str, torch.fx.Node]
+    kinds: dict[str, str]
+
+
+def stored_label(node) -> str:
+    """The order the program stores a boundary tensor in (its fake tensor's dim order), as stock reads it."""
+    val = tensor_of(node)
+    if val is None or val.dim() != 4:
+        return CONTIGUOUS
+    nhwc, nchw = val.is_contiguous(memory_format=torch.channels_last), val.is_contiguous()
+    return CHANNELS_LAST if nhwc and not nchw else CONTIGUOUS
+
+
+def build_problem(graph_module, exported_program, profile, threads: int = 1, name: str = "xnnpack") -> BuiltProblem:
+    """The layout problem of one XNNPACK delegate graph (before ChannelsLastTaggedReshapePass)."""
+    from executorch.backends.xnnpack.utils.utils import is_param_node
+
+    def price(shape, elem, perm):
+        return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
+
+    values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
+    ops, kinds = op_modes(graph_module, nodes, price)
+    transitions = conversion_prices(values, nodes, price)
+    problem = Problem(
+        name=name, values=list(values.values()), ops=ops, transition_costs=transitions, price_constants=True
+    )
+    return BuiltProblem(problem, nodes, kinds)
+
+
+def values_and_domains(graph_module, is_constant) -> tuple[dict[str, Value], dict[str, torch.fx.Node]]:
+    """A value per tensor-valued node, with its domain; delegate inputs pinned to their stored order."""
+    values: dict[str, Value] = {}
+    nodes: dict[str, torch.fx.Node] = {}
+    for node in graph_module.graph.nodes:
+        if node.op not in ("placeholder", "call_function", "get_attr") or rank(node) is None:
+            continue
+        val = tensor_of(node)
+        shape = [int(d) for d in val.shape] if val is not None else []
+        kind, fixed = "activation", None
+        if node.op == "placeholder" and not is_constant(node):
+            kind, fixed = "input", stored_label(node)
+        elif node.op != "call_function":
+            kind = "constant"
+        values[node.name] = Value(
+            id=node.name,
+            shape=shape,
+            dtype=str(val.dtype).removeprefix("torch.") if val is not None else "float32",
+            size_bytes=(val.numel() * elem_bytes(node)) if val is not None else 0,
+            kind=kind,
+            domain=list(labels_for(node)),
+            fixed=fixed,
+        )
+        nodes[node.name] = node
+    return values, nodes
+
+
+def op_modes(graph_module, nodes, price) -> tuple[list[Op], dict[str, str]]:
+    """Each call_function node's modes from its rule; one op per delegate output, pinned to its stored order."""
+    ops: list[Op] = []
+    kinds: dict[str, str] = {}
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and node.name in nodes:
+            rule = rule_for(node)
+            operands = [n for n in rule.operands(node) if n.name in nodes]
+            modes = [m for m in rule.modes(node, operands, price) if _within(m, operands, nodes)]
+            if not modes:  # e.g. an NHWC kernel on a tensor that is not 4-D: stock cannot lower it either
+                raise ValueError(f"{node.name} ({node.target}): no dim order its XNNPACK visitor accepts")
+            ops.append(
+                Op(
+                    id=node.name,
+                    target=str(node.target),
+                    operands=[n.name for n in operands],
+                    results=[node.name],
+                    modes=modes,
+                )
+            )
+            kinds[node.name] = rule.kind
+        elif node.op == "output":
+            for index, out in enumerate(node.args[0]):
+                if isinstance(out, torch.fx.Node) and out.name in nodes:
+                    label = stored_label(out)
+                    ops.append(
+                        Op(
+                            id=f"output#{index}",
+                            target="output",
+                            operands=[out.name],
+                            results=[],
+                            modes=[{"name": label, "operands": [label], "results": [], "cost": 0.0}],
+                        )
+                    )
+    return ops, kinds
+
+
+def _within(mode: dict, operands, nodes) -> bool:
+    labels = dict(zip([n.name for n in operands], mode["operands"]))
+    return all(label in labels_for(nodes[name]) for name, label in labels.items())
+
+
+def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
+    """Converting a 4-D activation between the orders costs one XNNPACK transpose of its bytes; a constant
+    never takes a second order."""
+    out = []
+    for vid, value in values.items():
+        if len(value.domain) < 2:
+            continue
+        for src in value.domain:
+            for dst in value.domain:
+                if src == dst:
+                    continue
+                if value.kind == "constant":
+                    cost = CONSTANT_SECOND_ORDER
+                else:
+                    cost = price(value.shape, elem_bytes(nodes[vid]), physical_permutation([0, 1, 2, 3], src, dst))
+                out.append(TransitionCost(value=vid, src=src, dst=dst, cost=cost))
+    return out
