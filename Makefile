@@ -15,11 +15,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,service,zoo]'
 	@touch $(STAMP)
 
-# A quick zoo on both targets, stock versus solver, side by side: two small CNNs, where the stage saves 2-3% of
-# the NPU's cycles, and a ConvNeXt stack, where its layout saves 11% of them (about 2 minutes on 2 cores
-# with nothing cached).
+# A quick zoo on three targets, stock versus solver, side by side: two small CNNs, where the stage saves 2-3% of
+# the NPU's cycles, and a ConvNeXt stack, where its layout saves 11% of them and, on XNNPACK, the transposes around
+# its CPU LayerNorms.
 demo: $(STAMP)
-	$(VENV)/bin/layout-solver zoo --models ds_cnn,mobilenet_v1_025,convnext_stack --target ethos-u55-128,vulkan --jobs 2 --out zoo-out/demo
+	$(VENV)/bin/layout-solver zoo --models ds_cnn,mobilenet_v1_025,convnext_stack --target ethos-u55-128,vulkan,xnnpack --jobs 2 --out zoo-out/demo
 
 # Lint and format check first (ruff, pinned in the test extra), then the suite. The Vulkan execution tests need a driver (installed here when root on Debian) and
 # the ExecuTorch Vulkan runtime plugin, found through LAYOUT_SOLVER_VULKAN_RUNTIME.

@@ -607,7 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = kinds.add_parser("xnnpack", help="XNNPACK conversion (transpose) costs on this CPU, timed by ETDump")
     c.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
     c.add_argument("--threads", type=_ints, help="thread counts to measure (default 1,2)")
-    c.add_argument("--rounds", type=int, default=15, help="timed runs per probe (default %(default)s)")
+    c.add_argument("--rounds", type=int, default=60, help="timed runs per probe (default %(default)s)")
     c.set_defaults(func=cmd_calibrate, settings=_xnnpack_calibration)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")

@@ -57,7 +57,8 @@ def program_layouts(profile, threads: int, time_limit: float, service: str | Non
                 layout = ProgramLayoutPass(
                     programs[method], chosen, lambda p: solve_problem(p, time_limit, service), profile, threads
                 )
-                programs[method] = _transform(programs[method], layout)
+                if layout.plan() is not None:
+                    programs[method] = _transform(programs[method], layout)
                 notes.extend(f"{method}: {n}" for n in layout.notes)
         manager = copy.copy(self)
         manager._edge_programs = programs

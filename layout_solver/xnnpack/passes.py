@@ -26,13 +26,15 @@ from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.solver_pass import SolverPass
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
 from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
+from layout_solver.xnnpack.program import has_symbolic_shapes
 from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.validate import validate
 
 TAG = ChannelsLastTaggedReshapePass.XNN_NHWC_NODE
-# The stage's delegate replaces stock's only where it is predicted cheaper by more than this (microseconds):
-# a tie keeps stock's bytes.
-MIN_SAVING_US = 0.05
+# The stage's delegate replaces stock's only where it is predicted cheaper by more than this (microseconds) and
+# by this share of stock's conversions (the profile's own error on small conversions): a tie keeps stock's bytes.
+MIN_SAVING_US = 1.0
+MIN_SAVING_SHARE = 0.1
 
 
 def _report_fields(cost: LayoutCost) -> dict:
@@ -70,6 +72,14 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
     def call(self, graph_module):
         started = time.perf_counter()
         profile = self.profile or xnn_cost.load_profile()
+        if has_symbolic_shapes(graph_module.graph):  # the rules price static shapes: stock's pass, as shipped
+            self.run = None
+            result = ChannelsLastTaggedReshapePass.call(self, graph_module)
+            report = PassReport("stock-fallback", pass_seconds=time.perf_counter() - started,
+                                notes=["stock kept: dynamic shapes"])  # fmt: skip
+            report.kept_stock = True
+            record(report)
+            return result
         stock_graph = ChannelsLastTaggedReshapePass(self.exported_program).call(copy.deepcopy(graph_module))
         stock_cost = layout_cost(stock_graph.graph_module, profile, self.threads)
         try:
@@ -80,7 +90,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         solved = super(ChannelsLastTaggedReshapePass, self).call(graph_module)  # ExportPass: retrace
         self.retraced = solved.graph_module  # what `ensures` checks: the stubs have their tensors only now
         cost = layout_cost(solved.graph_module, profile, self.threads)
-        if cost.us > stock_cost.us - MIN_SAVING_US:
+        if cost.us > stock_cost.us - max(MIN_SAVING_US, MIN_SAVING_SHARE * stock_cost.us):
             self.run = None
             return self._keep_stock(stock_graph, stock_cost, started, "stock kept: the stage's layout is not cheaper")
         report = solver_report(run, time.perf_counter() - started, **_report_fields(cost))

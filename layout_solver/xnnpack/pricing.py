@@ -58,11 +58,13 @@ def removed_by_stock(graph_module) -> set[str]:
         if node.op != "call_function" or short_target(node.target) != "_to_copy.default":
             continue
         source = node.args[0]
-        is_copy = isinstance(source, torch.fx.Node) and source.op == "call_function"
-        if is_copy and short_target(source.target) == "_to_copy.default" and source.name not in removed:
-            if label_of(source) != label_of(node) and len(source.users) == 1:
-                removed |= {source.name, node.name}
-                continue
+        after_copy = (
+            isinstance(source, torch.fx.Node) and source.op == "call_function"
+            and short_target(source.target) == "_to_copy.default" and source.name not in removed
+        )  # fmt: skip
+        if after_copy and label_of(source) != label_of(node) and len(source.users) == 1:
+            removed |= {source.name, node.name}
+            continue
         if label_of(source) == label_of(node):
             removed.add(node.name)
     return removed

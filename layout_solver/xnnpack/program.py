@@ -97,6 +97,11 @@ def build_program_problem(graph_module, exported_program, delegated: set[str], p
                    transition_costs=conversion_prices(values, nodes, price), price_constants=True)  # fmt: skip
 
 
+def has_symbolic_shapes(graph) -> bool:
+    """Whether any tensor of the graph has a symbolic (dynamic) dimension."""
+    return any(not isinstance(d, int) for n in graph.nodes if tensor_of(n) is not None for d in tensor_of(n).shape)
+
+
 def pinned_contiguous(problem: Problem, cpu_ops: set[str]) -> Problem:
     """The same problem with every CPU op held to contiguous: the program as stock leaves it."""
     pinned = problem.model_copy(deep=True)
@@ -115,17 +120,24 @@ class ProgramLayoutPass(ExportPass):
         self.profile, self.threads = profile, threads
         self.notes: list[str] = []
         self.saving_us = 0.0
+        self._plan = None
 
-    def call(self, graph_module) -> PassResult:
+    def plan(self) -> Solution | None:
+        """The answer to write, or None where the program is left as it is (the reason in `notes`). Decided on
+        the program before any pass runs over it: a program left alone is not retraced at all."""
+        graph_module = self.exported_program.graph_module
         graph = graph_module.graph
         if any(is_quantize(n) or is_dequantize(n) for n in graph.nodes):
             self.notes.append("program boundaries kept: a quantized program")
-            return PassResult(graph_module, False)
+            return None
+        if has_symbolic_shapes(graph):
+            self.notes.append("program boundaries kept: dynamic shapes")
+            return None
         delegated = delegated_nodes(self.exported_program, self.partitioner)
         cpu_ops = {n.name for n in graph.nodes if n.op == "call_function" and n.name not in delegated}
         movable = [n for n in graph.nodes if n.name in cpu_ops and rank(n) == 4 and _portable_rule(n).kind == "follow"]
         if not movable:  # no CPU op could run channels-last: nothing to decide
-            return PassResult(graph_module, False)
+            return None
         problem = build_program_problem(graph_module, self.exported_program, delegated, self.profile, self.threads)
         solution = self.solve_fn(problem)
         as_is = self.solve_fn(pinned_contiguous(problem, cpu_ops))
@@ -133,8 +145,16 @@ class ProgramLayoutPass(ExportPass):
         channels_last_cpu = [o for o in cpu_ops if solution.labels.get(o) == CHANNELS_LAST]
         if self.saving_us <= MIN_SAVING_US or not channels_last_cpu:
             self.notes.append(f"program boundaries kept: predicted saving {self.saving_us:.1f} us")
-            return PassResult(graph_module, False)
-        self.notes.append(f"{len(channels_last_cpu)} CPU ops run channels-last: predicted {self.saving_us:.1f} us saved")
+            return None
+        self.notes.append(
+            f"{len(channels_last_cpu)} CPU ops run channels-last: predicted {self.saving_us:.1f} us saved"
+        )
+        self._plan = (solution, cpu_ops, delegated)
+        return solution
+
+    def call(self, graph_module) -> PassResult:
+        """Write the plan (`plan()` first; run only where it returned one)."""
+        solution, cpu_ops, delegated = self._plan
         return PassResult(self._write(graph_module, solution, cpu_ops, delegated), True)
 
     def _write(self, graph_module, solution: Solution, cpu_ops: set[str], partitions: dict[str, str]):

@@ -20,15 +20,18 @@ from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
     elem_bytes,
+    is_quantize,
     labels_for,
     physical_permutation,
     rank,
     rule_for,
 )
 
-# A constant is laid out once at serialization (stock raises if two ops want it in two orders): a second
-# order is priced out of reach rather than modelled.
-CONSTANT_SECOND_ORDER = 1e12
+# A constant is laid out once at serialization (stock raises if two ops want it in two orders), and a value a
+# quantize reads is a quantized kernel's raw result (XNNPACK quantizes a kernel's output only where its one
+# reader is that quantize: a conversion between them leaves an int8 kernel writing fp32, which XNNPACK refuses).
+# Neither may take a second order: priced out of reach rather than modelled.
+SECOND_ORDER_REFUSED = 1e12
 
 
 @dataclass
@@ -136,8 +139,8 @@ def _within(mode: dict, operands, nodes) -> bool:
 
 
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
-    """Converting a 4-D activation between the orders costs one XNNPACK transpose of its bytes; a constant
-    never takes a second order."""
+    """Converting a 4-D activation between the orders costs one XNNPACK transpose of its bytes; a constant, and
+    a value a quantize reads, never take a second order (stock converts a quantized tensor after its dequantize)."""
     out = []
     for vid, value in values.items():
         if len(value.domain) < 2:
@@ -146,8 +149,8 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
             for dst in value.domain:
                 if src == dst:
                     continue
-                if value.kind == "constant":
-                    cost = CONSTANT_SECOND_ORDER
+                if value.kind == "constant" or any(is_quantize(u) for u in nodes[vid].users):
+                    cost = SECOND_ORDER_REFUSED
                 else:
                     cost = price(value.shape, elem_bytes(nodes[vid]), physical_permutation([0, 1, 2, 3], src, dst))
                 out.append(TransitionCost(value=vid, src=src, dst=dst, cost=cost))

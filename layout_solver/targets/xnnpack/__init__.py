@@ -81,7 +81,7 @@ class XnnpackTarget(Target):
             "profile": profile.device,
         }
 
-    def calibrate(self, out, threads=(1, 2), rounds: int = 15, command: str = "", log=print, **_) -> str:
+    def calibrate(self, out, threads=(1, 2), rounds: int = 60, command: str = "", log=print, **_) -> str:
         """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`."""
         from layout_solver.targets.xnnpack.calibrate import calibrate
 

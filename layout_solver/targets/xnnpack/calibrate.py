@@ -3,7 +3,7 @@
 Each probe is a one-op XNNPACK program, a permute_copy of one shape by one permutation (fp32, or int8 between
 a quantize and a dequantize, which XNNPACK runs as an 8-bit transpose), lowered with the stock partitioner and
 run through `executorch.runtime`; the transpose's own time is read from ETDump, so delegate-call overhead and
-the input copy are not in it. Shapes span 4 KiB to 4 MiB in each class of `cost_models.xnnpack`
+the input copy are not in it (the mean of `rounds` runs: ETDump counts whole microseconds). Shapes span 4 KiB to 4 MiB in each class of `cost_models.xnnpack`
 (copy / block / transpose), at every requested thread count; each class keeps its curve of time by size.
 """
 
@@ -52,7 +52,7 @@ def probe_program(shape: list[int], perm: list[int], dtype: str) -> tuple[bytes,
     return program.to_executorch().buffer, inputs
 
 
-def calibrate(threads: list[int], rounds: int = 15, dtypes=tuple(DTYPES), command: str = "",
+def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), command: str = "",
               log=print) -> xnn_cost.XnnpackProfile:  # fmt: skip
     """Time every probe at every thread count and fit each class."""
     from layout_solver.quiet import quiet

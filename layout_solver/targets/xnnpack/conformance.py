@@ -62,6 +62,19 @@ def _layout_stage(request: pytest.FixtureRequest):
     request.node.user_properties.append(("layout_solver_delegates", len(reports)))
 
 
-def run_peer(ids: list[str], stage: str, junit: Path, time_limit: float = DEFAULT_TIME_LIMIT) -> dict[str, dict]:
-    """`arm.conformance.run` for XNNPACK peer tests (ids relative to the suite's root)."""
-    return run(ids, stage, peer_test_dir(), junit, time_limit, plugin=PLUGIN)
+def collect_suite(suite: str, keyword: str = "") -> list[str]:
+    """Node ids (relative to the suite's folder) of the peer tests of one suite folder ("ops", ...)."""
+    return collect(peer_test_files((suite,)), keyword or "not nonexistent_keyword")
+
+
+def run_suite(ids: list[str], suite: str, stage: str, junit: Path, time_limit: float = DEFAULT_TIME_LIMIT) -> dict:
+    """`arm.conformance.run` for XNNPACK peer tests of one suite folder, through this plugin, keyed by `ids` (most
+    of the suite is unittest classes, "file.py::Class::test", which the junit file names "file.py::test")."""
+    results = run(ids, stage, peer_test_dir() / suite, junit, time_limit, plugin=PLUGIN)
+    by_id = {}
+    for test in ids:
+        parts = test.split("::")
+        key = f"{parts[0]}::{parts[-1]}"
+        if key in results:
+            by_id[test] = results[key]
+    return by_id

@@ -1,0 +1,202 @@
+"""The XNNPACK stage on real lowerings, run on this CPU through executorch.runtime: what it writes, that the programs
+compute what stock's compute, and the rules it rests on (checked against executorch's own formulas and kernels)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from cost_models import xnnpack as xnn_cost
+from layout_solver.targets.xnnpack.measure import lower, max_rel_diff, quantize, run_outputs
+from layout_solver.targets.xnnpack.runtime import profile_ops
+from layout_solver.xnnpack import LayoutValidationError, solver_layouts, stock_layouts, validate
+from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, physical_permutation
+
+pytestmark = pytest.mark.xdist_group("xnnpack")
+
+
+class ChannelLayerNorm(nn.Module):
+    """LayerNorm over channels written as permute / LayerNorm / permute: XNNPACK 1.5.1 leaves it on the CPU."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(channels)
+
+    def forward(self, x):
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class LayerNormCNN(nn.Module):
+    def __init__(self, widths=(3, 16, 32)):
+        super().__init__()
+        self.blocks = nn.Sequential(*[
+            nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.ReLU(), ChannelLayerNorm(b))
+            for a, b in itertools.pairwise(widths)
+        ])  # fmt: skip
+        self.head = nn.Conv2d(widths[-1], 4, 1)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+class ErfUpsampleCNN(nn.Module):
+    """Convolutions cut by ops XNNPACK 1.5.1 leaves on the CPU (erf, nearest upsampling), which run as well on
+    channels-last data."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.mid, self.head = (
+            nn.Conv2d(3, 16, 3, padding=1),
+            nn.Conv2d(16, 16, 3, padding=1),
+            nn.Conv2d(16, 4, 1),
+        )
+        self.up = nn.Upsample(scale_factor=2)
+
+    def forward(self, x):
+        y = self.stem(x)
+        y = self.mid(y * torch.erf(y)) + y
+        return self.head(self.up(y))
+
+
+def _lowered(module, inputs, context):
+    buffer, reports, _ = lower(module, inputs, context)
+    return buffer, reports
+
+
+def test_a_permute_stored_in_one_order_runs_stocks_permutation_when_both_orders_agree():
+    """Where input and result share one order, the physical permutation is exactly stock's PermuteVisitor's."""
+    from executorch.backends.xnnpack.utils.utils import PERM_NCHW_TO_NHWC, PERM_NHWC_TO_NCHW
+
+    for perm in itertools.permutations(range(4)):
+        stock = [[PERM_NHWC_TO_NCHW[i] for i in perm][k] for k in PERM_NCHW_TO_NHWC]
+        assert physical_permutation(list(perm), CHANNELS_LAST, CHANNELS_LAST) == stock
+        assert physical_permutation(list(perm), CONTIGUOUS, CONTIGUOUS) == list(perm)
+    # NHWC in, contiguous [N, H, W, C] out: the bytes do not move.
+    assert physical_permutation([0, 2, 3, 1], CHANNELS_LAST, CONTIGUOUS) == [0, 1, 2, 3]
+
+
+def test_conversion_classes_follow_what_xnnpack_reduces_a_transpose_to():
+    assert xnn_cost.normalized([1, 16, 64, 64], [0, 2, 3, 1]) == ([16, 4096], [1, 0])
+    assert xnn_cost.conversion_kind([1, 1, 8, 8], [1, 0, 2, 3]) == "copy"  # only a size-1 dim moves
+    assert xnn_cost.conversion_kind([2, 3, 4, 5], [0, 2, 1, 3]) == "block"  # the innermost dim stays
+    assert xnn_cost.conversion_kind([2, 3, 4, 5], [0, 1, 3, 2]) == "transpose"
+
+
+def test_the_shipped_profile_is_measured_and_never_prices_a_larger_conversion_cheaper():
+    profile = xnn_cost.load_profile()
+    assert profile.measured and profile.measurements and profile.command.startswith("layout-solver calibrate")
+    assert profile.thread_counts == [1, 2]
+    for by_elem in profile.curves.values():
+        for by_kind in by_elem.values():
+            assert set(by_kind) == set(xnn_cost.KINDS)
+            for curve in by_kind.values():
+                assert curve.us == sorted(curve.us) and curve.kib == sorted(curve.kib)
+    with pytest.raises(OSError, match="no such file"):
+        xnn_cost.load_profile("/nonexistent/profile.json")
+
+
+def test_the_stage_removes_the_transposes_stock_leaves_around_a_cpu_layer_norm():
+    module, inputs = LayerNormCNN().eval(), (torch.randn(1, 3, 48, 48),)
+    stock, _ = _lowered(module, inputs, stock_layouts)
+    solver, reports = _lowered(module, inputs, solver_layouts)
+    assert any(r.kind == "solver" for r in reports), [r.notes for r in reports]
+    for a, b in zip(run_outputs(stock, inputs), run_outputs(solver, inputs)):
+        np.testing.assert_array_equal(a, b)  # the same arithmetic, in another order of the bytes
+    # Measured on the executor: XNNPACK runs fewer Transpose ops per inference.
+    assert profile_ops(solver, inputs, 1, runs=3).conversions < profile_ops(stock, inputs, 1, runs=3).conversions
+
+
+def test_an_int8_program_with_the_stage_is_bit_identical_to_stocks():
+    module, inputs = LayerNormCNN().eval(), (torch.randn(1, 3, 48, 48),)
+    quantized = quantize(module, inputs)
+    stock, _ = _lowered(quantized, inputs, stock_layouts)
+    solver, reports = _lowered(quantized, inputs, solver_layouts)
+    assert any(r.kind == "solver" for r in reports)
+    for a, b in zip(run_outputs(stock, inputs), run_outputs(solver, inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_where_nothing_is_gained_the_program_is_stocks_byte_for_byte():
+    module = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval()
+    inputs = (torch.randn(1, 3, 16, 16),)
+    stock, _ = _lowered(module, inputs, stock_layouts)
+    solver, reports = _lowered(module, inputs, solver_layouts)
+    assert solver == stock
+    assert all(r.kind == "stock-fallback" and r.kept_stock for r in reports)
+
+
+def test_the_program_pass_keeps_the_data_channels_last_across_the_cpu_ops_between_delegates():
+    module, inputs = ErfUpsampleCNN().eval(), (torch.randn(1, 3, 40, 40),)
+    stock, _ = _lowered(module, inputs, stock_layouts)
+    solver, reports = _lowered(module, inputs, solver_layouts)
+    assert any("run channels-last" in n for n in reports.program_notes), reports.program_notes
+    with torch.no_grad():
+        eager = module(*inputs).numpy()
+    out = run_outputs(solver, inputs)
+    np.testing.assert_allclose(out[0], eager, atol=1e-3, rtol=1e-3)
+    assert max_rel_diff(run_outputs(stock, inputs), out) <= 1e-5
+    assert profile_ops(solver, inputs, 1, runs=3).conversions < profile_ops(stock, inputs, 1, runs=3).conversions
+
+
+@pytest.mark.parametrize("op", ["erf", "upsample_nearest2d", "mean", "sum", "where", "log1p"])
+def test_the_portable_kernels_the_program_pass_runs_channels_last_compute_the_same(op):
+    """The CPU-side allow-list is checked against the kernels themselves: each op run on the CPU alone, on a
+    channels-last input, against eager (layer_norm is left out because it differs, silently)."""
+    from executorch.exir import to_edge
+    from executorch.runtime import Runtime
+
+    from layout_solver.xnnpack.program import PORTABLE_CHANNELS_LAST
+
+    fns = {
+        "erf": (torch.erf, "erf.default"),
+        "upsample_nearest2d": (lambda y: nn.functional.interpolate(y, scale_factor=2), "upsample_nearest2d.vec"),
+        "mean": (lambda y: y.mean(1, keepdim=True), "mean.dim"),
+        "sum": (lambda y: y.sum((2, 3), keepdim=True), "sum.dim_IntList"),
+        "where": (lambda y: torch.where(y > 0, y, torch.erf(y)), "where.self"),
+        "log1p": (lambda y: torch.log1p(y.abs()), "log1p.default"),
+    }
+    fn, target = fns[op]
+    assert target in PORTABLE_CHANNELS_LAST
+
+    class OnTheCpu(nn.Module):
+        def forward(self, x):
+            return fn(x.to(memory_format=torch.channels_last)).contiguous()
+
+    x = torch.randn(1, 6, 5, 7)
+    buffer = to_edge(torch.export.export(OnTheCpu(), (x,))).to_executorch().buffer
+    out = Runtime.get().load_program(buffer).load_method("forward").execute([x])[0]
+    torch.testing.assert_close(out, OnTheCpu()(x), atol=1e-5, rtol=1e-5)
+
+
+def test_the_post_condition_names_the_node_an_nhwc_kernel_would_misread():
+    from executorch.exir import to_edge
+
+    module, inputs = nn.Sequential(nn.Conv2d(3, 4, 3)).eval(), (torch.randn(1, 3, 8, 8),)
+    edge = to_edge(torch.export.export(module, inputs)).exported_program()  # untagged: the conv reads NCHW
+    with pytest.raises(LayoutValidationError, match=r"convolution.*NHWC kernel reading NCHW"):
+        validate(edge.graph_module)
+
+
+def test_verify_run_keeps_the_faster_program_and_reports_both_timings():
+    from layout_solver.targets import compare
+
+    result = compare(LayerNormCNN().eval(), (torch.randn(1, 3, 16, 16),), "xnnpack", threads=[1], rounds=5,
+                     verify="run")  # fmt: skip
+    assert result.solver.kept in ("stock", "solver")
+    assert set(result.solver.verify_run_ms) == {"stock", "solver"}
+    assert result.equivalent and result.solver.eager_within_tolerance
+
+
+def test_bad_options_are_refused_before_any_lowering():
+    from layout_solver.targets import compare
+
+    with pytest.raises(ValueError, match="--threads takes positive integers"):
+        compare(nn.Identity(), (torch.randn(1),), "xnnpack", threads=[0])
+    with pytest.raises(ValueError, match="--verify takes model or run"):
+        compare(nn.Identity(), (torch.randn(1),), "xnnpack", verify="vela")
+    with pytest.raises(ValueError, match="threads must be a positive integer"), solver_layouts(threads=0):
+        pass
