@@ -16,9 +16,6 @@ from layout_solver.targets.xnnpack.runtime import profile_ops
 from layout_solver.xnnpack import LayoutValidationError, solver_layouts, stock_layouts, validate
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, physical_permutation
 
-pytestmark = pytest.mark.xdist_group("xnnpack")
-
-
 class ChannelLayerNorm(nn.Module):
     """LayerNorm over channels written as permute / LayerNorm / permute: XNNPACK 1.5.1 leaves it on the CPU."""
 
