@@ -30,8 +30,6 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from cost_models.vulkan import DTYPE_BYTES
-
 KINDS = ("copy", "block", "transpose")
 # The profile `solver_layouts()` and the reports use when none is named: measured on the project's CI machine.
 DEFAULT_PROFILE = "ci-x86"
@@ -49,6 +47,7 @@ class Curve(_Strict):
     us: list[float] = Field(min_length=1)
 
     def at(self, kib: float) -> float:
+        """Microseconds at `kib` KiB: interpolated between measured sizes, from 0 below, proportional above."""
         if kib >= self.kib[-1]:
             return self.us[-1] * kib / self.kib[-1]
         return float(np.interp(kib, [0.0, *self.kib], [0.0, *self.us]))
@@ -87,6 +86,7 @@ class XnnpackProfile(_Strict):
 
     @property
     def thread_counts(self) -> list[int]:
+        """The thread counts the profile was measured at, ascending."""
         return sorted(int(t) for t in self.curves)
 
 
@@ -122,9 +122,19 @@ def conversion_kind(shape, perm) -> str:
 def conversion_us(profile: XnnpackProfile, shape, dtype: str | int, perm, threads: int = 1) -> float:
     """Microseconds for XNNPACK to permute a tensor of logical `shape` (physically, by `perm`) of `dtype` (a
     name in DTYPE_BYTES, or the element size in bytes) on `threads` threads."""
-    elem = dtype if isinstance(dtype, int) else DTYPE_BYTES.get(str(dtype).removeprefix("torch."), 4)
+    elem = dtype if isinstance(dtype, int) else element_bytes(str(dtype).removeprefix("torch."))
     curve = profile.curve(threads, elem, conversion_kind(shape, perm))
     return curve.at(_product(shape) * elem / 1024)
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of a dtype name ("float32", "int8", "bfloat16"); 4 for a name numpy does not know."""
+    if dtype == "bfloat16":
+        return 2
+    try:
+        return int(np.dtype(dtype).itemsize)
+    except TypeError:
+        return 4
 
 
 def _product(dims) -> int:

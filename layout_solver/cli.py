@@ -335,6 +335,13 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     for name in targets:
         if args.service:
             options[name]["service"] = args.service
+    timed = [t for t in targets if get_target(t).times_programs]
+    if timed and args.jobs > 1:
+        print(
+            f"layout-solver: {', '.join(timed)} time both programs on this CPU; with --jobs > 1 another job shares the "
+            "cores while they run: use --jobs 1 for run times you compare",
+            file=sys.stderr,
+        )
     if any(o.get("execute") for o in options.values()):  # programs run on a device: it must be there
         from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
 

@@ -39,6 +39,7 @@ class Target:
     tolerance: ClassVar[float] = 0.001
     row_fields: ClassVar[tuple[str, ...]] = ()  # each side's measures the zoo's results.csv keeps
     example: ClassVar[str] = ""  # how a user names a target of this family, for error messages
+    times_programs: ClassVar[bool] = False  # every comparison times both programs on this machine's CPU
 
     @property
     def description(self) -> str:

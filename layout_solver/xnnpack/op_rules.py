@@ -83,9 +83,11 @@ class OpRule:
     kind: ClassVar[str] = "contiguous"
 
     def operands(self, node) -> list:
+        """The input nodes whose dim order the op constrains (default: every tensor input)."""
         return tensor_inputs(node)
 
     def modes(self, node, operands: list, price: Price) -> list[dict]:
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         return [mode([CONTIGUOUS] * len(operands), CONTIGUOUS)]
 
 
@@ -96,11 +98,13 @@ class ChannelsLastOp(OpRule):
     kind = "channels_last"
 
     def operands(self, node) -> list:
+        """The input nodes whose dim order the op constrains (default: every tensor input)."""
         first = node.args[0]
         items = first if isinstance(first, (list, tuple)) else [first]
         return [n for n in items if isinstance(n, torch.fx.Node)]
 
     def modes(self, node, operands, price):
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         return [mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST)]
 
 
@@ -114,6 +118,7 @@ class Follow(OpRule):
     kind = "follow"
 
     def modes(self, node, operands, price):
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         out = [mode([CONTIGUOUS] * len(operands), CONTIGUOUS)]
         if rank(node) == 4 and all(rank(n) == 4 for n in operands):
             out.append(mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST))
@@ -125,9 +130,11 @@ class View(Follow):
     is the one case where the NHWC bytes reshaped give the reshaped tensor's NHWC bytes."""
 
     def operands(self, node) -> list:
+        """The input nodes whose dim order the op constrains (default: every tensor input)."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         out = [mode([CONTIGUOUS], CONTIGUOUS)]
         src, dst = tensor_of(node.args[0]), tensor_of(node)
         same_n_and_c = src is not None and dst is not None and src.dim() == dst.dim() == 4
@@ -144,9 +151,11 @@ class MemoryFormatCopy(OpRule):
     kind = "conversion"
 
     def operands(self, node) -> list:
+        """The input nodes whose dim order the op constrains (default: every tensor input)."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         if rank(node) != 4:
             return [mode([CONTIGUOUS], CONTIGUOUS)]
         dst = CHANNELS_LAST if node.kwargs.get("memory_format") == torch.channels_last else CONTIGUOUS
@@ -162,9 +171,11 @@ class Permute(OpRule):
     kind = "permute"
 
     def operands(self, node) -> list:
+        """The input nodes whose dim order the op constrains (default: every tensor input)."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
+        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
         source = tensor_of(node.args[0])
         perm = [d % source.dim() for d in node.args[1]]
         shape = list(source.shape)
@@ -189,10 +200,12 @@ def elem_bytes(node) -> int:
 
 
 def is_quantize(node) -> bool:
+    """Whether the node is a quantize_per_tensor / per_channel call."""
     return short_target(node.target).startswith("quantize_per_") if node.op == "call_function" else False
 
 
 def is_dequantize(node) -> bool:
+    """Whether the node is a dequantize_per_tensor / per_channel call."""
     return short_target(node.target).startswith("dequantize_per_") if node.op == "call_function" else False
 
 

@@ -109,10 +109,12 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         return stock_graph
 
     def build(self, graph_module) -> BuiltProblem:
+        """The delegate's layout problem (rules.build_problem), priced at the lowering's thread count."""
         return build_problem(graph_module, self.exported_program, self.profile or xnn_cost.load_profile(),
                              self.threads)  # fmt: skip
 
     def solve(self, built: BuiltProblem) -> Solution:
+        """Solve in-process or on the service (a multi-method lowering's joint answer where one is served)."""
         placeholders = {n.name for n in built.nodes.values() if n.op == "placeholder"}
         return lowering_solver(self.time_limit, self.service, self.exported_program, lambda: placeholders)(
             built.problem
@@ -163,5 +165,6 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
             node.meta.pop(TAG, None)
 
     def check(self, graph_module, before) -> None:
+        """The post-condition (validate.validate) on the written, retraced graph."""
         # PassBase hands `ensures` the graph it gave `call`; the written program is the retraced one.
         validate(self.retraced)

@@ -30,6 +30,7 @@ class Conversion:
     us: float
 
     def record(self) -> dict:
+        """The conversion as a report's transition record (JSON-ready)."""
         return {"value": self.node, "op": self.op, "kind": self.kind, "shape": self.shape, "bytes": self.bytes,
                 "cost": round(self.us, 4)}  # fmt: skip
 
@@ -42,6 +43,7 @@ class LayoutCost:
 
     @property
     def us(self) -> float:
+        """The conversions' modelled microseconds, summed."""
         return sum(c.us for c in self.conversions)
 
     @property

@@ -27,6 +27,7 @@ StockPermuteVisitor = node_visitor._node_visitor_dict[PERMUTE]
 
 
 def label_of(node) -> str:
+    """The order a node is stored in, read off stock's NHWC tag."""
     return CHANNELS_LAST if node.meta.get(TAG, False) else CONTIGUOUS
 
 
@@ -34,6 +35,7 @@ class PhysicalPermuteVisitor(StockPermuteVisitor):
     """permute_copy serialized from both tensors' stored orders."""
 
     def define_node(self, node, xnn_graph, vals_to_ids, debug_handle) -> None:
+        """Serialize the permute as the permutation its bytes go through (stock's where both orders agree)."""
         source = get_input_node(node, 0)
         rank = source.meta["val"].dim()
         perm = [d % rank for d in node.args[1]]

@@ -16,6 +16,7 @@ from layout_solver.targets.xnnpack.runtime import profile_ops
 from layout_solver.xnnpack import LayoutValidationError, solver_layouts, stock_layouts, validate
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, physical_permutation
 
+
 class ChannelLayerNorm(nn.Module):
     """LayerNorm over channels written as permute / LayerNorm / permute: XNNPACK 1.5.1 leaves it on the CPU."""
 
@@ -197,3 +198,22 @@ def test_bad_options_are_refused_before_any_lowering():
         compare(nn.Identity(), (torch.randn(1),), "xnnpack", verify="vela")
     with pytest.raises(ValueError, match="threads must be a positive integer"), solver_layouts(threads=0):
         pass
+
+
+def test_the_command_line_prices_an_xnnpack_conversion_and_refuses_bad_arguments(capsys, tmp_path):
+    import json
+
+    from layout_solver.cli import main
+
+    assert main(["cost", "transpose", "--target", "xnnpack", "--shape", "1,64,56,56", "--perm", "0,2,3,1",
+                 "--threads", "2", "--json"]) == 0  # fmt: skip
+    priced = json.loads(capsys.readouterr().out)
+    assert priced["kind"] == "transpose" and priced["threads"] == 2 and priced["us"] > 0
+    assert main(["cost", "transpose", "--target", "xnnpack", "--shape", "1,64,56,56"]) == 2
+    assert "--perm is required" in capsys.readouterr().err
+    assert main(["cost", "transpose", "--target", "vulkan", "--shape", "1,8,8,8", "--threads", "2"]) == 2
+    assert "XNNPACK" in capsys.readouterr().err
+    assert main(["calibrate", "xnnpack", "--rounds", "1", "--out", str(tmp_path / "p.json")]) == 2
+    assert "--rounds at least 3" in capsys.readouterr().err
+    assert main(["compare", "resnet8", "--target", "vulkan", "--threads", "1"]) == 2
+    assert "--threads: XNNPACK options" in capsys.readouterr().err

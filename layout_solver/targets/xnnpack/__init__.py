@@ -35,12 +35,15 @@ class XnnpackTarget(Target):
     )  # fmt: skip
     tolerance: ClassVar[float] = 0.02  # the issue's bar: a paired ratio above 1.02 is dearer
     example: ClassVar[str] = "--target xnnpack"
+    times_programs: ClassVar[bool] = True
 
     @property
     def description(self) -> str:
+        """The target in words: "XNNPACK (fp32, this CPU)"."""
         return f"XNNPACK ({'static int8' if self.quantized else 'fp32'}, this CPU)"
 
     def checked_options(self, options: dict) -> dict:
+        """A cost profile must load, thread counts be positive, verify be model or run (ValueError says which)."""
         from cost_models.xnnpack import load_profile
 
         if options.get("cost_profile"):

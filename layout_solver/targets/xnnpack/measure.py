@@ -62,6 +62,7 @@ def run_outputs(buffer: bytes, inputs: tuple, threads: int = 1) -> list[np.ndarr
 
 
 def eager_outputs(module, inputs: tuple) -> list[np.ndarray]:
+    """The module's outputs on `inputs` (every tensor leaf), as float64 arrays."""
     import torch
 
     with torch.no_grad():
@@ -71,6 +72,7 @@ def eager_outputs(module, inputs: tuple) -> list[np.ndarray]:
 
 
 def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
+    """max |a - b| over the outputs; None where their count or shapes differ."""
     if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
         return None
     return float(max((np.abs(x - y).max(initial=0.0) for x, y in zip(a, b)), default=0.0))
@@ -174,6 +176,8 @@ def compare_xnnpack(
             sides["solver"].update(kept=kept, verify_run_ms={"stock": round(timing.medians[0], 4),
                                                             "solver": round(timing.medians[1], 4)})  # fmt: skip
             buffers["solver"] = buffers[kept]
+            if kept == "stock":  # the solver side is stock's program now: priced as such
+                sides["solver"]["modelled_us"] = sides["stock"]["modelled_us"]
         extra.update(_measure(module if not quantized else program_module, inputs, buffers, sides, threads, rounds,
                               quantized, profile))  # fmt: skip
     return Comparison(model=name, target=target, cost_profile=cost_profile or xnn_cost.DEFAULT_PROFILE,

@@ -42,9 +42,11 @@ class PairedTiming:
 
     @property
     def medians(self) -> list[float]:
+        """Each program's median milliseconds over the rounds."""
         return [statistics.median(t) for t in self.ms]
 
     def ratio(self, index: int) -> float:
+        """Program `index`'s paired ratio to the first: the median over rounds of its time over the first's."""
         return statistics.median(b / a for a, b in zip(self.ms[0], self.ms[index]))
 
     def spread(self, index: int) -> tuple[float, float]:
@@ -87,14 +89,17 @@ class OpProfile:
 
     @property
     def conversion_ms(self) -> float:
+        """Milliseconds per run in XNNPACK's transposes (the layout conversions)."""
         return sum(v for k, v in self.by_class.items() if k.startswith(CONVERSION_EVENTS))
 
     @property
     def total_ms(self) -> float:
+        """Milliseconds per run of the whole method."""
         return self.by_class.get("Method::execute", 0.0)
 
     @property
     def conversion_share(self) -> float:
+        """The conversions' share of the whole run (0 where the run was not timed)."""
         return self.conversion_ms / self.total_ms if self.total_ms else 0.0
 
 
