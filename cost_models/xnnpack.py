@@ -14,7 +14,8 @@ runs of dims that stay adjacent are merged (what XNNPACK's transpose does itself
 
 Each class costs what its measured curve says at the tensor's KiB, per element size (1 byte: int8, 4: fp32) and
 thread count: linear between measured sizes (made non-decreasing), from zero below the smallest, proportional
-above the largest. A curve, not one rate: the cost per byte steps up as a tensor leaves each cache level. The
+above the largest. A curve, not one rate: the cost per byte steps up as a tensor leaves each cache level. No conversion
+costs less than `OP_FLOOR_US`, one more operator's run. The
 numbers are a *profile* (`XnnpackProfile`, JSON): the shipped one was measured on the project's own CPU by
 `layout-solver calibrate xnnpack` (per-op times from ETDump); a user's device gets its own file from the same
 command, never an assumption.
@@ -31,6 +32,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 KINDS = ("copy", "block", "transpose")
+# Every conversion is one more XNNPACK operator, whose run (dispatch included) costs at least the one tick ETDump
+# resolves: a curve reads 0 below it (measured: swapping block moves for "free" small transposes and adding "free"
+# copies made ViT-like programs 2-6% slower), so no conversion is priced under it.
+OP_FLOOR_US = 1.0
 # The profile `solver_layouts()` and the reports use when none is named: measured on the project's CI machine.
 DEFAULT_PROFILE = "ci-x86"
 BUILT_IN = {"ci-x86": "xnnpack_ci_x86.json"}
@@ -124,7 +129,7 @@ def conversion_us(profile: XnnpackProfile, shape, dtype: str | int, perm, thread
     name in DTYPE_BYTES, or the element size in bytes) on `threads` threads."""
     elem = dtype if isinstance(dtype, int) else element_bytes(str(dtype).removeprefix("torch."))
     curve = profile.curve(threads, elem, conversion_kind(shape, perm))
-    return curve.at(_product(shape) * elem / 1024)
+    return max(OP_FLOOR_US, curve.at(_product(shape) * elem / 1024))
 
 
 def element_bytes(dtype: str) -> int:

@@ -58,6 +58,11 @@ class XnnpackTarget(Target):
             raise ValueError(f"--verify takes model or run, got {options['verify']!r}")
         return options
 
+    def failed(self, comparison, options: dict) -> bool:
+        """Also a solver program the runtime refuses where stock's runs."""
+        ran = comparison.side("stock").executed is not False and comparison.side("solver").executed is False
+        return super().failed(comparison, options) or ran
+
     def cache_inputs(self) -> dict:
         """The profile file a user names may change between runs."""
         from cost_models.xnnpack import load_profile, profile_digest

@@ -186,10 +186,19 @@ def compare_xnnpack(
 
 def _measure(reference, inputs, buffers, sides, threads, rounds, quantized, profile) -> dict:
     """Outputs, paired timings and ETDump profiles of both programs."""
+    from layout_solver.compare.result import not_compared
     from layout_solver.targets.xnnpack.runtime import profile_ops
 
     extra: dict = {"same_program": buffers["stock"] == buffers["solver"]}
-    outputs = {side: run_outputs(buffers[side], inputs, threads[0]) for side in buffers}
+    outputs = {}
+    for side in buffers:
+        try:
+            outputs[side] = run_outputs(buffers[side], inputs, threads[0])
+        except Exception as exc:  # noqa: BLE001 - a program the runtime refuses is that side's result
+            sides[side].update(executed=False, execute_error=f"{type(exc).__name__}: {exc}"[:500])
+    if len(outputs) < 2:
+        failed = " and ".join(sorted(set(buffers) - set(outputs)))
+        return {**extra, **not_compared(f"{failed}'s program did not run on this CPU")}
     eager = eager_outputs(reference, inputs)
     for side, outs in outputs.items():
         sides[side]["executed"] = True
