@@ -24,7 +24,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
-from layout_solver.problem import Op, Problem, Solution
+from layout_solver.problem import Problem, Solution
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
@@ -32,12 +32,11 @@ from layout_solver.xnnpack.op_rules import (
     OpRule,
     is_dequantize,
     is_quantize,
-    labels_for,
     rank,
     rule_for,
     short_target,
 )
-from layout_solver.xnnpack.rules import conversion_prices, stored_label, values_and_domains
+from layout_solver.xnnpack.rules import conversion_prices, op_modes, stored_label, values_and_domains
 
 DIM_ORDER = {CONTIGUOUS: [0, 1, 2, 3], CHANNELS_LAST: [0, 2, 3, 1]}
 # Portable kernels that compute the same on channels-last 4-D tensors, checked by running each in both orders
@@ -76,23 +75,7 @@ def build_program_problem(graph_module, exported_program, delegated: set[str], p
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
-    ops = []
-    for node in graph_module.graph.nodes:
-        if node.op == "call_function" and node.name in nodes:
-            rule = rule_for(node) if node.name in delegated else _portable_rule(node)
-            operands = [n for n in rule.operands(node) if n.name in nodes]
-            modes = [m for m in rule.modes(node, operands, price)
-                     if all(label in labels_for(n) for n, label in zip(operands, m["operands"]))]  # fmt: skip
-            if not modes:
-                raise ValueError(f"{node.name} ({node.target}): no dim order its kernel accepts")
-            ops.append(Op(id=node.name, target=str(node.target), operands=[n.name for n in operands],
-                          results=[node.name], modes=modes))  # fmt: skip
-        elif node.op == "output":
-            for index, out in enumerate(node.args[0]):
-                if isinstance(out, torch.fx.Node) and out.name in nodes:
-                    label = stored_label(out)
-                    ops.append(Op(id=f"output#{index}", target="output", operands=[out.name], results=[],
-                                  modes=[{"name": label, "operands": [label], "results": [], "cost": 0.0}]))  # fmt: skip
+    ops = op_modes(graph_module, nodes, price, lambda n: rule_for(n) if n.name in delegated else _portable_rule(n))
     return Problem(name="xnnpack-program", values=list(values.values()), ops=ops,
                    transition_costs=conversion_prices(values, nodes, price), price_constants=True)  # fmt: skip
 

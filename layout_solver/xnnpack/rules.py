@@ -36,12 +36,10 @@ SECOND_ORDER_REFUSED = 1e12
 
 @dataclass
 class BuiltProblem:
-    """The problem of one delegate and what the write-back needs of it: the node of each value id, and each
-    op's rule kind."""
+    """The problem of one delegate and what the write-back needs of it: the node of each value id."""
 
     problem: Problem
     nodes: dict[str, torch.fx.Node]
-    kinds: dict[str, str]
 
 
 def stored_label(node) -> str:
@@ -61,12 +59,12 @@ def build_problem(graph_module, exported_program, profile, threads: int = 1, nam
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
-    ops, kinds = op_modes(graph_module, nodes, price)
+    ops = op_modes(graph_module, nodes, price)
     transitions = conversion_prices(values, nodes, price)
     problem = Problem(
         name=name, values=list(values.values()), ops=ops, transition_costs=transitions, price_constants=True
     )
-    return BuiltProblem(problem, nodes, kinds)
+    return BuiltProblem(problem, nodes)
 
 
 def values_and_domains(graph_module, is_constant) -> tuple[dict[str, Value], dict[str, torch.fx.Node]]:
@@ -96,17 +94,17 @@ def values_and_domains(graph_module, is_constant) -> tuple[dict[str, Value], dic
     return values, nodes
 
 
-def op_modes(graph_module, nodes, price) -> tuple[list[Op], dict[str, str]]:
-    """Each call_function node's modes from its rule; one op per delegate output, pinned to its stored order."""
+def op_modes(graph_module, nodes, price, rule_of=rule_for) -> list[Op]:
+    """Each call_function node's modes from its rule (`rule_of(node)`: XNNPACK's by default; the program-level
+    problem asks the CPU's for the ops it leaves there); one op per graph output, pinned to its stored order."""
     ops: list[Op] = []
-    kinds: dict[str, str] = {}
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and node.name in nodes:
-            rule = rule_for(node)
+            rule = rule_of(node)
             operands = [n for n in rule.operands(node) if n.name in nodes]
             modes = [m for m in rule.modes(node, operands, price) if _within(m, operands, nodes)]
             if not modes:  # e.g. an NHWC kernel on a tensor that is not 4-D: stock cannot lower it either
-                raise ValueError(f"{node.name} ({node.target}): no dim order its XNNPACK visitor accepts")
+                raise ValueError(f"{node.name} ({node.target}): no dim order its kernel accepts")
             ops.append(
                 Op(
                     id=node.name,
@@ -116,7 +114,6 @@ def op_modes(graph_module, nodes, price) -> tuple[list[Op], dict[str, str]]:
                     modes=modes,
                 )
             )
-            kinds[node.name] = rule.kind
         elif node.op == "output":
             for index, out in enumerate(node.args[0]):
                 if isinstance(out, torch.fx.Node) and out.name in nodes:
@@ -130,7 +127,7 @@ def op_modes(graph_module, nodes, price) -> tuple[list[Op], dict[str, str]]:
                             modes=[{"name": label, "operands": [label], "results": [], "cost": 0.0}],
                         )
                     )
-    return ops, kinds
+    return ops
 
 
 def _within(mode: dict, operands, nodes) -> bool:

@@ -15,7 +15,6 @@ from pathlib import Path
 _INSTANCE = re.compile(r"\s+#\d+$")
 # What the profile counts as layout conversion: XNNPACK's transposes (stock's stubs and the stage's permutes).
 CONVERSION_EVENTS = ("Transpose (ND",)
-_WRAPPERS = ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Program::load_method", "Method::init")
 
 
 def set_threads(threads: int) -> None:
@@ -48,11 +47,6 @@ class PairedTiming:
     def ratio(self, index: int) -> float:
         """Program `index`'s paired ratio to the first: the median over rounds of its time over the first's."""
         return statistics.median(b / a for a, b in zip(self.ms[0], self.ms[index]))
-
-    def spread(self, index: int) -> tuple[float, float]:
-        """The inter-quartile range of the paired ratio (its noise)."""
-        q = statistics.quantiles([b / a for a, b in zip(self.ms[0], self.ms[index])], n=4)
-        return q[0], q[2]
 
 
 def paired_times(buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30, warmup: int = 5) -> PairedTiming:
@@ -150,11 +144,6 @@ def event_means(buffer: bytes, inputs: tuple, threads: int, prefix: str, runs: i
             kept = sorted(raw)[: max(1, len(raw) - len(raw) // 10)]
             out.append(statistics.fmean(kept) * 1e3)
     return out
-
-
-def is_wrapper(event_class: str) -> bool:
-    """Events that contain others (the method, a delegate call, a portable kernel's call)."""
-    return event_class in _WRAPPERS
 
 
 def time_in_fresh_process(buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30) -> PairedTiming:
