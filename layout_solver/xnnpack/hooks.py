@@ -1,6 +1,7 @@
 """Every scoped change the XNNPACK integration makes to ExecuTorch, in one place: the name
 `XNNPACKPassManager` reads its layout pass from is swapped for the solver's (or the counting stock) pass, the
-permute serializer for one that reads both tensors' orders, and both are put back on every exit."""
+permute and reshape serializers for ones that read both tensors' orders (`visitors.physical_serializers`), and
+all are put back on every exit."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from cost_models import xnnpack as xnn_cost
 from layout_solver.report import PassReport, collecting_reports
 from layout_solver.solve import DEFAULT_TIME_LIMIT
 from layout_solver.xnnpack.passes import CountingChannelsLastTaggedReshapePass, SolverChannelsLastTaggedReshapePass
-from layout_solver.xnnpack.visitors import physical_permutes
+from layout_solver.xnnpack.visitors import physical_serializers
 
 
 class ProgramReports(list):
@@ -108,7 +109,7 @@ def solver_layouts(
     with contextlib.ExitStack() as stack:
         reports = stack.enter_context(collecting_reports(ProgramReports()))
         stack.enter_context(substituted_pass(pass_cls))
-        stack.enter_context(physical_permutes())
+        stack.enter_context(physical_serializers())
         if program:
             stack.enter_context(program_layouts(profile, pass_cls.threads, time_limit, service, reports.program_notes))
         yield reports

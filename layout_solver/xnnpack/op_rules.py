@@ -1,7 +1,8 @@
 """What each op inside an XNNPACK delegate allows of its tensors' dim orders, registered once per op target.
 
-A tensor is either *contiguous* (its logical dim order) or *channels_last* (a 4-D tensor stored NHWC: stock's
-`XNN_NHWC_NODE` tag). Every rule answers, for one node:
+A tensor is either *contiguous* (its logical dim order) or *channels_last*: dim 1 stored last, NHWC for a 4-D tensor
+(stock's `XNN_NHWC_NODE` tag) and NLC for a 3-D one (the stage's own tag, `visitors.ORDER_KEY`: a Conv1d's
+activations, and the tokens a vision model reads off a feature map). Every rule answers, for one node:
 
 * `operands(node)`: the input nodes whose dim order the op constrains (a conv's weight and bias are the
   visitor's own business, not operands);
@@ -12,9 +13,12 @@ Which ops want which order is read from executorch's own pass (`ChannelsLastTagg
 `memory_sensitive_ops_nhwc` / `_nchw` sets), so a new channels-last op of a later executorch is one more member
 there, not here. What is written here is what stock leaves implicit in its visitors: an op that follows its
 inputs into channels_last is one whose visitor is layout-blind (element-wise ops) or remaps its axes under the
-tag (cat, slice_copy, constant_pad_nd, a view that keeps N and C); any other op (softmax over the last dim,
-bmm, ...) stays contiguous, where every visitor is right. A permute may read one order and write the other:
-its physical permutation (`physical_permutation`) is what the delegate runs (`visitors.py`).
+tag (cat, slice_copy, constant_pad_nd: 4-D only); any other op (softmax over the last dim, bmm, ...) stays
+contiguous, where every visitor is right. Two kinds of op may read one order and write the other, serialized by
+the stage's own visitors (`visitors.py`): a permute runs its physical permutation (`physical_permutation`), and
+elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
+where they are (`keeps_bytes`): XNNPACK's reshape is a no-op on the data, so `x.flatten(2).transpose(1, 2)` of an
+NHWC feature map costs nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from graph_io.fx import tensor_of
 CONTIGUOUS = "contiguous"
 CHANNELS_LAST = "channels_last"
 LABELS = (CONTIGUOUS, CHANNELS_LAST)
-# Physical dim k of a tensor stored in a label holds logical dim ORDER[label][k].
-ORDER = {CONTIGUOUS: (0, 1, 2, 3), CHANNELS_LAST: (0, 2, 3, 1)}
+# The ranks whose activations may be stored channels-last inside a delegate: NHWC and NLC.
+ORDERED_RANKS = (3, 4)
 
 Price = Callable[[list[int], int, list[int]], float]
 
@@ -54,22 +58,94 @@ def rank(node) -> int | None:
     return None
 
 
-def labels_for(node) -> tuple[str, ...]:
-    """The labels a node's value may take: both for a 4-D tensor, contiguous otherwise."""
-    return LABELS if rank(node) == 4 else (CONTIGUOUS,)
+def labels_for(node, ranks: tuple[int, ...] = ORDERED_RANKS) -> tuple[str, ...]:
+    """The labels a node's value may take: both for a tensor of a rank in `ranks`, contiguous otherwise."""
+    return LABELS if rank(node) in ranks else (CONTIGUOUS,)
+
+
+def dim_order(label: str, ndim: int) -> tuple[int, ...]:
+    """Physical dim k of a tensor of rank `ndim` stored in `label` holds logical dim dim_order(...)[k]."""
+    if label == CONTIGUOUS or ndim < 3:
+        return tuple(range(ndim))
+    return (0, *range(2, ndim), 1)
+
+
+def physical_shape(shape, label: str) -> list[int]:
+    """The dims of a tensor of logical `shape` as `label` stores them (what XNNPACK's tensor value holds)."""
+    return [int(shape[d]) for d in dim_order(label, len(shape))]
 
 
 def physical_permutation(perm: list[int], src: str, dst: str) -> list[int]:
-    """What a 4-D permute_copy(x, perm) runs on the bytes when x is stored in `src` and its result in `dst`:
+    """What permute_copy(x, perm) runs on the bytes when x is stored in `src` and its result in `dst`:
     output physical dim k reads input physical dim q[k] = a^-1[perm[b[k]]] (a, b the two stored orders)."""
-    a, b = ORDER[src], ORDER[dst]
-    a_inv = [a.index(d) for d in range(4)]
-    return [a_inv[perm[b[k]]] for k in range(4)]
+    a, b = dim_order(src, len(perm)), dim_order(dst, len(perm))
+    a_inv = [a.index(d) for d in range(len(perm))]
+    return [a_inv[perm[b[k]]] for k in range(len(perm))]
+
+
+def conversion_us(price: Price, shape, elem: int, perm: list[int], src: str, dst: str) -> float:
+    """What `price` asks for permute_copy(x, perm) of a tensor of logical `shape` stored `src`, written `dst`: the
+    physical permutation of the physical dims."""
+    return price(physical_shape(shape, src), elem, physical_permutation(perm, src, dst))
+
+
+def keeps_bytes(src_shape, src: str, dst_shape, dst: str) -> bool:
+    """Whether reshaping a tensor of `src_shape` stored `src` to `dst_shape` stored `dst` leaves every byte where
+    it is: each group of dims the reshape merges or splits is stored as one run, in logical order, in both
+    orders, and the groups come in the same sequence in both (size-1 dims, which store nothing, left out)."""
+    groups = _reshape_groups([int(d) for d in src_shape], [int(d) for d in dst_shape])
+    if groups is None:
+        return False
+    sequences = []
+    for shape, label, side in ((src_shape, src, 0), (dst_shape, dst, 1)):
+        group_of = {d: g for g, members in enumerate(groups) for d in members[side]}
+        runs: list[list[int]] = []  # the stored non-1 dims, split where the group changes
+        for d in (d for d in dim_order(label, len(shape)) if shape[d] != 1):
+            if runs and group_of[runs[-1][-1]] == group_of[d]:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        sequence = [group_of[run[0]] for run in runs]
+        if any(run != sorted(run) for run in runs) or len(set(sequence)) != len(sequence):
+            return False
+        sequences.append(sequence)
+    return sequences[0] == sequences[1]
+
+
+def _reshape_groups(src: list[int], dst: list[int]) -> list[tuple[list[int], list[int]]] | None:
+    """The minimal runs of non-1 dims of `src` and `dst` (row-major) whose products match, or None where the
+    element counts differ."""
+    a = [d for d in range(len(src)) if src[d] != 1]
+    b = [d for d in range(len(dst)) if dst[d] != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        group_a, group_b = [a[i]], [b[j]]
+        size_a, size_b = src[a[i]], dst[b[j]]
+        i, j = i + 1, j + 1
+        while size_a != size_b:
+            if size_a < size_b and i < len(a):
+                group_a.append(a[i])
+                size_a *= src[a[i]]
+                i += 1
+            elif size_b < size_a and j < len(b):
+                group_b.append(b[j])
+                size_b *= dst[b[j]]
+                j += 1
+            else:
+                return None
+        groups.append((group_a, group_b))
+    return groups if i == len(a) and j == len(b) else None
 
 
 def mode(operands: list[str], result: str, cost: float = 0.0, name: str | None = None) -> dict:
     """One problem mode."""
     return {"name": name or result, "operands": list(operands), "results": [result], "cost": cost}
+
+
+def _single_element(node) -> bool:
+    val = tensor_of(node)
+    return val is not None and val.numel() == 1
 
 
 def tensor_inputs(node) -> list:
@@ -93,18 +169,20 @@ class OpRule:
 
 class ChannelsLastOp(OpRule):
     """An NHWC kernel (conv, pooling, mean over H and W, ...): its first input (each tensor of a list there)
-    channels_last, and so its result; its other inputs are the visitor's (weights, bias)."""
+    channels_last, and so its result; its other inputs are the visitor's (weights, bias). 4-D only."""
 
     kind = "channels_last"
 
     def operands(self, node) -> list:
-        """The input nodes whose dim order the op constrains (default: every tensor input)."""
+        """The first argument's tensors (weights and bias are laid out by the visitor itself)."""
         first = node.args[0]
         items = first if isinstance(first, (list, tuple)) else [first]
         return [n for n in items if isinstance(n, torch.fx.Node)]
 
     def modes(self, node, operands, price):
-        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
+        """All channels_last, where every operand is 4-D (none otherwise: stock cannot lower it either)."""
+        if rank(node) != 4 or any(rank(n) != 4 for n in operands):
+            return []
         return [mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST)]
 
 
@@ -113,34 +191,51 @@ class ContiguousOp(OpRule):
 
 
 class Follow(OpRule):
-    """A layout-blind op: all its tensors in one label; channels_last where every one of them is 4-D."""
+    """An op whose visitor writes its result in the order it reads its inputs: all its tensors in one label;
+    channels_last where all of them have the result's rank and it is one of `ranks` (an element-wise visitor is
+    blind to the order at any rank; one that remaps its axis under the tag knows NHWC only)."""
 
     kind = "follow"
 
+    def __init__(self, ranks: tuple[int, ...] = ORDERED_RANKS):
+        self.ranks = ranks
+
+    def operands(self, node) -> list:
+        """Every tensor input but a single-element one (a lifted scalar), which has no order to follow."""
+        return [n for n in tensor_inputs(node) if not _single_element(n)]
+
     def modes(self, node, operands, price):
-        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
+        """All contiguous, or (see the class docstring) all channels_last."""
         out = [mode([CONTIGUOUS] * len(operands), CONTIGUOUS)]
-        if rank(node) == 4 and all(rank(n) == 4 for n in operands):
+        if rank(node) in self.ranks and all(rank(n) == rank(node) for n in operands):
             out.append(mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST))
         return out
 
 
-class View(Follow):
-    """A reshape is a byte copy: channels_last only where N and C stay as they are (H and W re-split), which
-    is the one case where the NHWC bytes reshaped give the reshaped tensor's NHWC bytes."""
+class Reshape(OpRule):
+    """view_copy, squeeze_copy, unsqueeze_copy: one XNNPACK reshape, which runs in place (ETDump: 0 us). Any
+    pair of orders in which the bytes stay where they are (`keeps_bytes`), at no cost: NHWC [N, C, H, W] to NLC
+    [N, C, H*W], an NLC Conv1d activation unsqueezed to NHWC [N, C, L, 1], and, as stock, any order to itself
+    where the merged and split dims stay adjacent."""
+
+    kind = "reshape"
 
     def operands(self, node) -> list:
-        """The input nodes whose dim order the op constrains (default: every tensor input)."""
+        """The tensor reshaped."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
-        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
-        out = [mode([CONTIGUOUS], CONTIGUOUS)]
+        """Every (input order, result order) pair in which the reshape moves no byte (contiguous to contiguous
+        always)."""
         src, dst = tensor_of(node.args[0]), tensor_of(node)
-        same_n_and_c = src is not None and dst is not None and src.dim() == dst.dim() == 4
-        if same_n_and_c and src.shape[0] == dst.shape[0] and src.shape[1] == dst.shape[1]:
-            out.append(mode([CHANNELS_LAST], CHANNELS_LAST))
-        return out
+        if src is None or dst is None:
+            return [mode([CONTIGUOUS], CONTIGUOUS)]
+        return [
+            mode([a], b, 0.0, f"{a}->{b}")
+            for a in labels_for(node.args[0])
+            for b in labels_for(node)
+            if (a, b) == (CONTIGUOUS, CONTIGUOUS) or keeps_bytes(src.shape, a, dst.shape, b)
+        ]
 
 
 class MemoryFormatCopy(OpRule):
@@ -151,41 +246,72 @@ class MemoryFormatCopy(OpRule):
     kind = "conversion"
 
     def operands(self, node) -> list:
-        """The input nodes whose dim order the op constrains (default: every tensor input)."""
+        """The tensor converted."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
-        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
+        """Converting from the other order (one transpose), or reading its own order (removed, free)."""
         if rank(node) != 4:
             return [mode([CONTIGUOUS], CONTIGUOUS)]
         dst = CHANNELS_LAST if node.kwargs.get("memory_format") == torch.channels_last else CONTIGUOUS
         src = CONTIGUOUS if dst == CHANNELS_LAST else CHANNELS_LAST
-        perm = physical_permutation([0, 1, 2, 3], src, dst)
-        return [mode([src], dst, price(list(tensor_of(node).shape), elem_bytes(node), perm)),
-                mode([dst], dst, 0.0, name=f"{dst} (removed)")]  # fmt: skip
+        cost = conversion_us(price, tensor_of(node).shape, elem_bytes(node), [0, 1, 2, 3], src, dst)
+        return [mode([src], dst, cost), mode([dst], dst, 0.0, name=f"{dst} (removed)")]
 
 
 class Permute(OpRule):
-    """permute_copy: any order in, any order out, priced by the permutation the bytes go through."""
+    """permute_copy: any order in, any order out, priced by the permutation the bytes go through; free where
+    that moves no byte and the serializer can elide it (`permute_elided`)."""
 
     kind = "permute"
 
     def operands(self, node) -> list:
-        """The input nodes whose dim order the op constrains (default: every tensor input)."""
+        """The tensor permuted."""
         return [node.args[0]]
 
     def modes(self, node, operands, price):
-        """The op's problem modes (default: everything contiguous); `price` prices a data movement the op itself runs."""
+        """One mode per (input order, result order)."""
         source = tensor_of(node.args[0])
         perm = [d % source.dim() for d in node.args[1]]
-        shape = list(source.shape)
-        if source.dim() != 4:
-            return [mode([CONTIGUOUS], CONTIGUOUS, price(shape, elem_bytes(node), perm))]
-        return [
-            mode([src], dst, price(shape, elem_bytes(node), physical_permutation(perm, src, dst)), f"{src}->{dst}")
-            for src in LABELS
-            for dst in LABELS
-        ]
+        out = []
+        for src in labels_for(node.args[0]):
+            for dst in labels_for(node):
+                elided = permute_elided(node, src, dst)
+                cost = 0.0 if elided else conversion_us(price, source.shape, elem_bytes(node), perm, src, dst)
+                out.append(mode([src], dst, cost, f"{src}->{dst}"))
+        return out
+
+
+def permute_elided(node, src: str, dst: str) -> bool:
+    """Whether permute_copy `node`, reading `src` and writing `dst`, is serialized as no operator at all: its
+    physical permutation is the identity (the result's bytes and dims are its input's), it changes the stored
+    order (stock's never does: a stock-tagged graph keeps stock's bytes), its input and result are not both the
+    delegate's own inputs or outputs (one XNNPACK value cannot be both), and both carry one quantization."""
+    source = node.args[0]
+    perm = [d % rank(source) for d in node.args[1]]
+    if src == dst or physical_permutation(perm, src, dst) != list(range(len(perm))):
+        return False
+    if _is_external(source) and _is_external(node):
+        return False
+    return _quantization_in(source) == _quantization_out(node)
+
+
+def _is_external(node) -> bool:
+    """A value XNNPACK makes a delegate input or output: a placeholder (behind its q / dq, where quantized) or a
+    value the delegate returns (or returns quantized)."""
+    while is_dequantize(node) and isinstance(node.args[0], torch.fx.Node) and is_quantize(node.args[0]):
+        node = node.args[0].args[0]
+    readers = [node, *(u for u in node.users if is_quantize(u))]
+    return node.op == "placeholder" or any(u.op == "output" for r in readers for u in r.users)
+
+
+def _quantization_in(node) -> tuple:
+    return tuple(node.args[1:]) if is_dequantize(node) else ()
+
+
+def _quantization_out(node) -> tuple:
+    quantized = [u for u in node.users if is_quantize(u)]
+    return tuple(quantized[0].args[1:]) if quantized else ()
 
 
 def elem_bytes(node) -> int:
@@ -209,16 +335,20 @@ def is_dequantize(node) -> bool:
     return short_target(node.target).startswith("dequantize_per_") if node.op == "call_function" else False
 
 
-# Layout-blind visitors (element-wise, per-tensor quantization) and those that remap their axes under the tag.
-FOLLOW_TARGETS = (
+# Element-wise visitors (and per-tensor quantization): blind to the stored order at any rank.
+ELEMENTWISE_TARGETS = (
     "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "minimum.default", "maximum.default", "abs.default",
     "neg.default", "relu.default", "hardtanh.default", "clamp.default", "sigmoid.default", "tanh.default",
     "elu.default", "leaky_relu.default", "hardswish.default", "gelu.default", "exp.default", "log.default",
     "sqrt.default", "rsqrt.default", "square.default", "ceil.default", "floor.default", "sin.default",
     "cos.default", "pow.Tensor_Scalar", "clone.default", "quantize_per_tensor.default",
     "dequantize_per_tensor.default", "quantize_per_tensor.tensor", "dequantize_per_tensor.tensor",
-    "cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "getitem",
 )  # fmt: skip
+# Visitors that remap their axis (or pads) under stock's NHWC tag: they know 4-D NHWC and nothing else.
+NHWC_REMAPPING_TARGETS = ("cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "getitem")
+# Reshapes the stage serializes itself (`visitors.PhysicalReshapeVisitor`), so stock's NCHW-only rule for
+# squeeze and unsqueeze (its visitors write logical shapes) does not bind them.
+RESHAPE_TARGETS = ("view_copy.default", "squeeze_copy.dim", "unsqueeze_copy.default")
 
 _REGISTRY: dict[str, OpRule] = {}
 
@@ -241,16 +371,22 @@ def _stock_sets() -> tuple[frozenset[str], frozenset[str]]:
     return names(stock.memory_sensitive_ops_nhwc), names(stock.memory_sensitive_ops_nchw)
 
 
-for _name in FOLLOW_TARGETS:
+for _name in ELEMENTWISE_TARGETS:
     register(_name, Follow())
-register("view_copy.default", View())
+for _name in NHWC_REMAPPING_TARGETS:
+    register(_name, Follow(ranks=(4,)))
+for _name in RESHAPE_TARGETS:
+    register(_name, Reshape())
 register("permute_copy.default", Permute())
 register("_to_copy.default", MemoryFormatCopy())
 
 
 def rule_for(node) -> OpRule:
-    """The rule of a call_function node: stock's NHWC and NCHW sets first, then the registry, else contiguous."""
+    """The rule of a call_function node: the stage's reshapes first (it serializes them itself), then stock's
+    NHWC and NCHW sets, then the registry, else contiguous."""
     name = short_target(node.target)
+    if name in RESHAPE_TARGETS:
+        return _REGISTRY[name]
     channels_last, contiguous = _stock_sets()
     if name in channels_last:
         return ChannelsLastOp()

@@ -17,6 +17,7 @@ import copy
 import time
 
 from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import ChannelsLastTaggedReshapePass
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from cost_models import xnnpack as xnn_cost
@@ -29,6 +30,7 @@ from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
 from layout_solver.xnnpack.program import has_symbolic_shapes
 from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.validate import validate
+from layout_solver.xnnpack.visitors import set_label
 
 TAG = ChannelsLastTaggedReshapePass.XNN_NHWC_NODE
 # The stage's delegate replaces stock's only where it is predicted cheaper by more than this (microseconds) and
@@ -130,7 +132,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
                     node.meta[TAG] = labels.get(node.name, stored_label(node)) == CHANNELS_LAST
             elif node.op == "call_function" and node.name in ops:
                 self._convert_operands(graph_module, node, ops[node.name], solution, built)
-                self._tag(node, labels[node.name])
+                set_label(node, labels[node.name])
                 if solution.modes[node.name].endswith("(removed)"):  # a copy into the order it already has
                     node.replace_all_uses_with(node.args[0])
                     graph_module.graph.erase_node(node)
@@ -151,18 +153,26 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
                 continue
             if solution.labels[vid] == wanted:
                 continue
-            if wanted == CHANNELS_LAST:
+            if rank(operand) == 3:
+                self._convert_rank3(graph_module, operand, node, wanted)
+            elif wanted == CHANNELS_LAST:
                 self.input_to_nhwc(graph_module, operand, node)
             else:
                 self.input_to_nchw(graph_module, operand, node)
 
-    @staticmethod
-    def _tag(node, label: str) -> None:
-        # cat, slice_copy and view_copy read the tag's presence, not its value: a contiguous node carries none.
-        if label == CHANNELS_LAST:
-            node.meta[TAG] = True
-        else:
-            node.meta.pop(TAG, None)
+    def _convert_rank3(self, graph_module, operand, user, wanted: str) -> None:
+        """Stock's stubs are 4-D: a 3-D value is converted by an identity permute_copy whose result is tagged in
+        the order wanted (the physical permute visitor runs the one transpose), shared per value as stock's
+        partner nodes are and wrapped in q / dq by stock's own quantization-sensitive insertion."""
+        made = operand.meta.get(self.PARTNER_NODE)
+        if made is None:
+            with graph_module.graph.inserting_after(operand):
+                made = self.create_call_function_node(
+                    graph_module, exir_ops.edge.aten.permute_copy.default, (operand, [0, 1, 2])
+                )
+            made.meta["val"] = operand.meta["val"]
+            set_label(made, wanted)
+        self.insert_copy_and_assign_partner_nodes_quantization_sensitive(graph_module, operand, made, user)
 
     def check(self, graph_module, before) -> None:
         """The post-condition (validate.validate) on the written, retraced graph."""

@@ -2,8 +2,9 @@
 
 Both sides are priced by this one reading, after their pass has run: every `_to_copy(memory_format=...)`
 (stock's conversion stubs and the stage's) is one transpose of its tensor, and every permute_copy runs the
-permutation its input's and result's tags give (`op_rules.physical_permutation`). It reads the tags, not the
-stage's problem, so it prices stock's graph and the stage's the same way.
+permutation its input's and result's tags give (`op_rules.physical_permutation`), or nothing where the
+serializer elides it (`op_rules.permute_elided`); reshapes run in place. It reads the tags, not the stage's
+problem, so it prices stock's graph and the stage's the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ import torch
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
-from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, elem_bytes, physical_permutation, short_target
+from layout_solver.xnnpack.op_rules import (
+    CHANNELS_LAST,
+    CONTIGUOUS,
+    elem_bytes,
+    permute_elided,
+    physical_permutation,
+    physical_shape,
+    short_target,
+)
 from layout_solver.xnnpack.visitors import label_of
 
 
@@ -85,18 +94,18 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
         if val is None or name not in ("_to_copy.default", "permute_copy.default") or node.name in removed:
             continue
         source = node.args[0]
+        src, dst = label_of(source), label_of(node)
         if name == "_to_copy.default":
             if "memory_format" not in node.kwargs or val.dim() != 4:
                 continue
             # The serializer always reads the other order than the one it writes: one NCHW<->NHWC transpose.
-            dst = label_of(node)
-            perm = physical_permutation([0, 1, 2, 3], CHANNELS_LAST if dst == CONTIGUOUS else CONTIGUOUS, dst)
+            src, perm = (CHANNELS_LAST if dst == CONTIGUOUS else CONTIGUOUS), [0, 1, 2, 3]
         else:
-            rank = tensor_of(source).dim()
-            perm = [d % rank for d in node.args[1]]
-            if rank == 4:
-                perm = physical_permutation(perm, label_of(source), label_of(node))
-        shape = [int(d) for d in tensor_of(source).shape]
+            if permute_elided(node, src, dst):
+                continue
+            perm = [d % val.dim() for d in node.args[1]]
+        shape = physical_shape(tensor_of(source).shape, src)
+        perm = physical_permutation(perm, src, dst)
         elem = elem_bytes(node)
         out.conversions.append(
             Conversion(node.name, name.split(".")[0], xnn_cost.conversion_kind(shape, perm), shape,

@@ -52,7 +52,7 @@ MIN_SAVING_US = 1.0
 
 
 def _portable_rule(node) -> OpRule:
-    return Follow() if short_target(node.target) in PORTABLE_CHANNELS_LAST else OpRule()
+    return Follow(ranks=(4,)) if short_target(node.target) in PORTABLE_CHANNELS_LAST else OpRule()
 
 
 def delegated_nodes(exported_program, partitioner) -> dict[str, str]:
@@ -74,8 +74,10 @@ def build_program_problem(graph_module, exported_program, delegated: set[str], p
     def price(shape, elem, perm):
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
-    values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
-    ops = op_modes(graph_module, nodes, price, lambda n: rule_for(n) if n.name in delegated else _portable_rule(n))
+    # The program hands tensors between delegates and CPU kernels at rank 4 only (dim-order copies, NHWC).
+    values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n), ranks=(4,))
+    ops = op_modes(graph_module, nodes, price, {v.id: v.domain for v in values.values()},
+                   lambda n: rule_for(n) if n.name in delegated else _portable_rule(n))  # fmt: skip
     return Problem(name="xnnpack-program", values=list(values.values()), ops=ops,
                    transition_costs=conversion_prices(values, nodes, price), price_constants=True)  # fmt: skip
 

@@ -1,7 +1,8 @@
 """One XNNPACK delegate's graph -> a layout problem (values, op modes, conversion prices), read off `op_rules`.
 
 Phases, each its own function: `values_and_domains` (a value per tensor node: the delegate's inputs pinned to
-the dim order the program hands them in, constants free but never in two orders, activations free),
+the dim order the program hands them in, constants free but never in two orders, activations free; a 3-D value
+may be NLC only where it is an activation),
 `op_modes` (each call_function node's modes from its rule, and one op per delegate output pinning the order
 the program reads it in), `conversion_prices` (what converting each activation costs, from the XNNPACK cost
 profile). Costs are microseconds on the profile's CPU for the lowering's thread count.
@@ -19,10 +20,11 @@ from layout_solver.problem import Op, Problem, TransitionCost, Value
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
+    ORDERED_RANKS,
+    conversion_us,
     elem_bytes,
     is_quantize,
     labels_for,
-    physical_permutation,
     rank,
     rule_for,
 )
@@ -59,7 +61,7 @@ def build_problem(graph_module, exported_program, profile, threads: int = 1, nam
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
-    ops = op_modes(graph_module, nodes, price)
+    ops = op_modes(graph_module, nodes, price, domains={v.id: v.domain for v in values.values()})
     transitions = conversion_prices(values, nodes, price)
     problem = Problem(
         name=name, values=list(values.values()), ops=ops, transition_costs=transitions, price_constants=True
@@ -67,8 +69,12 @@ def build_problem(graph_module, exported_program, profile, threads: int = 1, nam
     return BuiltProblem(problem, nodes)
 
 
-def values_and_domains(graph_module, is_constant) -> tuple[dict[str, Value], dict[str, torch.fx.Node]]:
-    """A value per tensor-valued node, with its domain; delegate inputs pinned to their stored order."""
+def values_and_domains(
+    graph_module, is_constant, ranks: tuple[int, ...] = ORDERED_RANKS
+) -> tuple[dict[str, Value], dict[str, torch.fx.Node]]:
+    """A value per tensor-valued node, with its domain (both orders at the `ranks` that may be stored
+    channels-last; at rank 4 only for a constant or an input: stock's serializer lays out NHWC constants and
+    the program hands its inputs over at rank 4 only); delegate inputs pinned to their stored order."""
     values: dict[str, Value] = {}
     nodes: dict[str, torch.fx.Node] = {}
     for node in graph_module.graph.nodes:
@@ -87,22 +93,23 @@ def values_and_domains(graph_module, is_constant) -> tuple[dict[str, Value], dic
             dtype=str(val.dtype).removeprefix("torch.") if val is not None else "float32",
             size_bytes=(val.numel() * elem_bytes(node)) if val is not None else 0,
             kind=kind,
-            domain=list(labels_for(node)),
+            domain=list(labels_for(node, ranks if kind == "activation" else tuple(r for r in ranks if r == 4))),
             fixed=fixed,
         )
         nodes[node.name] = node
     return values, nodes
 
 
-def op_modes(graph_module, nodes, price, rule_of=rule_for) -> list[Op]:
+def op_modes(graph_module, nodes, price, domains: dict[str, list[str]], rule_of=rule_for) -> list[Op]:
     """Each call_function node's modes from its rule (`rule_of(node)`: XNNPACK's by default; the program-level
-    problem asks the CPU's for the ops it leaves there); one op per graph output, pinned to its stored order."""
+    problem asks the CPU's for the ops it leaves there), those whose labels are in every value's `domains`; one op
+    per graph output, pinned to its stored order."""
     ops: list[Op] = []
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and node.name in nodes:
             rule = rule_of(node)
             operands = [n for n in rule.operands(node) if n.name in nodes]
-            modes = [m for m in rule.modes(node, operands, price) if _within(m, operands, nodes)]
+            modes = [m for m in rule.modes(node, operands, price) if _within(m, node, operands, domains)]
             if not modes:  # e.g. an NHWC kernel on a tensor that is not 4-D: stock cannot lower it either
                 raise ValueError(f"{node.name} ({node.target}): no dim order its kernel accepts")
             ops.append(
@@ -130,14 +137,15 @@ def op_modes(graph_module, nodes, price, rule_of=rule_for) -> list[Op]:
     return ops
 
 
-def _within(mode: dict, operands, nodes) -> bool:
-    labels = dict(zip([n.name for n in operands], mode["operands"]))
-    return all(label in labels_for(nodes[name]) for name, label in labels.items())
+def _within(mode: dict, node, operands, domains) -> bool:
+    labels = [*zip([n.name for n in operands], mode["operands"]), (node.name, mode["results"][0])]
+    return all(label in domains[name] for name, label in labels)
 
 
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
-    """Converting a 4-D activation between the orders costs one XNNPACK transpose of its bytes; a constant, and
-    a value a quantize reads, never take a second order (stock converts a quantized tensor after its dequantize)."""
+    """Converting an activation between the orders costs one XNNPACK transpose of its bytes (a 4-D one by
+    stock's stub, a 3-D one by an identity permute between two tags); a constant, and a value a quantize reads
+    (stock converts a quantized tensor after its dequantize), never take a second order."""
     out = []
     for vid, value in values.items():
         if len(value.domain) < 2:
@@ -149,6 +157,6 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
                 if value.kind == "constant" or any(is_quantize(u) for u in nodes[vid].users):
                     cost = SECOND_ORDER_REFUSED
                 else:
-                    cost = price(value.shape, elem_bytes(nodes[vid]), physical_permutation([0, 1, 2, 3], src, dst))
+                    cost = conversion_us(price, value.shape, elem_bytes(nodes[vid]), [0, 1, 2, 3], src, dst)
                 out.append(TransitionCost(value=vid, src=src, dst=dst, cost=cost))
     return out
