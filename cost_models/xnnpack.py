@@ -1,4 +1,5 @@
-"""XNNPACK (CPU) costs: what a layout conversion costs the delegate, in microseconds.
+"""XNNPACK (CPU) costs: what a layout conversion costs the delegate, and what the whole program's run costs, in
+microseconds.
 
 Inside an XNNPACK delegate every layout conversion (stock's `_to_copy(memory_format=...)` stub, or a
 `permute_copy` written in its physical form) runs as one XNNPACK `Transpose (ND)` operator over the tensor's
@@ -19,6 +20,13 @@ costs less than `OP_FLOOR_US`, one more operator's run. The
 numbers are a *profile* (`XnnpackProfile`, JSON): the shipped one was measured on the project's own CPU by
 `layout-solver calibrate xnnpack` (per-op times from ETDump); a user's device gets its own file from the same
 command, never an assumption.
+
+The same profile predicts a program's run time (`run_us`): every op the program runs costs what its class's
+curve says at its work (`OP_CLASSES`: multiply-accumulates for convolutions and matrix products, elements
+otherwise; the CPU's portable kernels each their own class, by the dim order they run in where it matters),
+plus what running it costs beyond its kernel (`Overheads`: per call, per delegate, per XNNPACK operator, per
+CPU kernel), fitted on probe programs of many tiny ops. Layout conversions are priced by their curves alone here
+(the per-operator overhead already counts their run).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import hashlib
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +54,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _interpolated(points: list[float], us: list[float], x: float) -> float:
+    """Microseconds at `x`: interpolated between measured points, from 0 below, proportional above."""
+    if x >= points[-1]:
+        return us[-1] * x / points[-1]
+    return float(np.interp(x, [0.0, *points], [0.0, *us]))
+
+
 class Curve(_Strict):
     """Microseconds at measured sizes (KiB ascending, us non-decreasing), interpolated between them."""
 
@@ -53,9 +69,64 @@ class Curve(_Strict):
 
     def at(self, kib: float) -> float:
         """Microseconds at `kib` KiB: interpolated between measured sizes, from 0 below, proportional above."""
-        if kib >= self.kib[-1]:
-            return self.us[-1] * kib / self.kib[-1]
-        return float(np.interp(kib, [0.0, *self.kib], [0.0, *self.us]))
+        return _interpolated(self.kib, self.us, kib)
+
+
+class WorkCurve(_Strict):
+    """An op class's microseconds at measured amounts of work (ascending; its class says the unit)."""
+
+    work: list[float] = Field(min_length=1)
+    us: list[float] = Field(min_length=1)
+
+    def at(self, work: float) -> float:
+        """Microseconds at `work`: interpolated between measured amounts, from 0 below, proportional above."""
+        return _interpolated(self.work, self.us, work)
+
+
+# An op's class, and what its work counts: its curve is read at that amount.
+OP_CLASSES = {
+    "conv": "multiply-accumulates",  # a dense (or grouped) convolution
+    "dwconv:TAPS": "multiply-accumulates",  # a depthwise convolution of TAPS kernel taps ("dwconv:9": 3x3)
+    "gemm": "multiply-accumulates",  # linear, addmm, mm
+    "bmm": "multiply-accumulates",  # batched matrix multiply
+    "softmax": "elements",
+    "elementwise": "elements",  # add, mul, clamp, relu, ... (of the result)
+    "transcendental": "elements",  # gelu, sigmoid, tanh, exp, ... (of the result)
+    "pool": "elements",  # max / average pooling, mean (of the input)
+    "copy": "elements",  # cat, slice, pad, clone (of the result)
+    "resize": "elements",  # bilinear upsampling (of the result)
+}
+# A CPU (portable) kernel's class is "cpu:" and its op name ("cpu:native_layer_norm.default"), "@channels_last"
+# added where it reads a channels-last tensor; an op the profile has no curve for is priced as CPU_FALLBACK.
+CPU_PREFIX = "cpu:"
+CPU_FALLBACK = "cpu:other"
+
+
+class Overheads(_Strict):
+    """What running a program costs beyond its kernels, in microseconds: per call of the method (`call_us`),
+    per delegate call, per XNNPACK operator (XNNPACK sets every operator up again on each call, dearer for a GEMM
+    than for an add: `xnnpack_op_us_by_class`, by the op class's family, "dwconv" for "dwconv:9"; `xnnpack_op_us`
+    for a family without its own) and per CPU kernel (dispatch, and what a tick of ETDump hides), and per KiB of
+    the program's inputs and outputs (copied in and out)."""
+
+    call_us: float = Field(ge=0)
+    delegate_us: float = Field(ge=0)
+    xnnpack_op_us: float = Field(ge=0)
+    cpu_op_us: float = Field(ge=0)
+    io_us_per_kib: float = Field(ge=0)
+    xnnpack_op_us_by_class: dict[str, float] = Field(default_factory=dict)
+    # Beyond one thread: each delegate call's first parallel operator wakes the pool's workers (they sleep in the
+    # gaps between calls and across CPU kernels); the op curves hold none of it.
+    pool_wake_us: float = Field(default=0.0, ge=0)
+
+    def xnnpack_op(self, op_class: str) -> float:
+        """One XNNPACK operator's overhead, by its class's family."""
+        return self.xnnpack_op_us_by_class.get(op_family(op_class), self.xnnpack_op_us)
+
+
+def op_family(op_class: str) -> str:
+    """An op class without its variant: "dwconv:9" -> "dwconv", "conversion:block" -> "conversion"."""
+    return op_class.split(":")[0].split("@")[0]
 
 
 class Measurement(_Strict):
@@ -70,16 +141,61 @@ class Measurement(_Strict):
     us: float = Field(ge=0)
 
 
-class XnnpackProfile(_Strict):
-    """A CPU's conversion costs, measured (`measured`) by `command` on `device`."""
+class OpMeasurement(_Strict):
+    """One timed probe op: its class, work, element size, thread count and ETDump's microseconds for it."""
 
-    schema_version: int = 1
+    op_class: str
+    work: float
+    elem_bytes: int
+    threads: int
+    us: float = Field(ge=0)
+    probe: str = ""
+
+
+class XnnpackProfile(_Strict):
+    """A CPU's conversion costs and (schema 2) its op costs and overheads, measured (`measured`) by `command` on
+    `device`."""
+
+    schema_version: int = 2
     device: str
     measured: bool
     command: str = ""
     # threads -> element bytes -> class -> curve (JSON keys are strings)
     curves: dict[str, dict[str, dict[str, Curve]]]
     measurements: list[Measurement] = Field(default_factory=list)
+    # threads -> element bytes -> op class -> curve; threads -> overheads. Empty in a schema-1 profile, which
+    # prices conversions only.
+    op_curves: dict[str, dict[str, dict[str, WorkCurve]]] = Field(default_factory=dict)
+    overheads: dict[str, Overheads] = Field(default_factory=dict)
+    op_measurements: list[OpMeasurement] = Field(default_factory=list)
+    # threads -> the reference program's microseconds (the speed every op time is stated at;
+    # layout_solver.targets.xnnpack.runtime.reference_program)
+    reference_us: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def predicts_run_time(self) -> bool:
+        """Whether the profile has op curves and overheads (schema 2, measured by `calibrate xnnpack`)."""
+        return bool(self.op_curves and self.overheads)
+
+    def op_us(self, op_class: str, work: float, elem_bytes: int, threads: int) -> float:
+        """Microseconds of one op of `op_class` doing `work` (its kernel alone), at the nearest measured thread
+        count: the class's curve at the nearest measured element size, else its fp32 curve (an int8 program's
+        softmax or batched product runs in float), its variant nearest a numeric one ("dwconv:25" -> "dwconv:49")
+        first, its order dropped for a CPU kernel; a class without any curve is priced as CPU_FALLBACK (a CPU
+        kernel) or "elementwise"."""
+        by_threads = self.op_curves[_nearest(self.op_curves, threads)]
+        tables = [by_threads[_nearest(by_threads, elem_bytes)], by_threads[_nearest(by_threads, 4)]]
+        fallback = CPU_FALLBACK if op_class.startswith(CPU_PREFIX) else "elementwise"
+        for wanted in (op_class, fallback):
+            for by_class in tables:
+                for name in (wanted, wanted.split("@")[0], _nearest_variant(by_class, wanted)):
+                    if name in by_class:
+                        return by_class[name].at(work)
+        raise ValueError(f"profile {self.device!r} has no {fallback!r} curve to price {op_class!r}")
+
+    def overhead(self, threads: int) -> Overheads:
+        """The overheads at the nearest measured thread count."""
+        return self.overheads[_nearest(self.overheads, threads)]
 
     def curve(self, threads: int, elem_bytes: int, kind: str) -> Curve:
         """The curve of the nearest measured thread count and element size (ValueError if the class is missing)."""
@@ -93,6 +209,17 @@ class XnnpackProfile(_Strict):
     def thread_counts(self) -> list[int]:
         """The thread counts the profile was measured at, ascending."""
         return sorted(int(t) for t in self.curves)
+
+
+def _nearest_variant(by_class: dict[str, object], op_class: str) -> str:
+    """For a class with a numeric variant ("dwconv:25"), the measured variant nearest it ("dwconv:49")."""
+    base, _, variant = op_class.partition(":")
+    if not variant.isdigit():
+        return op_class
+    measured = {
+        int(k.partition(":")[2]): k for k in by_class if k.startswith(f"{base}:") and k.partition(":")[2].isdigit()
+    }
+    return measured[min(measured, key=lambda v: (abs(v - int(variant)), v))] if measured else op_class
 
 
 def _nearest(table: dict[str, object], wanted: int) -> str:
@@ -125,11 +252,59 @@ def conversion_kind(shape, perm) -> str:
 
 
 def conversion_us(profile: XnnpackProfile, shape, dtype: str | int, perm, threads: int = 1) -> float:
-    """Microseconds for XNNPACK to permute a tensor of logical `shape` (physically, by `perm`) of `dtype` (a
-    name in DTYPE_BYTES, or the element size in bytes) on `threads` threads."""
+    """Microseconds for XNNPACK to permute a tensor of stored `shape` (by `perm`) of `dtype` (a name in
+    DTYPE_BYTES, or the element size in bytes) on `threads` threads, never under OP_FLOOR_US."""
     elem = dtype if isinstance(dtype, int) else element_bytes(str(dtype).removeprefix("torch."))
     curve = profile.curve(threads, elem, conversion_kind(shape, perm))
     return max(OP_FLOOR_US, curve.at(_product(shape) * elem / 1024))
+
+
+class PredictedOp(NamedTuple):
+    """One op a program runs, as the run-time model sees it: its class (a layout conversion's is "conversion:"
+    and its conversion class, its work the KiB it moves), work, element size, and whether it runs inside an
+    XNNPACK delegate (else it is a CPU kernel)."""
+
+    op_class: str
+    work: float
+    elem_bytes: int
+    in_delegate: bool
+    key: str = ""  # a CPU kernel call's digest, where its time was measured (`run_us`'s `measured`)
+
+
+CONVERSION_PREFIX = "conversion:"
+
+
+def run_us(
+    profile: XnnpackProfile,
+    ops: list[PredictedOp],
+    delegates: int,
+    threads: int,
+    io_kib: float = 0.0,
+    measured: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """A program's predicted microseconds per run, by part: each op class's kernels ("conversion" for every
+    layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time), "overhead"
+    (the call, each of its `delegates`, each XNNPACK operator and each CPU kernel, its `io_kib` of inputs and
+    outputs) and "total"."""
+    overheads = profile.overhead(threads)
+    measured = measured or {}
+    out: dict[str, float] = {}
+    for op in ops:
+        if op.key in measured:
+            part, us = op.op_class, measured[op.key]
+        elif op.op_class.startswith(CONVERSION_PREFIX):
+            part = "conversion"
+            us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
+        else:
+            part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads)
+        out[part] = out.get(part, 0.0) + us
+    cpu_ops = sum(not op.in_delegate for op in ops)
+    out["overhead"] = (overheads.call_us + (overheads.delegate_us + overheads.pool_wake_us) * delegates
+                       + overheads.cpu_op_us * cpu_ops
+                       + sum(overheads.xnnpack_op(op.op_class) for op in ops if op.in_delegate)
+                       + overheads.io_us_per_kib * io_kib)  # fmt: skip
+    out["total"] = sum(out.values())
+    return out
 
 
 def element_bytes(dtype: str) -> int:

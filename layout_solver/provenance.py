@@ -37,6 +37,8 @@ BACKEND_CODE: dict[str, tuple[str, ...]] = {
     # The target's own package (its __init__ is the registry's: every comparison imports it) stays shared.
     "xnnpack": ("layout_solver/xnnpack", "layout_solver/targets/xnnpack/measure.py",
                 "layout_solver/targets/xnnpack/runtime.py", "layout_solver/targets/xnnpack/calibrate.py",
+                "layout_solver/targets/xnnpack/calibrate_ops.py", "layout_solver/targets/xnnpack/cpu_ops.py",
+                "layout_solver/targets/xnnpack/lowering.py", "layout_solver/targets/xnnpack/clock.py",
                 "layout_solver/targets/xnnpack/conformance.py", "cost_models/data/xnnpack_ci_x86.json"),
 }  # fmt: skip
 # Code that only renders finished results (no zoo worker or comparison imports it): in no backend's digest, so a

@@ -64,6 +64,8 @@ class PassReport:
     kept_stock: bool = False
     vela_check: dict | None = None
     predicted_by_op: Counter = field(default_factory=Counter)  # the objective by operator class (Vela's names)
+    # XNNPACK: what the delegate runs (cost_models.xnnpack.PredictedOp), which the run-time prediction prices.
+    run_ops: list = field(default_factory=list)
 
     @property
     def solve_seconds(self) -> float:

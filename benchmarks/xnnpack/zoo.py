@@ -1,7 +1,11 @@
 """XNNPACK on this CPU: stock ChannelsLastTaggedReshapePass against the solver stage, model by model, timed.
 
-Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outside,catalog] [--targets xnnpack,xnnpack-int8]
-     [--threads 1,2] [--rounds 30] [--cache DIR] [--out benchmarks/results/xnnpack.md]
+Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outside,issue,transpose_counts,catalog]
+     [--targets xnnpack,xnnpack-int8] [--threads 1,2] [--rounds 30] [--cache DIR] [--out benchmarks/results/xnnpack.md]
+
+Sets: the built-in zoo, the outside set (transformers configs), "issue" (the issue's own model,
+benchmarks/xnnpack/issue_models.py), "transpose_counts" (ExecuTorch's 36 transpose-count modules,
+benchmarks/arm/transpose_count_cases.py) and the transformers catalog.
 
 Per model and target (`layout-solver compare MODEL --target xnnpack[-int8] --threads 1,2`): both programs lowered in
 one warm process from fresh exports of one module (int8: of one quantized module), run through executorch.runtime,
@@ -11,7 +15,8 @@ its share of the run. Results are kept per model and target in --cache (a rerun 
 issue's acceptance checks: no model slower than stock (paired ratio <= 1.02) at any thread count; over the models
 whose stock program spends >= 5% of its time converting, conversion time summed >= 60% lower; over those at
 >= 15%, run-time geometric mean <= 0.90; the predicted conversion time against the measured one; lowering time
-with the stage against stock's (median).
+with the stage against stock's (median); the profile's predicted run time against the measured one, stated at
+the profile's speed by the reference program timed in the same rounds (and raw).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 
 from benchmarks import harness
 
-SETS = ("zoo", "outside", "catalog")
+SETS = ("zoo", "outside", "issue", "transpose_counts", "catalog")
 
 
 def model_names(sets: list[str]) -> list[str]:
@@ -38,6 +43,12 @@ def model_names(sets: list[str]) -> list[str]:
         from layout_solver.zoo.outside import MODELS
 
         names += [f"outside:{n}" for n in MODELS]
+    if "issue" in sets:
+        names.append("benchmarks/xnnpack/issue_models.py:channel_layer_norm_cnn")
+    if "transpose_counts" in sets:
+        from benchmarks.arm.transpose_count_cases import names as cases
+
+        names += [f"benchmarks/arm/transpose_count_cases.py:{case}" for case in cases()]
     if "catalog" in sets:
         from layout_solver.zoo.catalog import default_names
 
@@ -80,7 +91,8 @@ def report(records: list[dict], threads: list[int]) -> list[str]:
         ok = [r for r in mine if r.get("status") == "ok" and "error" not in r.get("stock", {})
               and "error" not in r.get("solver", {})]  # fmt: skip
         header = ["model", *(f"ratio {t}t" for t in threads), "same bytes", "stock conv ms", "solver conv ms", "stock share",
-                  "predicted stock / solver ms", "stock / solver run ms (1st)", "equivalent", "lower s stock / solver"]  # fmt: skip
+                  "predicted stock / solver conv ms", "stock / solver run ms (1st)",
+                  "stock run ms predicted / at ref (1st)", "equivalent", "lower s stock / solver"]  # fmt: skip
         rows = []
         for r in ok:
             s, o = r["stock"], r["solver"]
@@ -91,6 +103,8 @@ def report(records: list[dict], threads: list[int]) -> list[str]:
                 _fmt(s.get("conversion_ms_by_threads", {}).get(t0)), _fmt(o.get("conversion_ms_by_threads", {}).get(t0)),
                 _fmt(s.get("conversion_share")), f"{_fmt(s.get('predicted_conversion_ms'))} / {_fmt(o.get('predicted_conversion_ms'))}",
                 f"{_fmt(s.get('run_ms'))} / {_fmt(o.get('run_ms'))}",
+                " / ".join(_fmt((s.get(k) or {}).get(t0)) for k in ("predicted_run_ms_by_threads",
+                                                                   "run_ms_at_reference_by_threads")),
                 "bit-identical" if r.get("bit_identical") else _fmt(r.get("equivalent")),
                 f"{_fmt(s.get('lower_seconds'), 2)} / {_fmt(o.get('lower_seconds'), 2)}",
             ])  # fmt: skip
@@ -140,6 +154,7 @@ def checks(ok: list[dict], threads: list[int]) -> list[str]:
     if errors:
         out.append(f"- predicted conversion time against ETDump's, |error| median {statistics.median(errors):.0%} "
                    f"over {len(errors)} programs")  # fmt: skip
+    out += prediction_checks(ok, threads)
     lowering = [
         r["solver"]["lower_seconds"] / r["stock"]["lower_seconds"] for r in ok if r["stock"].get("lower_seconds")
     ]
@@ -153,6 +168,34 @@ def checks(ok: list[dict], threads: list[int]) -> list[str]:
     identical = sum(1 for r in ok if r.get("same_program"))
     out.append(f"- {identical} of {len(ok)} programs byte-identical to stock's (the stage kept every delegate's "
                f"layout); outputs: {sum(1 for r in ok if r.get('equivalent'))} equivalent")  # fmt: skip
+    return out
+
+
+def prediction_errors(ok: list[dict], t: str, measured_key: str) -> list[float]:
+    """|predicted / measured - 1| of each side's whole run at `t` threads (`measured_key`: the run time at the
+    profile's speed, or the raw one)."""
+    out = []
+    for r in ok:
+        for side in ("stock", "solver"):
+            predicted = (r[side].get("predicted_run_ms_by_threads") or {}).get(t)
+            measured = (r[side].get(measured_key) or {}).get(t)
+            if predicted and measured:
+                out.append(abs(predicted / measured - 1))
+    return out
+
+
+def prediction_checks(ok: list[dict], threads: list[int]) -> list[str]:
+    """The profile's predicted run time against the measured one, per thread count."""
+    out = []
+    for t in map(str, threads):
+        at_reference = prediction_errors(ok, t, "run_ms_at_reference_by_threads")
+        raw = prediction_errors(ok, t, "run_ms_by_threads")
+        if at_reference:
+            out.append(
+                f"- predicted run time at {t} thread(s) against measured, |error| median {statistics.median(at_reference):.0%} "
+                f"at the profile's speed ({sum(e <= 0.1 for e in at_reference)} of {len(at_reference)} programs within "
+                f"10%), {statistics.median(raw):.0%} raw"
+            )  # fmt: skip
     return out
 
 

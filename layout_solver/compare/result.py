@@ -118,6 +118,11 @@ class Side(_Record):
     conversion_share: float | None = None
     predicted_conversion_ms: float | None = None
     conversions: int | None = None
+    # XNNPACK: the profile's prediction of the whole run (ms per thread count; by part at the first, in us), and
+    # the measured run time stated at the profile's speed (by the reference program timed in the same rounds)
+    predicted_run_ms_by_threads: dict[str, float] | None = None
+    run_ms_at_reference_by_threads: dict[str, float] | None = None
+    predicted_run_us_by_part: dict[str, float] | None = None
     pte_sha256: str | None = None
     # XNNPACK verify="run": which program the lowering kept ("stock" or "solver") and both timings
     kept: str | None = None
@@ -164,6 +169,7 @@ class Comparison(_Record):
     threads: list[int] | None = None
     run_ratio_by_threads: dict[str, float] | None = None
     run_ratio_timings_by_threads: dict[str, list[float]] | None = None
+    reference_ms_by_threads: dict[str, float] | None = None  # XNNPACK: the reference program's time, this run
     max_rel_diff_stock_vs_solver: float | None = None
     bit_identical: bool | None = None
 

@@ -29,6 +29,7 @@ from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
 from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
 from layout_solver.xnnpack.program import has_symbolic_shapes
 from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
+from layout_solver.xnnpack.runtime_model import delegate_run_ops
 from layout_solver.xnnpack.validate import validate
 from layout_solver.xnnpack.visitors import set_label
 
@@ -57,8 +58,11 @@ class CountingChannelsLastTaggedReshapePass(ChannelsLastTaggedReshapePass):
     def call(self, graph_module):
         started = time.perf_counter()
         result = super().call(graph_module)
-        cost = layout_cost(result.graph_module, self.profile or xnn_cost.load_profile(), self.threads)
-        record(PassReport("stock", pass_seconds=time.perf_counter() - started, **_report_fields(cost)))
+        profile = self.profile or xnn_cost.load_profile()
+        cost = layout_cost(result.graph_module, profile, self.threads)
+        report = PassReport("stock", pass_seconds=time.perf_counter() - started, **_report_fields(cost))
+        report.run_ops = delegate_run_ops(result.graph_module, cost)
+        record(report)
         return result
 
 
@@ -79,7 +83,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
             result = ChannelsLastTaggedReshapePass.call(self, graph_module)
             report = PassReport("stock-fallback", pass_seconds=time.perf_counter() - started,
                                 notes=["stock kept: dynamic shapes"])  # fmt: skip
-            report.kept_stock = True
+            report.kept_stock = True  # no run-time prediction: the model prices static shapes
             record(report)
             return result
         stock_graph = ChannelsLastTaggedReshapePass(self.exported_program).call(copy.deepcopy(graph_module))
@@ -96,6 +100,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
             self.run = None
             return self._keep_stock(stock_graph, stock_cost, started, "stock kept: the stage's layout is not cheaper")
         report = solver_report(run, time.perf_counter() - started, **_report_fields(cost))
+        report.run_ops = delegate_run_ops(solved.graph_module, cost)
         report.stock_cost = round(stock_cost.us, 4)
         self.report = report
         record(report)
@@ -107,6 +112,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         )
         report.stock_cost = round(stock_cost.us, 4)
         report.kept_stock = True
+        report.run_ops = delegate_run_ops(stock_graph.graph_module, stock_cost)
         record(report)
         return stock_graph
 

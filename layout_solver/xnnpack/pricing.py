@@ -36,7 +36,7 @@ class Conversion:
     kind: str  # cost_models.xnnpack class: copy, block, transpose
     shape: list[int]
     bytes: int
-    us: float
+    us: float  # the solver's price: never under one operator's run (cost_models.xnnpack.OP_FLOOR_US)
 
     def record(self) -> dict:
         """The conversion as a report's transition record (JSON-ready)."""

@@ -101,8 +101,8 @@ def test_nhwc_feature_maps_and_nlc_tokens_are_the_same_bytes():
 
 
 def _lowered_pair(module, inputs):
-    stock, _, _ = lower(module, inputs, stock_layouts)
-    solver, reports, _ = lower(module, inputs, solver_layouts)
+    stock = lower(module, inputs, stock_layouts).buffer
+    solver, reports = lower(module, inputs, solver_layouts)[:2]
     return stock, solver, reports
 
 

@@ -61,7 +61,7 @@ class ErfUpsampleCNN(nn.Module):
 
 
 def _lowered(module, inputs, context):
-    buffer, reports, _ = lower(module, inputs, context)
+    buffer, reports = lower(module, inputs, context)[:2]
     return buffer, reports
 
 

@@ -102,8 +102,8 @@ class XnnpackTarget(Target):
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")
         tmp.replace(out)
-        return (f"profile for {profile.device}: {len(profile.measurements)} conversions timed at "
-                f"{', '.join(map(str, threads))} threads -> {out}")  # fmt: skip
+        return (f"profile for {profile.device}: {len(profile.measurements)} conversions and "
+                f"{len(profile.op_measurements)} ops timed at {', '.join(map(str, threads))} threads -> {out}")  # fmt: skip
 
     def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver lowering on XNNPACK, both programs run and timed here."""

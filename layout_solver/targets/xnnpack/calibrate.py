@@ -1,4 +1,5 @@
-"""`layout-solver calibrate xnnpack`: measure this CPU's conversion costs into an XnnpackProfile.
+"""`layout-solver calibrate xnnpack`: measure this CPU's conversion costs (here) and op costs and overheads
+(`calibrate_ops`) into an XnnpackProfile.
 
 Each probe is a one-op XNNPACK program, a permute_copy of one shape by one permutation (fp32, or int8 between
 a quantize and a dequantize, which XNNPACK runs as an 8-bit transpose), lowered with the stock partitioner and
@@ -15,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 
 from cost_models import xnnpack as xnn_cost
+from layout_solver.targets.xnnpack.runtime import cpu_model
 
 # (shape, perm) per class; the element counts run 2^10 .. 2^20.
 # Element counts 2^10 .. 2^20 (4 KiB .. 4 MiB of fp32), closer together where a tensor leaves L1 and L2.
@@ -53,12 +55,18 @@ def probe_program(shape: list[int], perm: list[int], dtype: str) -> tuple[bytes,
 
 
 def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), command: str = "",
-              log=print) -> xnn_cost.XnnpackProfile:  # fmt: skip
-    """Time every probe at every thread count and fit each class."""
+              log=print, ops: bool = True) -> xnn_cost.XnnpackProfile:  # fmt: skip
+    """Time every conversion probe (and, with `ops`, every op and overhead probe) at every thread count and fit
+    each class."""
     from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.calibrate_ops import calibrate_ops
+    from layout_solver.targets.xnnpack.clock import pool_wake_us
     from layout_solver.targets.xnnpack.runtime import event_means
 
     measurements = []
+    # A one-transpose probe's transpose is the first parallel operator of its call: it pays the pool's wake-up,
+    # which a conversion inside a program does not (the run-time model charges it once per delegate call).
+    wake = {n: pool_wake_us(n, rounds) for n in threads}
     total = sum(len(p) for p in PROBES.values()) * len(dtypes)
     done = 0
     for dtype in dtypes:
@@ -72,17 +80,23 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
                         raise RuntimeError(f"probe {shape} {perm} {dtype}: {len(times)} transposes, expected one")
                     measurements.append(
                         xnn_cost.Measurement(shape=shape, elem_bytes=DTYPES[dtype], perm=perm, threads=n,
-                                             kind=xnn_cost.conversion_kind(shape, perm), us=round(times[0], 3))
+                                             kind=xnn_cost.conversion_kind(shape, perm),
+                                             us=round(max(0.0, times[0] - wake[n]), 3))
                     )  # fmt: skip
                 done += 1
                 log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
                     + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
+    op_measurements, op_curves, overheads, reference = calibrate_ops(threads, rounds, log) if ops else ([], {}, {}, {})
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({cpu_model()})".replace("  ", " "),
         measured=True,
         command=command,
         curves=curves(measurements),
         measurements=measurements,
+        op_curves=op_curves,
+        overheads=overheads,
+        reference_us=reference,
+        op_measurements=op_measurements,
     )
 
 
@@ -98,15 +112,3 @@ def curves(measurements: list[xnn_cost.Measurement]) -> dict[str, dict[str, dict
         us = np.maximum.accumulate([float(np.median(by_kib[k])) for k in kib])
         out[str(threads)][str(elem)][kind] = xnn_cost.Curve(kib=kib, us=[round(float(u), 3) for u in us])
     return {t: dict(v) for t, v in out.items()}
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"

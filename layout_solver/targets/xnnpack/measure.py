@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-import time
 
 import numpy as np
 
 from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets.xnnpack.lowering import Lowered, lower, predicted_run, quantize
+
+__all__ = ["Lowered", "compare_xnnpack", "lower", "predicted_run", "quantize"]
 
 # A pair whose first paired ratio reads dearer than this is timed again in fresh processes (the median decides).
 CONFIRM_BEYOND = 0.02
@@ -19,37 +21,6 @@ CONFIRM_TIMINGS = 4
 EAGER_ATOL = EAGER_RTOL = 1e-3
 # The solver's fp32 program against stock's: only the order of the same arithmetic may differ.
 STOCK_RTOL = 1e-5
-
-
-def quantize(module, inputs: tuple):
-    """The module quantized as XNNPACK's static int8 flow does it: XNNPACKQuantizer, symmetric, per-channel
-    weights, calibrated on `inputs`."""
-    import torch
-    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer,
-        get_symmetric_quantization_config,
-    )
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    exported = torch.export.export(module, inputs)
-    prepared = prepare_pt2e(exported.module(check_guards=False), quantizer)
-    prepared(*inputs)
-    return convert_pt2e(prepared)
-
-
-def lower(module, inputs: tuple, context) -> tuple[bytes, list, float]:
-    """(program bytes, the layout passes' reports, seconds) of one XNNPACK lowering inside `context()`."""
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    started = time.perf_counter()
-    exported = torch.export.export(module, inputs)
-    with context() as reports:
-        program = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-        buffer = program.to_executorch().buffer
-    return buffer, reports, time.perf_counter() - started
 
 
 def run_outputs(buffer: bytes, inputs: tuple, threads: int = 1) -> list[np.ndarray]:
@@ -147,10 +118,12 @@ def compare_xnnpack(
     from cost_models import xnnpack as xnn_cost
     from layout_solver.compare.result import Comparison, Side, error_record, not_lowered
     from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.cpu_ops import CpuOpTimes
     from layout_solver.targets.xnnpack.runtime import paired_times
     from layout_solver.xnnpack import solver_layouts, stock_layouts
 
     profile = xnn_cost.load_profile(cost_profile)
+    cpu_times = CpuOpTimes()
     sides: dict[str, dict] = {}
     buffers: dict[str, bytes] = {}
     with quiet():
@@ -161,11 +134,18 @@ def compare_xnnpack(
         )
         for side, context in contexts:
             try:
-                buffers[side], reports, seconds = lower(program_module, inputs, context)
+                lowered = lower(program_module, inputs, context)
             except Exception as exc:  # noqa: BLE001 - recorded per side, the other side goes on
                 sides[side] = error_record(exc)
                 continue
-            sides[side] = side_record(buffers[side], reports, seconds, side == "solver")
+            buffers[side] = lowered.buffer
+            sides[side] = side_record(lowered.buffer, lowered.reports, lowered.seconds, side == "solver")
+            predicted = {str(n): predicted_run(lowered, profile, n, cpu_times) for n in threads}
+            if all(predicted.values()):
+                sides[side]["predicted_run_ms_by_threads"] = {
+                    n: round(p["total"] / 1e3, 4) for n, p in predicted.items()
+                }
+                sides[side]["predicted_run_us_by_part"] = predicted[str(threads[0])]
     extra: dict = {"threads": list(threads)}
     if set(buffers) != {"stock", "solver"}:
         extra.update(not_lowered(buffers))
@@ -177,7 +157,8 @@ def compare_xnnpack(
                                                             "solver": round(timing.medians[1], 4)})  # fmt: skip
             buffers["solver"] = buffers[kept]
             if kept == "stock":  # the solver side is stock's program now: priced as such
-                sides["solver"]["modelled_us"] = sides["stock"]["modelled_us"]
+                for key in ("modelled_us", "predicted_run_ms_by_threads", "predicted_run_us_by_part"):
+                    sides["solver"][key] = sides["stock"].get(key)
         extra.update(_measure(module if not quantized else program_module, inputs, buffers, sides, threads, rounds,
                               quantized, profile))  # fmt: skip
     return Comparison(model=name, target=target, cost_profile=cost_profile or xnn_cost.DEFAULT_PROFILE,
@@ -187,6 +168,7 @@ def compare_xnnpack(
 def _measure(reference, inputs, buffers, sides, threads, rounds, quantized, profile) -> dict:
     """Outputs, paired timings and ETDump profiles of both programs."""
     from layout_solver.compare.result import not_compared
+    from layout_solver.targets.xnnpack.clock import reference_ratio
     from layout_solver.targets.xnnpack.runtime import profile_ops
 
     extra: dict = {"same_program": buffers["stock"] == buffers["solver"]}
@@ -220,6 +202,12 @@ def _measure(reference, inputs, buffers, sides, threads, rounds, quantized, prof
             readings_by[str(n)] = [round(r, 4) for r in readings]
         for side, ms in zip(("stock", "solver"), medians):
             sides[side].setdefault("run_ms_by_threads", {})[str(n)] = round(ms, 4)
+        if str(n) in profile.reference_us:  # the run times at the profile's speed, by the reference clock
+            to_reference, reference_ms = reference_ratio(buffers["stock"], inputs, n, rounds)
+            at_reference = to_reference * profile.reference_us[str(n)] / 1e3
+            extra.setdefault("reference_ms_by_threads", {})[str(n)] = round(reference_ms, 4)
+            for side, value in (("stock", at_reference), ("solver", at_reference * ratio)):
+                sides[side].setdefault("run_ms_at_reference_by_threads", {})[str(n)] = round(value, 4)
         for side in buffers:
             ops = profile_ops(buffers[side], inputs, n, runs=max(10, rounds // 2))
             sides[side].setdefault("conversion_ms_by_threads", {})[str(n)] = round(ops.conversion_ms, 4)

@@ -3,6 +3,7 @@ programs timed in interleaved paired rounds, per-op times from ETDump (`executor
 
 from __future__ import annotations
 
+import platform
 import re
 import statistics
 import tempfile
@@ -49,20 +50,23 @@ class PairedTiming:
         return statistics.median(b / a for a, b in zip(self.ms[0], self.ms[index]))
 
 
-def paired_times(buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30, warmup: int = 5) -> PairedTiming:
-    """Run every program once per round, in an order that alternates round to round, with `threads` threads."""
+def paired_times(
+    buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30, warmup: int = 5, inputs_of=None
+) -> PairedTiming:
+    """Run every program once per round, in an order that alternates round to round, with `threads` threads, on
+    `inputs` (or program i on `inputs_of[i]`)."""
     set_threads(threads)
     methods = [load_method(b)[1] for b in buffers]
-    args = list(inputs)
-    for method in methods:
+    args = [list(x) for x in inputs_of] if inputs_of is not None else [list(inputs)] * len(buffers)
+    for method, given in zip(methods, args):
         for _ in range(warmup):
-            method.execute(args)
+            method.execute(given)
     ms: list[list[float]] = [[] for _ in methods]
     order = list(range(len(methods)))
     for r in range(rounds):
         for i in order if r % 2 == 0 else order[::-1]:
             started = time.perf_counter()
-            methods[i].execute(args)
+            methods[i].execute(args[i])
             ms[i].append((time.perf_counter() - started) * 1e3)
     return PairedTiming(ms)
 
@@ -97,9 +101,12 @@ class OpProfile:
         return self.conversion_ms / self.total_ms if self.total_ms else 0.0
 
 
-def etdump_events(buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3) -> dict[str, list[float]]:
+def etdump_events(
+    buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3, between=None
+) -> dict[str, list[float]]:
     """Each ETDump event's milliseconds in each of `runs` runs (after `warmup` runs in another load), by name
-    in the order the events first ran."""
+    in the order the events first ran; `between()` runs before each run (another program, so the run starts with
+    the caches as an interleaved timing leaves them)."""
     from executorch.devtools import Inspector
 
     set_threads(threads)
@@ -108,6 +115,8 @@ def etdump_events(buffer: bytes, inputs: tuple, threads: int, runs: int, warmup:
         warm.execute(list(inputs))
     program, method = load_method(buffer, etdump=True)
     for _ in range(runs):
+        if between is not None:
+            between()
         method.execute(list(inputs))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.etdp"
@@ -168,6 +177,18 @@ def time_in_fresh_process(buffers: list[bytes], inputs: tuple, threads: int, rou
         if done.returncode != 0:
             raise RuntimeError(f"timing process failed: {done.stderr.strip().splitlines()[-1:]}")
         return PairedTiming(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def _main() -> None:

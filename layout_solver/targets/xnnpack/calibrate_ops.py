@@ -1,0 +1,438 @@
+"""`layout-solver calibrate xnnpack`, the run-time half: each op class's curve and the overheads, timed on this CPU.
+
+Every probe is a small program of one kind of op at one size (XNNPACK ops lowered with the stock partitioner,
+CPU kernels with none), lowered inside `stock_layouts`, so the (class, work) it is filed under is what the
+predictor reads off any program (`layout_solver.xnnpack.runtime_model`). The op's own time is ETDump's (the mean
+of `rounds` runs, the slowest tenth left out); each class keeps its curve of time by work, made non-decreasing.
+The overheads (per call, delegate, XNNPACK operator, CPU kernel and KiB of inputs and outputs) are what the
+probes' measured run times hold beyond their kernels, fitted by non-negative least squares over every probe and
+a few made of many tiny ops; never fitted on the models the prediction is judged on. Every probe is timed in
+rounds interleaved with the reference program (`clock.reference_program`) and stated at the reference's
+median speed over the whole calibration, so the machine's drift while it runs does not bend the curves.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models import xnnpack as xnn_cost
+
+# ETDump events that are bookkeeping, not kernels.
+BOOKKEEPING = ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Program::load_method", "Method::init")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe program: `build()` returns (module, inputs) of ops of `op_class` (and what it needs around them:
+    I/O transposes, reshapes); `delegated` says whether they run in XNNPACK (else on the CPU, lowered without a
+    partitioner); `int8` quantizes it as XNNPACK's static int8 flow does. An overhead probe has no class."""
+
+    name: str
+    op_class: str | None
+    build: Callable[[], tuple]
+    delegated: bool = True
+    int8: bool = False
+
+
+def _module(forward, *params):
+    import torch
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(params)
+
+        def forward(self, *xs):
+            return forward(self.layers, *xs)
+
+    return Probe().eval()
+
+
+def _conv(cin, cout, k, stride, side, groups=1):
+    import torch
+
+    def build():
+        conv = torch.nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups)
+        return _module(lambda layers, x: layers[0](x), conv), (torch.randn(1, cin, side, side),)
+
+    return build
+
+
+def _linear(m, k, n):
+    import torch
+
+    return lambda: (_module(lambda layers, x: layers[0](x), torch.nn.Linear(k, n)), (torch.randn(m, k),))
+
+
+def _bmm(b, m, k, n):
+    import torch
+
+    return lambda: (_module(lambda layers, x, y: x @ y), (torch.randn(b, m, k), torch.randn(b, k, n)))
+
+
+def _unary(fn, shape):
+    import torch
+
+    return lambda: (_module(lambda layers, x: fn(x)), (torch.randn(*shape),))
+
+
+def _binary(fn, shape):
+    import torch
+
+    return lambda: (_module(lambda layers, x, y: fn(x, y)), (torch.randn(*shape), torch.randn(*shape)))
+
+
+def _channels_last(fn, shape):
+    import torch
+
+    return lambda: (_module(lambda layers, x: fn(x.to(memory_format=torch.channels_last)).contiguous()),
+                    (torch.randn(*shape),))  # fmt: skip
+
+
+def _chain(fn, count, shape=(1, 8)):
+    import torch
+
+    def forward(layers, x):
+        for _ in range(count):
+            x = fn(x)
+        return x
+
+    return lambda: (_module(forward), (torch.randn(*shape),))
+
+
+def _layer_chain(make, count, shape):
+    """`count` layers made by `make()` applied in turn (each its own weights), on an input of `shape`."""
+    import torch
+
+    def build():
+        def forward(layers, x):
+            for layer in layers:
+                x = layer(x)
+            return x
+
+        return _module(forward, *[make() for _ in range(count)]), (torch.randn(*shape),)
+
+    return build
+
+
+def _conv_then_erf():
+    """A convolution (XNNPACK) and an erf (left on the CPU): one delegate per layer in a chain of them."""
+    import torch
+
+    class Erf(torch.nn.Module):
+        def forward(self, x):
+            return torch.erf(x)
+
+    return torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1), Erf())
+
+
+def _overhead_chains(count: int) -> list:
+    """Chains of `count` small operators of each family: a family's per-operator overhead is their slope."""
+    import torch
+    import torch.nn.functional as F
+
+    small = (1, 8, 8, 8)
+    return [
+        Probe(f"xnnpack chain {count}", None, _chain(lambda x: x + 1.0, count)),
+        Probe(f"cpu chain {count}", None, _chain(torch.erf, count), False),
+        Probe(f"transpose chain {count}", None, _chain(lambda x: x.t() + 0.0, count)),
+        Probe(f"conv chain {count}", None, _layer_chain(lambda: torch.nn.Conv2d(8, 8, 3, padding=1), count, small)),
+        Probe(f"dwconv chain {count}", None,
+              _layer_chain(lambda: torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), count, small)),
+        Probe(f"gemm chain {count}", None, _layer_chain(lambda: torch.nn.Linear(16, 16), count, (4, 16))),
+        Probe(f"softmax chain {count}", None, _chain(lambda x: torch.softmax(x, -1), count, (4, 16))),
+        Probe(f"gelu chain {count}", None, _chain(F.gelu, count, (4, 16))),
+        Probe(f"pool chain {count}", None, _chain(lambda x: F.max_pool2d(x, 3, 1, 1), count, small)),
+        Probe(f"copy chain {count}", None, _chain(lambda x: torch.cat([x[:, 4:], x[:, :4]], 1), count, small)),
+        Probe(f"bmm chain {count}", None, _chain(lambda x: x @ x, count, (2, 8, 8))),
+    ]  # fmt: skip
+
+
+def probes() -> list[Probe]:
+    """Every op-class probe, and the overhead probes (chains of tiny ops, alternating delegates and CPU kernels)."""
+    import torch
+    import torch.nn.functional as F
+
+    out: list[Probe] = []
+    convs = [
+        (3, 16, 3, 2, 64),
+        (3, 32, 3, 2, 128),
+        (16, 16, 3, 1, 16),
+        (16, 32, 3, 1, 32),
+        (32, 32, 3, 1, 32),
+        (64, 64, 3, 1, 16),
+        (64, 64, 3, 1, 32),
+        (96, 96, 3, 1, 24),
+        (128, 128, 3, 1, 16),
+        (64, 256, 1, 1, 16),
+        (256, 64, 1, 1, 16),
+        (32, 128, 1, 1, 32),
+        (128, 128, 3, 1, 32),
+        (256, 256, 3, 1, 8),
+        (8, 8, 3, 1, 8),
+    ]
+    out += [Probe(f"conv{c}", "conv", _conv(*c)) for c in convs]
+    depthwise = [(16, 3, 32), (32, 3, 32), (64, 3, 16), (64, 7, 24), (128, 3, 16), (128, 7, 12), (256, 3, 8),
+                 (48, 7, 24), (8, 3, 8), (96, 3, 40), (32, 5, 32), (96, 5, 16), (24, 7, 48), (240, 3, 20)]  # fmt: skip
+    out += [Probe(f"dwconv{c, k, s}", f"dwconv:{k * k}", _conv(c, c, k, 1, s, groups=c)) for c, k, s in depthwise]
+    gemms = [
+        (1, 64, 10),
+        (1, 256, 256),
+        (16, 64, 64),
+        (64, 64, 256),
+        (196, 192, 576),
+        (64, 256, 256),
+        (256, 256, 1024),
+        (49, 768, 768),
+        (1024, 64, 64),
+        (16, 1024, 1024),
+        (256, 64, 256),
+        (4, 32, 32),
+    ]
+    out += [Probe(f"gemm{g}", "gemm", _linear(*g)) for g in gemms]
+    bmms = [(2, 16, 16, 16), (4, 64, 32, 64), (8, 49, 32, 49), (2, 196, 32, 196), (4, 256, 64, 256), (2, 128, 128, 128)]
+    out += [Probe(f"bmm{b}", "bmm", _bmm(*b)) for b in bmms]
+    sizes = [(1, 256), (8, 512), (64, 256), (196, 384), (256, 1024), (1024, 1024)]
+    out += [Probe(f"softmax{s}", "softmax", _unary(lambda x: torch.softmax(x, -1), s)) for s in sizes]
+    out += [Probe(f"add{s}", "elementwise", _binary(torch.add, s)) for s in sizes]
+    out += [Probe(f"gelu{s}", "transcendental", _unary(F.gelu, s)) for s in sizes]
+    maps = [(1, 16, 16, 16), (1, 32, 32, 32), (1, 64, 32, 32), (1, 64, 56, 56), (1, 128, 28, 28)]
+    out += [Probe(f"maxpool{m}", "pool", _unary(lambda x: F.max_pool2d(x, 3, 2, 1), m)) for m in maps]
+    out += [Probe(f"mean{m}", "pool", _unary(lambda x: x.mean((2, 3), keepdim=True), m)) for m in maps]
+    out += [Probe(f"cat{m}", "copy", _binary(lambda x, y: torch.cat([x, y], 1), m)) for m in maps]
+    out += [Probe(f"bilinear{m}", "resize", _unary(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), m))
+            for m in maps[:4]]  # fmt: skip
+    # int8: the kernels that dominate quantized programs.
+    out += [Probe(f"int8 conv{c}", "conv", _conv(*c), int8=True) for c in convs[::2]]
+    out += [Probe(f"int8 dwconv{c, k, s}", f"dwconv:{k * k}", _conv(c, c, k, 1, s, groups=c), int8=True)
+            for c, k, s in depthwise[::2]]  # fmt: skip
+    out += [Probe(f"int8 gemm{g}", "gemm", _linear(*g), int8=True) for g in gemms[::2]]
+    out += [Probe(f"int8 add{s}", "elementwise", _binary(torch.add, s), int8=True) for s in sizes]
+    # The CPU's portable kernels that stock leaves between delegates (layer norm, expand, where, reductions, ...).
+    rows = [(16, 64), (64, 192), (196, 384), (1024, 256), (4096, 64)]
+    out += [
+        Probe(f"cpu layer_norm{r}", "cpu:native_layer_norm", _unary(lambda x: F.layer_norm(x, x.shape[-1:]), r), False)
+        for r in rows
+    ]
+    out += [
+        Probe(f"cpu expand{r}", "cpu:expand_copy", _unary(lambda x: x[:1].expand(4, -1, -1), (1, *r)), False)
+        for r in rows[:4]
+    ]
+    out += [
+        Probe(f"cpu where{r}", "cpu:where", _unary(lambda x: torch.where(x > 0, x, x * 0.5), r), False) for r in rows
+    ]
+    out += [Probe(f"cpu mean{m}", "cpu:mean", _unary(lambda x: x.mean((2, 3)), m), False) for m in maps]
+    out += [Probe(f"cpu sum{r}", "cpu:sum", _unary(lambda x: x.sum(-1), r), False) for r in rows]
+    out += [
+        Probe(f"cpu group_norm{m}", "cpu:native_group_norm", _unary(lambda x: F.group_norm(x, 8), m), False)
+        for m in maps[:4]
+    ]
+    out += [Probe(f"cpu avg_pool2d{m}", "cpu:avg_pool2d", _unary(lambda x: F.avg_pool2d(x, 2), m), False) for m in maps]
+    out += [Probe(f"cpu add{r}", "cpu:add", _binary(torch.add, r), False) for r in rows]
+    out += [Probe(f"cpu erf{r}", "cpu:erf", _unary(torch.erf, r), False) for r in rows]
+    nearest = lambda x: F.interpolate(x, scale_factor=2)
+    out += [Probe(f"cpu upsample_nearest{m}", "cpu:upsample_nearest2d", _unary(nearest, m), False) for m in maps[:4]]
+    out += [
+        Probe(
+            f"cpu upsample_nearest{m} channels_last",
+            "cpu:upsample_nearest2d@channels_last",
+            _channels_last(nearest, m),
+            False,
+        )
+        for m in maps[:4]
+    ]
+    # Overheads: chains of tiny operators of each family, of CPU kernels, and of delegates.
+    for count in (1, 12, 36):
+        out += _overhead_chains(count)
+    for count in (4, 16):  # delegates of one parallel convolution each, cut by a CPU kernel: each wakes the pool
+        out.append(Probe(f"delegate chain {count}", None, _layer_chain(_conv_then_erf, count, (1, 8, 16, 16))))
+    return out
+
+
+@dataclass
+class ProbeRun:
+    """What one probe measured at one thread count: ETDump's mean microseconds per kernel event, the median
+    run time, and the ops the predictor reads off the probe program."""
+
+    probe: Probe
+    threads: int
+    kernel_us: dict[str, float]
+    run_us: float
+    ops: list
+    delegates: int
+    io_kib: float
+    reference_us: float  # the reference program's median in the rounds the run was timed in
+    wake_us: float = 0.0  # the pool's wake-up at the run's thread count (the first parallel operator pays it)
+
+
+def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
+    """Lower the probe (inside `stock_layouts`) and time it at every thread count."""
+    import torch
+    from executorch.exir import to_edge
+
+    from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.clock import reference_ratio, run_reference
+    from layout_solver.targets.xnnpack.cpu_ops import program_ops
+    from layout_solver.targets.xnnpack.lowering import lower, quantize
+    from layout_solver.targets.xnnpack.runtime import etdump_events
+    from layout_solver.xnnpack import stock_layouts
+
+    with quiet():
+        module, inputs = probe.build()
+        if probe.int8:
+            module = quantize(module, inputs)
+        if probe.delegated:
+            lowered = lower(module, inputs, stock_layouts)
+            buffer, outside = lowered.buffer, lowered.outside
+            ops = [op for r in lowered.reports for op in r.run_ops] + outside.ops
+        else:
+            edge = to_edge(torch.export.export(module, inputs))
+            outside = program_ops(edge.exported_program())  # before to_executorch rewrites the graph
+            buffer = edge.to_executorch().buffer
+            ops = outside.ops
+        delegates, io_kib = outside.delegates, outside.io_kib
+    out = []
+    for n in threads:
+        # Each run after one of the reference, as every measured run (interleaved with another program) starts.
+        events = etdump_events(buffer, inputs, n, rounds, between=run_reference(n))
+        # Each event's microseconds per run: its mean occurrence times its occurrences per run.
+        kernels = {name: _trimmed_mean(raw) * 1e3 * len(raw) / rounds
+                   for name, raw in events.items() if name not in BOOKKEEPING}  # fmt: skip
+        ratio, reference_ms = reference_ratio(buffer, inputs, n, rounds)
+        out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, ops, delegates, io_kib, reference_ms * 1e3))
+    return out
+
+
+def _trimmed_mean(raw: list[float]) -> float:
+    """The mean with the slowest tenth left out (ETDump counts whole microseconds: the mean of many runs resolves
+    a kernel shorter than one tick)."""
+    kept = sorted(raw)[: max(1, len(raw) - len(raw) // 10)]
+    return statistics.fmean(kept) if kept else 0.0
+
+
+# XNNPACK's events that are not the kernel a probe measures: its I/O conversions, reshapes and int8 converts.
+_HELPER_EVENTS = ("Transpose", "Static Reshape", "Convert", "native_call_")
+
+
+def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
+    """Per probe run, the time of one op of its class: its class's events (XNNPACK's kernels besides the
+    helpers, or the CPU kernel's own event) over the number of such ops the predictor reads off the program."""
+    out = []
+    for run in runs:
+        op_class = run.probe.op_class
+        mine = [op for op in run.ops if op.op_class == op_class]
+        if op_class is None or not mine:
+            continue
+        if op_class.startswith(xnn_cost.CPU_PREFIX):
+            name = op_class.removeprefix(xnn_cost.CPU_PREFIX).split("@")[0]
+            us = sum(v for k, v in run.kernel_us.items() if k.startswith(f"native_call_{name}."))
+        else:
+            us = sum(v for k, v in run.kernel_us.items() if not k.startswith(_HELPER_EVENTS))
+            first = next(iter(run.kernel_us), "")
+            if not first.startswith(_HELPER_EVENTS):  # it ran first: the pool's wake-up is in its time, not its curve
+                us = max(0.0, us - run.wake_us)
+        out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
+                                          threads=run.threads, us=round(us / len(mine), 3), probe=run.probe.name))  # fmt: skip
+    return out
+
+
+def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]:
+    """Per (threads, element bytes, class): microseconds by work, made non-decreasing; "cpu:other" is the CPU's
+    element-wise add (a kernel the profile has no curve for is priced as one)."""
+    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        groups[(m.threads, m.elem_bytes, m.op_class)][m.work].append(m.us)
+    out: dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]] = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, op_class), by_work in sorted(groups.items()):
+        work = sorted(w for w in by_work if w > 0)
+        if not work:
+            continue
+        us = np.maximum.accumulate([float(np.median(by_work[w])) for w in work])
+        out[str(threads)][str(elem)][op_class] = xnn_cost.WorkCurve(work=work, us=[round(float(u), 3) for u in us])
+    for by_elem in out.values():
+        for by_class in by_elem.values():
+            if f"{xnn_cost.CPU_PREFIX}add" in by_class:
+                by_class[xnn_cost.CPU_FALLBACK] = by_class[f"{xnn_cost.CPU_PREFIX}add"]
+    return {t: dict(v) for t, v in out.items()}
+
+
+def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Overheads]:
+    """Per thread count, fitted by non-negative least squares (relative errors: a probe of 5 us weighs as much as
+    one of 5 ms) to what each probe's run time holds beyond its kernels (ETDump's): first on the chain probes,
+    against their calls, delegates, CPU kernels and XNNPACK operators of each family (a family's chains of 1, 12
+    and 36 small operators make its overhead their slope); then the single-op probes, whose inputs and outputs
+    span 1 KiB to 1 MiB, give the cost per KiB of them beyond what the first fit already prices."""
+    from scipy.optimize import nnls
+
+    chains = [r for r in runs if r.probe.op_class is None]
+    families = sorted({xnn_cost.op_family(op.op_class) for r in chains for op in r.ops if op.in_delegate})
+
+    def counts(r: ProbeRun) -> list[float]:
+        return [1.0, r.delegates, sum(not op.in_delegate for op in r.ops)] + [
+            sum(op.in_delegate and xnn_cost.op_family(op.op_class) == f for op in r.ops) for f in families
+        ]
+
+    def beyond(r: ProbeRun) -> float:
+        return max(0.0, r.run_us - sum(r.kernel_us.values()))
+
+    out = {}
+    for n in threads:
+        mine = [r for r in chains if r.threads == n]
+        weights = 1.0 / np.maximum([r.run_us for r in mine], 1.0)
+        coef, _ = nnls(
+            np.array([counts(r) for r in mine]) * weights[:, None], np.array([beyond(r) for r in mine]) * weights
+        )
+        singles = [r for r in runs if r.threads == n and r.probe.op_class is not None and r.io_kib > 0]
+        left = np.array([beyond(r) - float(np.dot(counts(r), coef)) for r in singles])
+        weights = 1.0 / np.maximum([r.run_us for r in singles], 1.0)
+        io, _ = nnls((np.array([r.io_kib for r in singles]) * weights)[:, None], left * weights)
+        by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
+        out[str(n)] = xnn_cost.Overheads(
+            call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
+            pool_wake_us=round(mine[0].wake_us, 3) if mine else 0.0,
+            io_us_per_kib=round(float(io[0]), 5), xnnpack_op_us=round(float(np.median(coef[3:])), 3) if families else 0.0,
+            xnnpack_op_us_by_class=by_family,
+        )  # fmt: skip
+    return out
+
+
+def at_reference_speed(runs: list[ProbeRun]) -> dict[str, float]:
+    """State every run's times at one machine speed, per thread count: the reference program's median over all
+    the runs (returned), each run scaled by that over the reference's time in its own rounds."""
+    reference = {}
+    for n in sorted({r.threads for r in runs}):
+        mine = [r for r in runs if r.threads == n]
+        reference[str(n)] = round(float(np.median([r.reference_us for r in mine])), 3)
+        for r in mine:
+            scale = reference[str(n)] / r.reference_us
+            r.run_us *= scale
+            r.kernel_us = {k: v * scale for k, v in r.kernel_us.items()}
+            r.reference_us = reference[str(n)]
+    return reference
+
+
+def calibrate_ops(threads: list[int], rounds: int, log=print) -> tuple[list, dict, dict, dict]:
+    """Run every probe at every thread count: (op measurements, op curves, overheads, the reference program's
+    microseconds), all at the reference's median speed."""
+    from layout_solver.targets.xnnpack.clock import pool_wake_us
+
+    runs: list[ProbeRun] = []
+    wake = {n: pool_wake_us(n, rounds) for n in threads}
+    log(f"thread pool wake-up: {', '.join(f'{w:.1f} us ({n}t)' for n, w in wake.items())}")
+    chosen = probes()
+    for i, probe in enumerate(chosen, 1):
+        measured = run_probe(probe, threads, rounds)
+        for run in measured:
+            run.wake_us = wake[run.threads]
+        runs += measured
+        log(f"[{i}/{len(chosen)}] {probe.name}: "
+            + ", ".join(f"{r.run_us:.1f} us run, {sum(r.kernel_us.values()):.1f} us kernels ({r.threads}t)"
+                        for r in measured))  # fmt: skip
+    reference = at_reference_speed(runs)
+    measurements = op_measurements(runs)
+    return measurements, op_curves(measurements), overheads(runs, threads), reference

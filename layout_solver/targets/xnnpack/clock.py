@@ -1,0 +1,87 @@
+"""The reference clock and the thread pool's wake-up: what lets a run time measured on a shared machine be stated at
+the speed the profile was measured at, and what the first parallel operator of a delegate call pays beyond one
+thread."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+from layout_solver.targets.xnnpack.runtime import etdump_events, load_method, paired_times, set_threads
+
+
+@functools.cache
+def reference_program() -> tuple[bytes, tuple]:
+    """The reference clock: a fixed small program (a convolution, a transpose, a linear layer in XNNPACK, a layer
+    norm on the CPU; about 0.3 ms on one core) timed in the same rounds as what is measured, so a run time can be
+    stated at the speed the profile was measured at (a shared machine's speed drifts by tens of percent within
+    seconds; a program's ratio to the reference moves a few percent)."""
+    import torch
+
+    from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.xnnpack import stock_layouts
+
+    class Reference(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.linear, self.norm = (
+                torch.nn.Conv2d(3, 32, 3, padding=1),
+                torch.nn.Linear(32, 64),
+                torch.nn.LayerNorm(64),
+            )
+
+        def forward(self, x):
+            return self.norm(self.linear(self.conv(x).permute(0, 2, 3, 1)))
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 3, 48, 48),)
+    with quiet():
+        return lower(Reference().eval(), inputs, stock_layouts).buffer, inputs
+
+
+def run_reference(threads: int):
+    """A callable that runs the reference program once (loaded once, at `threads`)."""
+    reference, reference_inputs = reference_program()
+    set_threads(threads)
+    method = load_method(reference)[1]
+    args = list(reference_inputs)
+    return lambda: method.execute(args)
+
+
+def pool_wake_us(threads: int, runs: int = 60) -> float:
+    """What the first parallel operator of a delegate call pays for waking the thread pool's workers (asleep
+    after the gap between two calls, or a CPU kernel), in microseconds: ETDump's time of the first of eight
+    identical parallel adds in one delegate over the others'. 0 on one thread."""
+    import torch
+
+    from layout_solver.quiet import quiet
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.xnnpack import stock_layouts
+
+    if threads <= 1:
+        return 0.0
+
+    class Adds(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(8):
+                x = x + x
+            return x
+
+    inputs = (torch.randn(64, 1024),)
+    with quiet():
+        buffer = lower(Adds(), inputs, stock_layouts).buffer
+    differences = []  # per run: the first add over the median of the other seven (the wake-up varies run to run)
+    for _ in range(5):
+        adds = [raw for name, raw in etdump_events(buffer, inputs, threads, runs).items() if name.startswith("Add")]
+        if len(adds) == 8:
+            differences += [first - statistics.median(rest) for first, *rest in zip(*adds)]
+    return max(0.0, statistics.median(differences) * 1e3) if differences else 0.0
+
+
+def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30) -> tuple[float, float]:
+    """(the program's run time over the reference's: the median over interleaved rounds of their ratio, the
+    reference's median milliseconds in those rounds)."""
+    reference, reference_inputs = reference_program()
+    timing = paired_times([reference, buffer], (), threads, rounds, inputs_of=[reference_inputs, inputs])
+    return timing.ratio(1), timing.medians[0]

@@ -1,0 +1,98 @@
+"""An XNNPACK delegate's ops as the run-time model sees them (`cost_models.xnnpack.run_us`), read off its graph
+after the layout pass, each as (op class, work, element size); the CPU kernels between delegates are read off the
+finished program (`layout_solver.targets.xnnpack.cpu_ops`).
+
+Work is what the class's curve is measured in: multiply-accumulates for convolutions and matrix products,
+elements otherwise (the result's, or the input's for a reduction). Layout conversions and permutes are priced
+apart, by the conversion curves (`pricing.layout_cost`); q / dq inside a delegate are implicit (no operator).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cost_models import xnnpack as xnn_cost
+from graph_io.fx import tensor_of
+from layout_solver.xnnpack.op_rules import (
+    ELEMENTWISE_TARGETS,
+    RESHAPE_TARGETS,
+    elem_bytes,
+    is_dequantize,
+    is_quantize,
+    short_target,
+)
+from layout_solver.xnnpack.pricing import LayoutCost
+from layout_solver.xnnpack.program import has_symbolic_shapes
+
+TRANSCENDENTAL = ("gelu.default", "sigmoid.default", "tanh.default", "exp.default", "log.default", "sqrt.default",
+                  "rsqrt.default", "elu.default", "hardswish.default", "sin.default", "cos.default",
+                  "pow.Tensor_Scalar", "leaky_relu.default")  # fmt: skip
+POOLS = ("max_pool2d.default", "max_pool2d_with_indices.default", "avg_pool2d.default", "mean.dim", "amax.default",
+         "max.dim")  # fmt: skip
+COPIES = ("cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "clone.default")
+MATMULS = {"linear.default": "gemm", "addmm.default": "gemm", "mm.default": "gemm", "bmm.default": "bmm"}
+# Priced apart (conversion curves) or not run at all (implicit q / dq, getitem, a weight's dequantize).
+NOT_OPERATORS = ("permute_copy.default", "_to_copy.default", "getitem")
+
+
+def _numel(node) -> int:
+    val = tensor_of(node)
+    return int(val.numel()) if val is not None else 0
+
+
+def classify(node) -> tuple[str, float] | None:
+    """The op class and work of a call_function node of a delegate graph, or None where it runs no operator."""
+    name = short_target(node.target)
+    if name in NOT_OPERATORS or name.startswith("dequantize_per_channel") or is_quantize(node) or is_dequantize(node):
+        return None
+    if name == "convolution.default":
+        weight = tensor_of(node.args[1])
+        macs = _numel(node) * int(torch.Size(weight.shape[1:]).numel())
+        stride, padding, dilation, transposed, _, groups = node.args[3:9]
+        if groups > 1 and groups == tensor_of(node.args[0]).shape[1]:
+            # XNNPACK picks its depthwise microkernel by the kernel's taps (3x3 and 7x7 run at 10x apart per MAC).
+            return f"dwconv:{int(torch.Size(weight.shape[2:]).numel())}", macs
+        pointwise = list(weight.shape[2:]) == [1, 1] and set(stride) | set(dilation) == {1} and not any(padding)
+        # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
+        return ("gemm" if pointwise and not transposed else "conv"), macs
+    if name in MATMULS:
+        return MATMULS[name], _numel(node) * int(tensor_of(node.args[0]).shape[-1])
+    if name in ("_softmax.default", "softmax.int"):
+        return "softmax", _numel(node)
+    if name in TRANSCENDENTAL:
+        return "transcendental", _numel(node)
+    if name in POOLS:
+        return "pool", _numel(node.args[0])
+    if name in COPIES:
+        return "copy", _numel(node)
+    if name.startswith("upsample_bilinear2d"):
+        return "resize", _numel(node)
+    if name in RESHAPE_TARGETS:
+        return "copy", 0.0  # XNNPACK's reshape runs in place: an operator, no work
+    if name in ELEMENTWISE_TARGETS:
+        return "elementwise", _numel(node)
+    return "elementwise", _numel(node)
+
+
+def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
+    """The operators one XNNPACK delegate's graph (after its layout pass) runs, conversions left out."""
+    out = []
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function":
+            classified = classify(node)
+            if classified is not None:
+                out.append(xnn_cost.PredictedOp(classified[0], float(classified[1]), elem_bytes(node), True))
+    return out
+
+
+def delegate_run_ops(graph_module, cost: LayoutCost) -> list[xnn_cost.PredictedOp]:
+    """What one delegate runs, for the run-time prediction: its operators (`delegate_ops`) and `cost`'s
+    conversions (the graph's, as `pricing.layout_cost` read them)."""
+    if has_symbolic_shapes(graph_module.graph):  # the model prices static shapes
+        return []
+    conversions = [
+        xnn_cost.PredictedOp(f"{xnn_cost.CONVERSION_PREFIX}{c.kind}", c.bytes / 1024,
+                             c.bytes // max(1, int(torch.Size(c.shape).numel())), True)
+        for c in cost.conversions
+    ]  # fmt: skip
+    return delegate_ops(graph_module) + conversions

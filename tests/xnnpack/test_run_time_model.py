@@ -1,0 +1,108 @@
+"""The XNNPACK run-time model: how a program's ops are read and priced (the pure model on a made-up profile), the
+CPU kernels priced by running them (the probe cache), and a real lowering's prediction by part. How close the
+prediction comes to measured run times is the benchmark's to say (benchmarks/xnnpack/zoo.py), not a timed test's."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cost_models import xnnpack as xnn_cost
+from layout_solver.targets.xnnpack.cpu_ops import CpuOpTimes, program_ops
+from layout_solver.targets.xnnpack.measure import lower, predicted_run
+from layout_solver.xnnpack import stock_layouts
+
+
+def _profile(**overheads) -> xnn_cost.XnnpackProfile:
+    shipped = xnn_cost.load_profile()
+    line = xnn_cost.WorkCurve(work=[1000.0], us=[1.0])  # 1 us per 1000 units of work
+    curves = {"elementwise": line, "gemm": line, "dwconv:9": line, "dwconv:49": xnn_cost.WorkCurve(work=[10.0], us=[1.0]),
+              "cpu:other": xnn_cost.WorkCurve(work=[100.0], us=[1.0])}  # fmt: skip
+    base = {"call_us": 5.0, "delegate_us": 2.0, "xnnpack_op_us": 0.5, "cpu_op_us": 1.0, "io_us_per_kib": 0.0}
+    return shipped.model_copy(update={"op_curves": {"1": {"4": curves}},
+                                      "overheads": {"1": xnn_cost.Overheads(**{**base, **overheads})}})  # fmt: skip
+
+
+def test_a_programs_prediction_is_its_kernels_its_conversions_and_its_overheads():
+    profile = _profile(io_us_per_kib=0.5)
+    ops = [
+        xnn_cost.PredictedOp("gemm", 4000.0, 4, True),
+        xnn_cost.PredictedOp("elementwise", 2000.0, 4, True),
+        xnn_cost.PredictedOp("conversion:transpose", 64.0, 4, True),
+        xnn_cost.PredictedOp("cpu:native_layer_norm", 500.0, 4, False, key="k1"),
+        xnn_cost.PredictedOp("cpu:erf", 300.0, 4, False),  # no curve, not measured: the CPU fallback's
+    ]
+    parts = xnn_cost.run_us(profile, ops, delegates=2, threads=1, io_kib=8.0, measured={"k1": 7.5})
+    assert parts["gemm"] == 4.0 and parts["elementwise"] == 2.0
+    assert parts["cpu:native_layer_norm"] == 7.5  # the measured kernel's own time
+    assert parts["cpu:erf"] == 3.0
+    assert parts["conversion"] == profile.curve(1, 4, "transpose").at(64.0)
+    assert parts["overhead"] == 5.0 + 2 * 2.0 + 3 * 0.5 + 2 * 1.0 + 8.0 * 0.5
+    assert abs(parts["total"] - sum(v for k, v in parts.items() if k != "total")) < 1e-9
+
+
+def test_a_depthwise_kernel_of_taps_never_measured_is_priced_as_the_nearest_measured():
+    profile = _profile()
+    assert profile.op_us("dwconv:9", 1000.0, 4, 1) == 1.0
+    assert profile.op_us("dwconv:49", 10.0, 4, 1) == 1.0
+    assert profile.op_us("dwconv:25", 1000.0, 4, 1) == 1.0  # 25 taps: nearer 9 than 49
+    assert profile.op_us("dwconv:36", 10.0, 4, 1) == 1.0  # nearer 49
+    assert profile.op_us("cpu:upsample_nearest2d@channels_last", 100.0, 4, 1) == 1.0  # the CPU fallback
+
+
+def test_a_schema_1_profile_predicts_no_run_time_and_the_shipped_one_does():
+    old = xnn_cost.load_profile().model_copy(update={"op_curves": {}, "overheads": {}})
+    assert not old.predicts_run_time
+    shipped = xnn_cost.load_profile()
+    assert shipped.predicts_run_time and shipped.thread_counts == [1, 2]
+    for threads in ("1", "2"):
+        assert {"conv", "gemm", "bmm", "softmax", "elementwise", "cpu:other"} <= set(shipped.op_curves[threads]["4"])
+        for curve in shipped.op_curves[threads]["4"].values():
+            assert curve.us == sorted(curve.us) and curve.work == sorted(curve.work)
+
+
+class _Mixed(nn.Module):
+    """A pointwise and a depthwise convolution in XNNPACK, a LayerNorm and a broadcast `where` on the CPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.pointwise, self.depthwise = nn.Conv2d(8, 16, 1), nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x):
+        y = self.norm(self.depthwise(self.pointwise(x)).permute(0, 2, 3, 1))
+        return torch.where(y[..., :1] > 0, y, 0.5 * y)
+
+
+def test_a_lowerings_ops_are_read_as_xnnpack_runs_them_and_its_cpu_kernels_priced_by_running_them(tmp_path):
+    inputs = (torch.randn(1, 8, 10, 10),)
+    lowered = lower(_Mixed().eval(), inputs, stock_layouts)
+    classes = {op.op_class for r in lowered.reports for op in r.run_ops}
+    assert {"gemm", "dwconv:9"} <= classes  # XNNPACK runs a 1x1 convolution as its GEMM
+    cpu = {op.op_class for op in lowered.outside.ops}
+    assert {"cpu:native_layer_norm", "cpu:where"} <= cpu and lowered.outside.delegates >= 1
+
+    times = CpuOpTimes(tmp_path / "cpu_ops.json")
+    parts = predicted_run(lowered, xnn_cost.load_profile(), 1, times)
+    assert parts["total"] > parts["cpu:where"] > 0 and parts["cpu:native_layer_norm"] > 0
+    probed = times.probed
+    assert probed == len([c for c in lowered.outside.calls.values() if not c.free])
+    again = CpuOpTimes(tmp_path / "cpu_ops.json")
+    assert predicted_run(lowered, xnn_cost.load_profile(), 1, again) == parts and again.probed == 0  # cached
+
+
+def test_a_kernel_call_is_keyed_by_everything_its_speed_depends_on():
+    from executorch.exir import to_edge
+
+    class Where(nn.Module):
+        def forward(self, c, a):
+            return torch.where(c, a, a * 2.0)
+
+    def calls(c, a):
+        ops = program_ops(to_edge(torch.export.export(Where(), (c, a))).exported_program())
+        return {call.name: call.key for call in ops.calls.values()}
+
+    same = calls(torch.rand(4, 4, 2) > 0.5, torch.randn(4, 4, 2))["where"]
+    broadcast = calls(torch.rand(1, 1, 2) > 0.5, torch.randn(4, 4, 2))["where"]
+    integer = calls(torch.rand(4, 4, 2) > 0.5, torch.randint(0, 5, (4, 4, 2)))["where"]
+    assert len({same, broadcast, integer}) == 3
