@@ -89,7 +89,7 @@ def report(records: list[dict], threads: list[int]) -> list[str]:
     for target in dict.fromkeys(r["target"] for r in records):
         mine = [r for r in records if r["target"] == target]
         ok = [r for r in mine if r.get("status") == "ok" and "error" not in r.get("stock", {})
-              and "error" not in r.get("solver", {})]  # fmt: skip
+              and "error" not in r.get("solver", {}) and r.get("run_ratio_by_threads")]  # fmt: skip
         header = ["model", *(f"ratio {t}t" for t in threads), "same bytes", "stock conv ms", "solver conv ms", "stock share",
                   "predicted stock / solver conv ms", "stock / solver run ms (1st)",
                   "stock run ms predicted / at ref (1st)", "equivalent", "lower s stock / solver"]  # fmt: skip
@@ -113,10 +113,17 @@ def report(records: list[dict], threads: list[int]) -> list[str]:
         failed = [r for r in mine if r not in ok]
         if failed:
             lines += ["Not compared:", ""] + [
-                f"- {r['model']}: {r.get('error') or r.get('stock', {}).get('error') or r.get('solver', {}).get('error')}"
-                for r in failed
+                f"- {r['model']}: {_why_not(r)}" for r in failed
             ] + [""]  # fmt: skip
     return lines
+
+
+def _why_not(r: dict) -> str:
+    """Why a record has no paired timing: the error that stopped it, or what kept its programs from running."""
+    stock, solver = r.get("stock", {}), r.get("solver", {})
+    return (r.get("error") or stock.get("error") or solver.get("error")
+            or (f"did not run on this CPU (stock: {stock.get('execute_error')}; same bytes: "
+                f"{'yes' if r.get('same_program') else 'no'})"))  # fmt: skip
 
 
 def paired(r: dict, threads: str) -> float | None:

@@ -30,7 +30,7 @@ from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
 from layout_solver.xnnpack.program import has_symbolic_shapes
 from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.runtime_model import delegate_run_ops
-from layout_solver.xnnpack.validate import validate
+from layout_solver.xnnpack.validate import stored_outputs, validate
 from layout_solver.xnnpack.visitors import set_label
 
 TAG = ChannelsLastTaggedReshapePass.XNN_NHWC_NODE
@@ -74,6 +74,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
     threads: int = 1
     service: str | None = None
     retraced = None
+    stored: list[bool | None] | None = None
 
     def call(self, graph_module):
         started = time.perf_counter()
@@ -86,6 +87,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
             report.kept_stock = True  # no run-time prediction: the model prices static shapes
             record(report)
             return result
+        self.stored = stored_outputs(graph_module)  # what the program outside holds, before anything is written
         stock_graph = ChannelsLastTaggedReshapePass(self.exported_program).call(copy.deepcopy(graph_module))
         stock_cost = layout_cost(stock_graph.graph_module, profile, self.threads)
         try:
@@ -132,29 +134,31 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         """Tag every node with its value's order; convert each operand an op reads in the other order."""
         ops = {op.id: op for op in built.problem.ops}
         labels = solution.labels
+        removed: dict = {}  # a copy taken out: its input stands for it (a graph output too)
         for node in list(graph_module.graph.nodes):
             if node.op in ("placeholder", "get_attr"):
                 if rank(node) == 4:
                     node.meta[TAG] = labels.get(node.name, stored_label(node)) == CHANNELS_LAST
             elif node.op == "call_function" and node.name in ops:
-                self._convert_operands(graph_module, node, ops[node.name], solution, built)
+                self._convert_operands(graph_module, node, ops[node.name], solution, built, removed)
                 set_label(node, labels[node.name])
                 if solution.modes[node.name].endswith("(removed)"):  # a copy into the order it already has
+                    removed[node.name] = removed.get(node.args[0].name, node.args[0])
                     node.replace_all_uses_with(node.args[0])
                     graph_module.graph.erase_node(node)
             elif node.op == "output":
                 for index, out in enumerate(node.args[0]):
                     op = ops.get(f"output#{index}")
                     if op is not None:
-                        self._convert_operands(graph_module, node, op, solution, built, only=out)
+                        self._convert_operands(graph_module, node, op, solution, built, removed, only=out)
         graph_module.recompile()
         for node in graph_module.graph.nodes:
             node.meta.pop(self.PARTNER_NODE, None)
 
-    def _convert_operands(self, graph_module, node, op, solution, built, only=None) -> None:
+    def _convert_operands(self, graph_module, node, op, solution, built, removed, only=None) -> None:
         mode = next(m for m in op.modes if m.name == solution.modes[op.id])
         for vid, wanted in zip(op.operands, mode.operands):
-            operand = built.nodes[vid]
+            operand = removed.get(vid, built.nodes[vid])
             if only is not None and operand is not only:
                 continue
             if solution.labels[vid] == wanted:
@@ -183,4 +187,4 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
     def check(self, graph_module, before) -> None:
         """The post-condition (validate.validate) on the written, retraced graph."""
         # PassBase hands `ensures` the graph it gave `call`; the written program is the retraced one.
-        validate(self.retraced)
+        validate(self.retraced, self.stored)

@@ -36,7 +36,13 @@ from layout_solver.xnnpack.op_rules import (
     rule_for,
     short_target,
 )
-from layout_solver.xnnpack.rules import conversion_prices, op_modes, stored_label, values_and_domains
+from layout_solver.xnnpack.rules import (
+    conversion_prices,
+    op_modes,
+    orders_distinct,
+    stored_label,
+    values_and_domains,
+)
 
 DIM_ORDER = {CONTIGUOUS: [0, 1, 2, 3], CHANNELS_LAST: [0, 2, 3, 1]}
 # Portable kernels that compute the same on channels-last 4-D tensors, checked by running each in both orders
@@ -76,8 +82,13 @@ def build_program_problem(graph_module, exported_program, delegated: set[str], p
 
     # The program hands tensors between delegates and CPU kernels at rank 4 only (dim-order copies, NHWC).
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n), ranks=(4,))
+    for value in values.values():
+        if CHANNELS_LAST in value.domain and not orders_distinct(value.shape):
+            value.domain = [CONTIGUOUS]
+    # A delegated op whose kernel wants an order the program never hands over (a 3-D convolution, made 4-D
+    # inside its delegate) meets the program in contiguous order.
     ops = op_modes(graph_module, nodes, price, {v.id: v.domain for v in values.values()},
-                   lambda n: rule_for(n) if n.name in delegated else _portable_rule(n))  # fmt: skip
+                   lambda n: rule_for(n) if n.name in delegated else _portable_rule(n), fallback=OpRule())  # fmt: skip
     return Problem(name="xnnpack-program", values=list(values.values()), ops=ops,
                    transition_costs=conversion_prices(values, nodes, price), price_constants=True)  # fmt: skip
 
@@ -123,7 +134,11 @@ class ProgramLayoutPass(ExportPass):
         movable = [n for n in graph.nodes if n.name in cpu_ops and rank(n) == 4 and _portable_rule(n).kind == "follow"]
         if not movable:  # no CPU op could run channels-last: nothing to decide
             return None
-        problem = build_program_problem(graph_module, self.exported_program, delegated, self.profile, self.threads)
+        try:
+            problem = build_program_problem(graph_module, self.exported_program, delegated, self.profile, self.threads)
+        except ValueError as exc:  # an op the program-level rules cannot place: the boundaries stay stock's
+            self.notes.append(f"program boundaries kept: {exc}")
+            return None
         solution = self.solve_fn(problem)
         as_is = self.solve_fn(pinned_contiguous(problem, cpu_ops))
         self.saving_us = as_is.objective - solution.objective

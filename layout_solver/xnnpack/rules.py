@@ -21,6 +21,7 @@ from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
     ORDERED_RANKS,
+    OpRule,
     conversion_us,
     elem_bytes,
     is_quantize,
@@ -29,6 +30,7 @@ from layout_solver.xnnpack.op_rules import (
     rule_for,
 )
 
+NHWC_ORDER = (0, 2, 3, 1)
 # A constant is laid out once at serialization (stock raises if two ops want it in two orders), and a value a
 # quantize reads is a quantized kernel's raw result (XNNPACK quantizes a kernel's output only where its one
 # reader is that quantize: a conversion between them leaves an int8 kernel writing fp32, which XNNPACK refuses).
@@ -45,12 +47,27 @@ class BuiltProblem:
 
 
 def stored_label(node) -> str:
-    """The order the program stores a boundary tensor in (its fake tensor's dim order), as stock reads it."""
+    """The order the program stores a boundary tensor in: the dim order the emitter writes for it (its strides
+    sorted), which XNNExecutor maps the delegate's dims by. Not stock's reading (`_is_nhwc`), which calls an
+    [N, C, 1, 1] tensor NCHW whatever its strides: a channels-last one would leave the delegate with dims the
+    runtime cannot map."""
+    from executorch.exir.tensor import dim_order_from_stride
+
     val = tensor_of(node)
     if val is None or val.dim() != 4:
         return CONTIGUOUS
-    nhwc, nchw = val.is_contiguous(memory_format=torch.channels_last), val.is_contiguous()
-    return CHANNELS_LAST if nhwc and not nchw else CONTIGUOUS
+    return CHANNELS_LAST if tuple(dim_order_from_stride(val.stride())) == NHWC_ORDER else CONTIGUOUS
+
+
+def orders_distinct(shape) -> bool:
+    """Whether a 4-D tensor of `shape` has two distinct stored orders that every reader tells apart: not where
+    NHWC and NCHW are the same bytes ([N, C, 1, 1], C = 1), which stock reads as NCHW whatever the dim order, the
+    emitter by its strides (with C = 1 as (0, 2, 1, 3), an order nothing reads). Only such a tensor may cross a
+    program boundary channels-last."""
+    from executorch.exir.tensor import dim_order_from_stride
+
+    nhwc = torch.empty([int(d) for d in shape], device="meta", memory_format=torch.channels_last)
+    return not nhwc.is_contiguous() and tuple(dim_order_from_stride(nhwc.stride())) == NHWC_ORDER
 
 
 def build_problem(graph_module, exported_program, profile, threads: int = 1, name: str = "xnnpack") -> BuiltProblem:
@@ -100,16 +117,21 @@ def values_and_domains(
     return values, nodes
 
 
-def op_modes(graph_module, nodes, price, domains: dict[str, list[str]], rule_of=rule_for) -> list[Op]:
+def op_modes(
+    graph_module, nodes, price, domains: dict[str, list[str]], rule_of=rule_for, fallback: OpRule | None = None
+) -> list[Op]:
     """Each call_function node's modes from its rule (`rule_of(node)`: XNNPACK's by default; the program-level
-    problem asks the CPU's for the ops it leaves there), those whose labels are in every value's `domains`; one op
-    per graph output, pinned to its stored order."""
+    problem asks the CPU's for the ops it leaves there), those whose labels are in every value's `domains`, else
+    `fallback`'s where one is given; one op per graph output, pinned to its stored order."""
     ops: list[Op] = []
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and node.name in nodes:
             rule = rule_of(node)
             operands = [n for n in rule.operands(node) if n.name in nodes]
             modes = [m for m in rule.modes(node, operands, price) if _within(m, node, operands, domains)]
+            if not modes and fallback is not None:
+                operands = [n for n in fallback.operands(node) if n.name in nodes]
+                modes = [m for m in fallback.modes(node, operands, price) if _within(m, node, operands, domains)]
             if not modes:  # e.g. an NHWC kernel on a tensor that is not 4-D: stock cannot lower it either
                 raise ValueError(f"{node.name} ({node.target}): no dim order its kernel accepts")
             ops.append(

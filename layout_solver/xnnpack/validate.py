@@ -40,10 +40,14 @@ def _nhwc(node) -> bool:
 
 
 def _stored_nhwc(node) -> bool:
+    """Whether the program stores the tensor NHWC: the dim order the emitter writes into its TensorSpec, which
+    XNNExecutor maps the delegate's output dims by."""
+    from executorch.exir.tensor import TensorSpec
+
     val = tensor_of(node)
     if val is None or val.dim() != 4:
         return False
-    return val.is_contiguous(memory_format=torch.channels_last) and not val.is_contiguous()
+    return tuple(TensorSpec.from_tensor(val).dim_order) == _NHWC
 
 
 def _order(node) -> tuple[int, ...]:
@@ -114,27 +118,36 @@ def _check_stored_nlc(node, name: str) -> None:
         raise LayoutValidationError(f"{node.name} ({name}): stored NLC, but it does not compute the same on NLC data")
 
 
-def validate(graph_module) -> None:
-    """Raise LayoutValidationError at the first node whose tags the serializer would misread."""
+def stored_outputs(graph_module) -> list[bool | None]:
+    """Per graph output, whether the program stores it NHWC (None for a non-tensor): read before a pass
+    rewrites the delegate, since the program outside keeps these orders whatever the pass does inside."""
+    outputs = graph_module.graph.output_node().args[0]
+    return [_stored_nhwc(o) if isinstance(o, torch.fx.Node) and tensor_of(o) is not None else None for o in outputs]
+
+
+def validate(graph_module, stored: list[bool | None] | None = None) -> None:
+    """Raise LayoutValidationError at the first node whose tags the serializer would misread. `stored`: the
+    outputs' stored orders (`stored_outputs` of the graph as the program gave it), else read off this graph."""
     for node in graph_module.graph.nodes:
         if node.op in ("placeholder", "get_attr") and node.meta.get(ORDER_KEY, False):
             raise LayoutValidationError(f"{node.name}: a delegate input or constant tagged NLC")
         if node.op == "output":
-            _check_outputs(node)
+            _check_outputs(node, stored)
         elif node.op == "call_function":
             _check_node(node)
 
 
-def _check_outputs(node) -> None:
-    for out in node.args[0]:
+def _check_outputs(node, stored) -> None:
+    for index, out in enumerate(node.args[0]):
         if not isinstance(out, torch.fx.Node) or tensor_of(out) is None:
             continue
         if out.meta.get(ORDER_KEY, False):
             raise LayoutValidationError(f"output {out.name}: leaves the delegate NLC, the program stores it NCL")
-        if _nhwc(out) != _stored_nhwc(out):
+        nhwc = stored[index] if stored is not None else _stored_nhwc(out)
+        if _nhwc(out) != nhwc:
             raise LayoutValidationError(
                 f"output {out.name}: leaves the delegate {'NHWC' if _nhwc(out) else 'NCHW'}, "
-                f"the program stores it {'NHWC' if _stored_nhwc(out) else 'NCHW'}"
+                f"the program stores it {'NHWC' if nhwc else 'NCHW'}"
             )
 
 

@@ -140,6 +140,39 @@ def test_the_program_pass_keeps_the_data_channels_last_across_the_cpu_ops_betwee
     assert profile_ops(solver, inputs, 1, runs=3).conversions < profile_ops(stock, inputs, 1, runs=3).conversions
 
 
+class GlobalGateWithSequence(nn.Module):
+    """A global gate ([1, C, 1, 1]: both orders the same bytes) read by CPU ops between delegates, a delegate
+    output the program also returns, and a 1-D convolution (3-D until XNNPACK makes it 4-D inside its delegate)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.head, self.seq = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 8, 1), nn.Conv1d(4, 8, 3)
+
+    def forward(self, x, s):
+        y = self.stem(x)
+        g = torch.erf(y.mean((2, 3), keepdim=True))
+        return self.head(torch.erf(y) * g), g, y, self.seq(s)
+
+
+def test_the_program_pass_reads_gates_outputs_and_1d_convolutions_and_the_program_runs():
+    module, inputs = GlobalGateWithSequence().eval(), (torch.randn(1, 3, 24, 24), torch.randn(1, 4, 32))
+    stock, _ = _lowered(module, inputs, stock_layouts)
+    solver, reports = _lowered(module, inputs, solver_layouts)
+    assert reports.program_notes and not any("kept: " in n and "saving" not in n for n in reports.program_notes)
+    assert max_rel_diff(run_outputs(stock, inputs), run_outputs(solver, inputs)) <= 1e-5
+
+
+def test_a_tensor_crosses_a_program_boundary_channels_last_only_where_every_reader_tells_the_orders_apart():
+    from executorch.exir.tensor import TensorSpec
+
+    from layout_solver.xnnpack.rules import orders_distinct
+
+    for shape in [(1, 16, 1, 1), (1, 1, 4, 4), (1, 16, 4, 4), (2, 8, 1, 5)]:
+        emitted = tuple(TensorSpec.from_tensor(torch.empty(shape).to(memory_format=torch.channels_last)).dim_order)
+        same_bytes = torch.empty(shape).to(memory_format=torch.channels_last).is_contiguous()
+        assert orders_distinct(shape) == (emitted == (0, 2, 3, 1) and not same_bytes), shape
+
+
 @pytest.mark.parametrize("op", ["erf", "upsample_nearest2d", "mean", "sum", "where", "log1p"])
 def test_the_portable_kernels_the_program_pass_runs_channels_last_compute_the_same(op):
     """The CPU-side allow-list is checked against the kernels themselves: each op run on the CPU alone, on a

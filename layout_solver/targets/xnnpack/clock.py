@@ -51,8 +51,9 @@ def run_reference(threads: int):
 
 def pool_wake_us(threads: int, runs: int = 60) -> float:
     """What the first parallel operator of a delegate call pays for waking the thread pool's workers (asleep
-    after the gap between two calls, or a CPU kernel), in microseconds: ETDump's time of the first of eight
-    identical parallel adds in one delegate over the others'. 0 on one thread."""
+    after the gap between two calls, or a CPU kernel), in microseconds: per run, ETDump's time of the first of
+    eight identical matrix products in one delegate (XNNPACK splits a GEMM over every thread, however small) over
+    the median of the others; the median over the runs of five loads. 0 on one thread."""
     import torch
 
     from layout_solver.quiet import quiet
@@ -61,21 +62,16 @@ def pool_wake_us(threads: int, runs: int = 60) -> float:
 
     if threads <= 1:
         return 0.0
-
-    class Adds(torch.nn.Module):
-        def forward(self, x):
-            for _ in range(8):
-                x = x + x
-            return x
-
-    inputs = (torch.randn(64, 1024),)
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(8)]).eval()
+    inputs = (torch.randn(64, 256),)
     with quiet():
-        buffer = lower(Adds(), inputs, stock_layouts).buffer
-    differences = []  # per run: the first add over the median of the other seven (the wake-up varies run to run)
+        buffer = lower(layers, inputs, stock_layouts).buffer
+    differences = []
     for _ in range(5):
-        adds = [raw for name, raw in etdump_events(buffer, inputs, threads, runs).items() if name.startswith("Add")]
-        if len(adds) == 8:
-            differences += [first - statistics.median(rest) for first, *rest in zip(*adds)]
+        gemms = [raw for name, raw in etdump_events(buffer, inputs, threads, runs).items() if name.startswith("Fully")]
+        if len(gemms) == 8:
+            differences += [first - statistics.median(rest) for first, *rest in zip(*gemms)]
     return max(0.0, statistics.median(differences) * 1e3) if differences else 0.0
 
 
