@@ -323,6 +323,7 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
     """Per probe run, the time of one op of its class: its class's events (XNNPACK's kernels besides the
     helpers, or the CPU kernel's own event) over the number of such ops the predictor reads off the program."""
     out = []
+    one_thread = {run.probe.name: run for run in runs if run.threads == 1}
     for run in runs:
         op_class = run.probe.op_class
         mine = [op for op in run.ops if op.op_class == op_class]
@@ -332,13 +333,21 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
             name = op_class.removeprefix(xnn_cost.CPU_PREFIX).split("@")[0]
             us = sum(v for k, v in run.kernel_us.items() if k.startswith(f"native_call_{name}."))
         else:
-            us = sum(v for k, v in run.kernel_us.items() if not k.startswith(_HELPER_EVENTS))
+            us = _kernels_us(run)
             first = next(iter(run.kernel_us), "")
             if not first.startswith(_HELPER_EVENTS):  # it ran first: the pool's wake-up is in its time, not its curve
-                us = max(0.0, us - run.wake_us)
+                # The wake-up is a median and varies: never below the perfect speed-up of the one-thread time.
+                alone = one_thread.get(run.probe.name)
+                floor = _kernels_us(alone) / run.threads if alone is not None else 0.0
+                us = max(floor, us - run.wake_us)
         out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
                                           threads=run.threads, us=round(us / len(mine), 3), probe=run.probe.name))  # fmt: skip
     return out
+
+
+def _kernels_us(run: ProbeRun) -> float:
+    """A delegated probe's kernels' microseconds per run, its helpers' left out."""
+    return sum(v for k, v in run.kernel_us.items() if not k.startswith(_HELPER_EVENTS))
 
 
 def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]:
