@@ -66,6 +66,8 @@ def orders_distinct(shape) -> bool:
     program boundary channels-last."""
     from executorch.exir.tensor import dim_order_from_stride
 
+    if len(shape) != 4:  # a value whose tensor the graph does not state (e.g. a getitem of a tuple)
+        return False
     nhwc = torch.empty([int(d) for d in shape], device="meta", memory_format=torch.channels_last)
     return not nhwc.is_contiguous() and tuple(dim_order_from_stride(nhwc.stride())) == NHWC_ORDER
 

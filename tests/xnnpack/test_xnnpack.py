@@ -142,14 +142,16 @@ def test_the_program_pass_keeps_the_data_channels_last_across_the_cpu_ops_betwee
 
 class GlobalGateWithSequence(nn.Module):
     """A global gate ([1, C, 1, 1]: both orders the same bytes) read by CPU ops between delegates, a delegate
-    output the program also returns, and a 1-D convolution (3-D until XNNPACK makes it 4-D inside its delegate)."""
+    output the program also returns, a CPU layer norm (a tuple-valued node) and a 1-D convolution (3-D until
+    XNNPACK makes it 4-D inside its delegate)."""
 
     def __init__(self):
         super().__init__()
         self.stem, self.head, self.seq = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 8, 1), nn.Conv1d(4, 8, 3)
+        self.norm = ChannelLayerNorm(16)
 
     def forward(self, x, s):
-        y = self.stem(x)
+        y = self.norm(self.stem(x))
         g = torch.erf(y.mean((2, 3), keepdim=True))
         return self.head(torch.erf(y) * g), g, y, self.seq(s)
 
