@@ -103,7 +103,9 @@ def _layout_stage(request: pytest.FixtureRequest):
 
 
 def collect(files: list[Path], keyword: str) -> list[str]:
-    """Node ids of the peer tests in `files` matching the pytest -k expression `keyword`."""
+    """Node ids of the peer tests in `files` matching the pytest -k expression `keyword` (none for no file)."""
+    if not files:
+        return []
     folder = files[0].parent
     out = subprocess.run(
         [

@@ -25,3 +25,10 @@ def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(suite, tmp_path):
     if suite == "ops":  # the stage really ran: most op tests lower a delegate through it
         laid_out = sum(1 for r in solver.values() if r["delegates"] > 0)
         assert laid_out >= len(ids) // 2, f"only {laid_out} of {len(ids)} tests went through the stage"
+
+
+def test_the_models_suite_is_read_from_its_modules():
+    """models/ names its files after the model (mobilebert.py, ...), not test_*.py: the benchmark runs them too."""
+    names = {f.name for f in conformance.peer_test_files(("models",))}
+    assert {"mobilebert.py", "llama2_et_example.py"} <= names and "__init__.py" not in names
+    assert conformance.collect([], "anything") == []  # an empty folder is no test, not a crash

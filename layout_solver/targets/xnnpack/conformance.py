@@ -36,9 +36,11 @@ def peer_test_dir() -> Path:
 
 
 def peer_test_files(suites: tuple[str, ...] = SUITES) -> list[Path]:
-    """Every test_*.py of the peer suite's folders `suites`, sorted."""
+    """Every test file of the peer suite's folders `suites`, sorted: test_*.py, and in models/ every module (its
+    files are named after the model, each a unittest class)."""
     root = peer_test_dir()
-    return sorted(f for suite in suites for f in (root / suite).glob("test_*.py"))
+    pattern = {"models": "[!_]*.py"}
+    return sorted(f for suite in suites for f in (root / suite).glob(pattern.get(suite, "test_*.py")))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
