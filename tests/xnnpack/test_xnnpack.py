@@ -10,22 +10,12 @@ import pytest
 import torch
 from torch import nn
 
+from benchmarks.xnnpack.issue_models import ChannelLayerNorm  # permute / LayerNorm / permute: left on the CPU
 from cost_models import xnnpack as xnn_cost
 from layout_solver.targets.xnnpack.measure import lower, max_rel_diff, quantize, run_outputs
 from layout_solver.targets.xnnpack.runtime import profile_ops
 from layout_solver.xnnpack import LayoutValidationError, solver_layouts, stock_layouts, validate
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, physical_permutation
-
-
-class ChannelLayerNorm(nn.Module):
-    """LayerNorm over channels written as permute / LayerNorm / permute: XNNPACK 1.5.1 leaves it on the CPU."""
-
-    def __init__(self, channels: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(channels)
-
-    def forward(self, x):
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class LayerNormCNN(nn.Module):
