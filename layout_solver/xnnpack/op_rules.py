@@ -186,6 +186,17 @@ class ChannelsLastOp(OpRule):
         return [mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST)]
 
 
+class WholeTensorReduction(OpRule):
+    """An op that reduces its whole input to scalars (choose_qparams.tensor: one scale and zero point), which no
+    stored order changes: it constrains no operand."""
+
+    kind = "order-blind"
+
+    def operands(self, node) -> list:
+        """None: the input may be stored in either order."""
+        return []
+
+
 class ContiguousOp(OpRule):
     """An NCHW-only op (linear, squeeze, unsqueeze): every tensor input and its result contiguous."""
 
@@ -379,6 +390,7 @@ for _name in RESHAPE_TARGETS:
     register(_name, Reshape())
 register("permute_copy.default", Permute())
 register("_to_copy.default", MemoryFormatCopy())
+register("choose_qparams.tensor", WholeTensorReduction())
 
 
 def rule_for(node) -> OpRule:

@@ -28,7 +28,7 @@ from layout_solver.solver_pass import SolverPass
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
 from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
 from layout_solver.xnnpack.program import has_symbolic_shapes
-from layout_solver.xnnpack.rules import BuiltProblem, build_problem, stored_label
+from layout_solver.xnnpack.rules import SECOND_ORDER_REFUSED, BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.runtime_model import delegate_run_ops
 from layout_solver.xnnpack.validate import stored_outputs, validate
 from layout_solver.xnnpack.visitors import set_label
@@ -132,6 +132,13 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
 
     def write_back(self, graph_module, built: BuiltProblem, solution: Solution) -> None:
         """Tag every node with its value's order; convert each operand an op reads in the other order."""
+        refused = [t for t in solution.transitions if t.cost >= SECOND_ORDER_REFUSED]
+        if refused:  # every answer converts a value that cannot take a second order: none is legal
+            raise ProblemError(
+                "no layout without converting "
+                + ", ".join(f"{t.value} ({t.src} -> {t.dst}, read by {', '.join(t.consumers)})" for t in refused),
+                values=[t.value for t in refused],
+            )
         ops = {op.id: op for op in built.problem.ops}
         labels = solution.labels
         removed: dict = {}  # a copy taken out: its input stands for it (a graph output too)

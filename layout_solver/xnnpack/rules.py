@@ -34,7 +34,9 @@ NHWC_ORDER = (0, 2, 3, 1)
 # A constant is laid out once at serialization (stock raises if two ops want it in two orders), and a value a
 # quantize reads is a quantized kernel's raw result (XNNPACK quantizes a kernel's output only where its one
 # reader is that quantize: a conversion between them leaves an int8 kernel writing fp32, which XNNPACK refuses).
-# Neither may take a second order: priced out of reach rather than modelled.
+# Nor may a dynamically quantized value: stock's conversion of one traces back to the chain's source and
+# rewires every reader of that source, not only the one that asked. None may take a second order: priced out of
+# reach rather than modelled.
 SECOND_ORDER_REFUSED = 1e12
 
 
@@ -169,7 +171,10 @@ def _within(mode: dict, node, operands, domains) -> bool:
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
     """Converting an activation between the orders costs one XNNPACK transpose of its bytes (a 4-D one by
     stock's stub, a 3-D one by an identity permute between two tags); a constant, and a value a quantize reads
-    (stock converts a quantized tensor after its dequantize), never take a second order."""
+    (stock converts a quantized tensor after its dequantize), and a dynamic q / dq's value never take a second
+    order."""
+    from executorch.backends.xnnpack.utils.quant_utils import is_dynamic_qdq
+
     out = []
     for vid, value in values.items():
         if len(value.domain) < 2:
@@ -178,9 +183,10 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
             for dst in value.domain:
                 if src == dst:
                     continue
-                if value.kind == "constant" or any(is_quantize(u) for u in nodes[vid].users):
+                node = nodes[vid]
+                if value.kind == "constant" or is_dynamic_qdq(node) or any(is_quantize(u) for u in node.users):
                     cost = SECOND_ORDER_REFUSED
                 else:
-                    cost = conversion_us(price, value.shape, elem_bytes(nodes[vid]), [0, 1, 2, 3], src, dst)
+                    cost = conversion_us(price, value.shape, elem_bytes(node), [0, 1, 2, 3], src, dst)
                 out.append(TransitionCost(value=vid, src=src, dst=dst, cost=cost))
     return out

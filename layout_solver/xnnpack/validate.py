@@ -39,6 +39,13 @@ def _nhwc(node) -> bool:
     return bool(node.meta.get(_STOCK.XNN_NHWC_NODE, False))
 
 
+def _order_free(node) -> bool:
+    """A 4-D tensor with C = H = W = 1: NHWC and NCHW give it the same dims and the same bytes, so a tag there
+    says nothing the serializer could misread."""
+    val = tensor_of(node)
+    return val is not None and val.dim() == 4 and tuple(val.shape[1:]) == (1, 1, 1)
+
+
 def _stored_nhwc(node) -> bool:
     """Whether the program stores the tensor NHWC: the dim order the emitter writes into its TensorSpec, which
     XNNExecutor maps the delegate's output dims by."""
@@ -172,27 +179,38 @@ def _check_node(node) -> None:
         _check_stored_nlc(node, name)
     if node.target in _STOCK.memory_sensitive_ops_nhwc:
         first = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
-        bad = [n.name for n in first if isinstance(n, torch.fx.Node) and not _STOCK.is_nhwc_node(n)]
-        if bad or not _nhwc(node):
+        bad = [n.name for n in first
+               if isinstance(n, torch.fx.Node) and not _STOCK.is_nhwc_node(n) and not _order_free(n)]  # fmt: skip
+        if bad or not (_nhwc(node) or _order_free(node)):
             raise LayoutValidationError(f"{node.name} ({node.target}): an NHWC kernel reading NCHW {bad}")
         return
     if node.target in _STOCK.memory_sensitive_ops_nchw:
-        bad = [n.name for n in inputs if _STOCK.is_nhwc_node(n)]
-        if bad or _nhwc(node):
+        bad = [n.name for n in inputs if _STOCK.is_nhwc_node(n) and not _order_free(n)]
+        if bad or (_nhwc(node) and not _order_free(node)):
             raise LayoutValidationError(f"{node.name} ({node.target}): an NCHW kernel reading NHWC {bad}")
         return
     if name == "aten._to_copy.default" and "memory_format" in node.kwargs and val is not None and val.dim() == 4:
         if _STOCK.is_nhwc_node(node.args[0]) == _nhwc(node):
             raise LayoutValidationError(f"{node.name}: a memory-format copy whose input is already in its order")
         return
-    if name in _REORDERING:
+    if name in _REORDERING or (val is None and _writes_nothing(node)):
         return
-    data = [n for n in inputs if tensor_of(n).dim() == 4 and not _is_weight_of(n, node)]
+    data = [n for n in inputs if tensor_of(n).dim() == 4 and not _is_weight_of(n, node) and not _order_free(n)]
     bad = [n.name for n in data if _STOCK.is_nhwc_node(n) != _nhwc(node)]
-    if bad:
+    if bad and not _order_free(node):
         raise LayoutValidationError(
             f"{node.name} ({name}): writes {'NHWC' if _nhwc(node) else 'NCHW'} from inputs stored otherwise {bad}"
         )
+
+
+def _writes_nothing(node) -> bool:
+    """A node whose serializer is one of stock's skip visitors (`OpSkipOps`: choose_qparams, ...): it defines no
+    XNNPACK value, so it has no order to agree with its inputs."""
+    from executorch.backends.xnnpack.operators import node_visitor
+    from executorch.backends.xnnpack.operators.op_skip_ops import OpSkipOps
+
+    visitor = node_visitor._node_visitor_dict.get(getattr(node.target, "__name__", ""))  # as preprocess looks it up
+    return visitor is not None and issubclass(visitor, OpSkipOps)
 
 
 def _is_weight_of(operand, node) -> bool:

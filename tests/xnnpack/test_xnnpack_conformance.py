@@ -9,6 +9,15 @@ import pytest
 from layout_solver.targets.xnnpack import conformance
 
 SAMPLE = {"ops": 16, "passes": 8}
+# Tests a whole run once found lost, run in every CI beside the sample: a single-element activation between two
+# quantized convolutions (its tag says nothing, the post-condition must not read it) and a dynamically quantized
+# chain (stock's conversion of one rewires its source's readers: the value never takes a second order).
+ONCE_LOST = {
+    "ops": ["test_conv2d.py::TestConv2d::test_qs8_conv2d_relu_seq",
+            "test_conv2d.py::TestConv2d::test_qs8_conv2d_relu_multi_users"],
+    "passes": [("test_channels_last_tagged_reshape.py::TestChannelsLastTaggedReshapePass::"
+                "test_dynamic_quant_per_channel_binary_chain_lowers_and_runs")],
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("suite", list(SAMPLE))
@@ -25,6 +34,15 @@ def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(suite, tmp_path):
     if suite == "ops":  # the stage really ran: most op tests lower a delegate through it
         laid_out = sum(1 for r in solver.values() if r["delegates"] > 0)
         assert laid_out >= len(ids) // 2, f"only {laid_out} of {len(ids)} tests went through the stage"
+
+
+@pytest.mark.parametrize("suite", list(ONCE_LOST))
+def test_peer_tests_once_lost_pass_with_the_solver_stage(suite, tmp_path):
+    solver = conformance.run_suite(ONCE_LOST[suite], suite, "solver", tmp_path / "solver.xml")
+    assert set(solver) == set(ONCE_LOST[suite]), "tests missing from the solver run"
+    failed = {t: r for t, r in solver.items() if r["outcome"] != "passed"}
+    assert not failed, "\n".join(f"{t}: {r['outcome']}: {r['text']}" for t, r in failed.items())
+    assert all(r["delegates"] > 0 for r in solver.values()), "a test that did not go through the stage"
 
 
 def test_the_models_suite_is_read_from_its_modules():
