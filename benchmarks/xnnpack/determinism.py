@@ -1,0 +1,156 @@
+"""Same input, same program: each model lowered for XNNPACK in two processes, one of them beside a CPU hog on
+every core, and the .pte bytes compared (stock's too: a difference stock shares is not the stage's).
+
+Run: .venv/bin/python -m benchmarks.xnnpack.determinism [--set zoo,outside | --models a,b]
+        [--targets xnnpack,xnnpack-int8] [--out benchmarks/results/xnnpack_determinism.md]
+
+Each process lowers every model once per side and prints one JSON line per program (its sha256 and size); the
+second runs while `os.cpu_count()` busy processes compete for the cores, so a layout decision that depends on
+the wall clock (a solver budget cut short, a probe timed) shows as different bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from benchmarks import harness
+
+SIDES = ("stock", "solver")
+
+
+def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
+    """Every (model, target, side) lowered once in this process: its bytes' digest, or the error."""
+    from layout_solver.targets.xnnpack.lowering import lower, quantize
+    from layout_solver.xnnpack.hooks import solver_layouts, stock_layouts
+    from layout_solver.zoo.models import build
+
+    contexts = {"stock": stock_layouts, "solver": solver_layouts}
+    for model in models:
+        for target in targets:
+            try:
+                module, inputs = build(model)
+                if target == "xnnpack-int8":
+                    module = quantize(module, inputs)
+            except Exception as exc:  # noqa: BLE001 - a model that does not build is reported, not fatal
+                yield {"model": model, "target": target, "side": "build", "error": f"{type(exc).__name__}: {exc}"}
+                continue
+            for side in SIDES:
+                record = {"model": model, "target": target, "side": side}
+                try:
+                    lowered = lower(module, inputs, contexts[side])
+                    record |= {"sha256": hashlib.sha256(lowered.buffer).hexdigest(), "bytes": len(lowered.buffer),
+                               "seconds": round(lowered.seconds, 2)}  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - a lowering that fails is the same failure twice or not
+                    record["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                yield record
+
+
+def _spin(stop) -> None:
+    while not stop.is_set():
+        pass
+
+
+@contextlib.contextmanager
+def cpu_hog(processes: int | None = None) -> Iterator[None]:
+    """Busy processes on every core while the block runs."""
+    stop = multiprocessing.Event()
+    hogs = [
+        multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(processes or os.cpu_count())
+    ]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for hog in hogs:
+            hog.join(timeout=5)
+            if hog.is_alive():
+                hog.kill()
+
+
+def run_process(models: list[str], targets: list[str], loaded: bool, log=print) -> dict[tuple, dict]:
+    """One fresh process lowering every model (beside a CPU hog where `loaded`); its records by (model, target,
+    side)."""
+    command = [sys.executable, "-m", "benchmarks.xnnpack.determinism", "--child",
+               "--models", ",".join(models), "--targets", ",".join(targets)]  # fmt: skip
+    records: dict[tuple, dict] = {}
+    with (
+        cpu_hog() if loaded else contextlib.nullcontext(),
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy()) as child,
+    ):
+        for line in child.stdout:
+            if line.startswith("{"):
+                record = json.loads(line)
+                records[(record["model"], record["target"], record["side"])] = record
+                log(f"  {'loaded' if loaded else 'quiet '} {record['model']} {record['target']} "
+                    f"{record['side']}: {record.get('sha256', record.get('error', ''))[:16]}")  # fmt: skip
+    if child.returncode:
+        raise RuntimeError(f"the lowering process exited {child.returncode}")
+    return records
+
+
+def compare_runs(quiet: dict[tuple, dict], loaded: dict[tuple, dict]) -> list[dict]:
+    """Per (model, target, side): whether both processes wrote the same bytes (None where either failed)."""
+    rows = []
+    for key in sorted(set(quiet) | set(loaded)):
+        a, b = quiet.get(key, {}), loaded.get(key, {})
+        same = a["sha256"] == b["sha256"] if "sha256" in a and "sha256" in b else None
+        rows.append({"model": key[0], "target": key[1], "side": key[2], "same": same,
+                     "error": a.get("error") or b.get("error") or "",
+                     "seconds": (a.get("seconds"), b.get("seconds"))})  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    parser = harness.parser(__doc__)
+    parser.add_argument("--set", default="zoo,outside")
+    parser.add_argument("--models", default="")
+    parser.add_argument("--targets", default="xnnpack,xnnpack-int8")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    targets = args.targets.split(",")
+    if args.models:
+        models = args.models.split(",")
+    else:
+        from benchmarks.xnnpack.zoo import model_names
+
+        models = model_names(args.set.split(","))
+    if args.child:
+        from layout_solver.quiet import quiet
+
+        with quiet():
+            for record in lower_all(models, targets):
+                print(json.dumps(record), flush=True)
+        return
+    started = time.perf_counter()
+    quiet = run_process(models, targets, loaded=False, log=lambda m: print(m, file=sys.stderr, flush=True))
+    loaded = run_process(models, targets, loaded=True, log=lambda m: print(m, file=sys.stderr, flush=True))
+    rows = compare_runs(quiet, loaded)
+    lines = [f"Provenance: {harness.provenance()}", "",
+             (f"{len(models)} models x {len(targets)} targets, each lowered in two processes (the second beside "
+              f"{os.cpu_count()} busy processes), {time.perf_counter() - started:.0f} s in all."), ""]  # fmt: skip
+    for side in SIDES:
+        mine = [r for r in rows if r["side"] == side]
+        differ = [r for r in mine if r["same"] is False]
+        failed = [r for r in mine if r["same"] is None]
+        lines.append(f"- {side}: {sum(1 for r in mine if r['same'])} of {len(mine)} programs byte-identical, "
+                     f"{len(differ)} differ, {len(failed)} not lowered")  # fmt: skip
+    lines.append("")
+    lines += harness.table(["model", "target", "side", "same bytes", "lowering s (quiet, loaded)", "error"],
+                           [[r["model"], r["target"], r["side"], {True: "yes", False: "NO", None: "-"}[r["same"]],
+                             r["seconds"], r["error"][:120]] for r in rows])  # fmt: skip
+    harness.emit(lines, args.out)
+
+
+if __name__ == "__main__":
+    main()
