@@ -21,10 +21,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from benchmarks import harness
 
 SIDES = ("stock", "solver")
+REPO = Path(__file__).resolve().parents[2]  # `-m benchmarks...` from any working directory
 
 
 def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
@@ -86,7 +88,7 @@ def run_process(models: list[str], targets: list[str], loaded: bool, log=print) 
     records: dict[tuple, dict] = {}
     with (
         cpu_hog() if loaded else contextlib.nullcontext(),
-        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy()) as child,
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO) as child,
     ):
         for line in child.stdout:
             if line.startswith("{"):

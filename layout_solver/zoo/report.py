@@ -235,6 +235,7 @@ def report_markdown(table: list[dict]) -> str:
             + " |"
         )
     lines += [line for target in targets if _family(target) == "vulkan" for line in _timing_noise(table, target)]
+    lines += [line for target in targets for line in _changed_at_equal_price(table, target)]
     dearer = [r for r in table if r["verdict"] == "dearer than stock"]
     if dearer:
         lines += ["", "Dearer than stock (and the operator classes whose cycles grew most, Ethos-U):", ""]
@@ -298,6 +299,25 @@ def report_markdown(table: list[dict]) -> str:
         lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
     lines += ["Plots: `total_cycles*.png`, `transpose_cycles*.png`, `transitions.png`, `solve_time_vs_size.png`.", ""]
     return "\n".join(lines)
+
+
+def _changed_at_equal_price(table: list[dict], target: str) -> list[str]:
+    """The "unchanged" models whose solver program is not stock's: a transition added or dropped (or other bytes)
+    at a price within the target's tolerance. Said, so a reader does not take 1 -> 0 transitions beside
+    "unchanged" for a report that missed the change."""
+    changed = []
+    for r in (r for r in table if r["target"] == target and r["verdict"] == "unchanged"):
+        a, b = r.get("stock_transitions", ""), r.get("solver_transitions", "")
+        counted = isinstance(a, (int, float)) and isinstance(b, (int, float))
+        if (counted and a != b) or r.get("same_program") is False:
+            what = f"transitions {a} -> {b}" if counted and a != b else "other bytes, the same transitions"
+            changed.append(f"{r['model']} ({what}, ratio {r['ratio']})")
+    if not changed:
+        return []
+    tolerance = get_target(target).tolerance
+    return ["", f"{target}, changed at an equal price (the solver's program differs from stock's, the "
+            f"{get_target(target).headline_name} within +-{tolerance:.1%}, so the verdict is unchanged): "
+            + "; ".join(changed)]  # fmt: skip
 
 
 def _timing_noise(table: list[dict], target: str) -> list[str]:

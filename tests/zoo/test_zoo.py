@@ -213,6 +213,23 @@ def test_the_report_reads_its_timing_noise_off_the_identical_pairs():
     assert "d 1.05 1.01 0.99 1.02 0.98 -> 1.01" in report
 
 
+def test_the_report_says_where_an_unchanged_verdict_hides_a_changed_program():
+    """A transition dropped at an equal price is said (what changed, and that the price is equal), not left as a
+    bare "unchanged" beside 1 -> 0 transitions."""
+    from layout_solver.zoo.report import report_markdown, rows
+
+    def vulkan(model, same, transitions):
+        return {"model": model, "target": VK, "status": "ok", "same_program": same, "run_ratio_paired": 1.004,
+                "stock": {"run_ms": 10.0, "executed": True, "transitions": transitions[0]},
+                "solver": {"run_ms": 10.0, "executed": True, "transitions": transitions[1]}}  # fmt: skip
+
+    table = rows([vulkan("ds_cnn", False, (1, 0)), vulkan("same", True, (2, 2))])
+    assert [r["verdict"] for r in table] == ["unchanged", "unchanged"]
+    report = report_markdown(table)
+    assert "changed at an equal price" in report and "ds_cnn (transitions 1 -> 0, ratio 1.004)" in report
+    assert "same (" not in report  # byte-identical: nothing to say
+
+
 def test_a_catalog_sized_report_plots_one_readable_row_per_model(tmp_path):
     """Past a dozen models the bar charts run one row per model on a log axis (not a 10,000-pixel-wide strip), and
     every axis names the architecture, not only the task."""
