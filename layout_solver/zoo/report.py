@@ -200,7 +200,13 @@ def write_outputs(results: list[dict], out: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(table)
-    (out / "report.md").write_text(report_markdown(table))
+    report = report_markdown(table)
+    log = out / "third_party.log"  # the zoo workers' own output (runner.THIRD_PARTY_LOG)
+    if log.exists() and log.stat().st_size:
+        lines = log.read_text(errors="replace").splitlines()
+        report += (f"\nThe workers' own output (native libraries' warnings, {len(lines)} lines, "
+                   f"{len(set(lines))} distinct) is in `{log}`, not on the console.\n")  # fmt: skip
+    (out / "report.md").write_text(report)
     plot(table, out)
 
 

@@ -122,22 +122,37 @@ def run_job(job: Job) -> dict:
     return result
 
 
-def _worker_init() -> None:
+THIRD_PARTY_LOG = "third_party.log"
+
+
+def _worker_init(log_path: str | None = None) -> None:
+    """Python warnings and library logs off; where `log_path` is given, the worker's own stdout and stderr (file
+    descriptors 1 and 2: what native code prints, e.g. the TOSA serializer's version warning once per delegate)
+    appended there, so the console keeps the progress bar and the report."""
     import logging
+    import os
     import warnings
 
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
+    if log_path:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def _pool(workers: int, log_path: Path | None = None) -> ProcessPoolExecutor:
     # spawn: torch and executorch are not fork-safe once initialised
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_worker_init,
+                               initargs=(str(log_path) if log_path else None,))  # fmt: skip
 
 
-def _alone(job: Job) -> dict:
+def _alone(job: Job, log_path: Path | None = None) -> dict:
     """One job in a worker of its own; a crashed record if it kills that worker. Stopped, it stops the worker."""
-    pool = _pool(1)
+    pool = _pool(1, log_path)
     try:
         return pool.submit(run_job, job).result()
     except BrokenProcessPool:
@@ -150,12 +165,13 @@ def _alone(job: Job) -> dict:
         pool.shutdown()
 
 
-def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
+def execute_local(jobs: list[Job], workers: int, log_path: Path | None = None) -> Iterable[tuple[Job, dict]]:
     """Run jobs in a local process pool; yields (job, record) as they finish. A job that kills its worker (a
     native abort in a compiler or the reference model) breaks the pool for every job not finished: those run
-    again one by one, so only the one that kills its worker alone is recorded as crashed."""
+    again one by one, so only the one that kills its worker alone is recorded as crashed. `log_path`: where the
+    workers' own output goes (`_worker_init`)."""
     broken = []
-    pool = _pool(workers)
+    pool = _pool(workers, log_path)
     try:
         with _terminated_as_exit():
             futures = {pool.submit(run_job, job): job for job in jobs}
@@ -174,7 +190,7 @@ def execute_local(jobs: list[Job], workers: int) -> Iterable[tuple[Job, dict]]:
     pool.shutdown()
     with _terminated_as_exit():
         for job in broken:
-            yield job, _alone(job)
+            yield job, _alone(job, log_path)
 
 
 @contextlib.contextmanager
@@ -258,7 +274,10 @@ def run_zoo(
                 log(f"[cached] {model} on {target}: {results[-1]['status']}")
             else:
                 todo.append(job)
-    run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs)
+    third_party = out / THIRD_PARTY_LOG
+    if todo:  # this run's output only
+        third_party.write_text("")
+    run = execute_ray(todo, jobs, address) if executor == "ray" else execute_local(todo, jobs, third_party)
     with tqdm(total=len(todo), desc="zoo", unit="job", file=sys.stderr, disable=not todo) as bar:
         for job, result in run:
             result["provenance"] = provenance(job)

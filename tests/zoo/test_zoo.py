@@ -246,3 +246,21 @@ def test_a_catalog_sized_report_plots_one_readable_row_per_model(tmp_path):
     plot(table, tmp_path)
     height, width = imread(tmp_path / "total_cycles.png").shape[:2]
     assert height > width < 1200, (height, width)
+
+
+def test_the_workers_native_output_goes_to_the_log_not_the_console(tmp_path, capfd):
+    """What native code prints in a zoo worker (file descriptors 1 and 2) lands in OUT/third_party.log."""
+    import functools
+    import os
+
+    from layout_solver.zoo.runner import _pool
+
+    log = tmp_path / "third_party.log"
+    pool = _pool(1, log)
+    try:
+        pool.submit(functools.partial(os.write, 2, b"WARNING: Different TOSA spec\n")).result()
+        pool.submit(functools.partial(os.write, 1, b"native stdout\n")).result()
+    finally:
+        pool.shutdown()
+    assert log.read_text() == "WARNING: Different TOSA spec\nnative stdout\n"
+    assert "TOSA" not in capfd.readouterr().err
