@@ -110,7 +110,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     trace_file = writable_target(args.trace, args.problem, *([args.out] if args.out else [])) if args.trace else None
     problem = load_problem(Path(args.problem))
     trace: list | None = [] if trace_file else None
-    solution = solve(problem, time_limit=args.time_limit, workers=args.workers or os.cpu_count() or 1, trace=trace)
+    solution = solve(problem, time_limit=args.time_limit, workers=args.workers or os.cpu_count() or 1, trace=trace,
+                     deterministic=not args.wall_clock, work_limit=args.work_limit)  # fmt: skip
     if out is not None:
         write_atomically(out, solution.model_dump_json(indent=1))
     if trace_file is not None:
@@ -506,6 +507,13 @@ def build_parser() -> argparse.ArgumentParser:
         "plus the time to check it (well under a second below 10k ops)",
     )
     p.add_argument("--workers", type=int, help="solver threads for wide pieces (default: all cores)")
+    p.add_argument("--work-limit", type=float, default=None,
+                   help="the search's work budget in units the engines count themselves (default: 0.25 per second "
+                   "of --time-limit): the same answer on any machine under any load; the time limit is then a "
+                   "safety net")  # fmt: skip
+    p.add_argument("--wall-clock", action="store_true",
+                   help="stop the search at --time-limit itself (more search on a fast machine, but the answer "
+                   "may then depend on the machine's load)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the solution as one JSON object")
     p.add_argument("--out", help="write the solution JSON here (checked before solving, written atomically)")
     p.add_argument("--trace", help="write incumbent and bound over time here (CSV)")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from layout_solver.evaluate import evaluate
 from layout_solver.model import CompiledProblem, compile_problem
 from layout_solver.problem import ComponentStats, Problem, ProblemError, Solution
+from layout_solver.solvers.budget import UNITS_PER_SECOND, WorkBudget
 from layout_solver.solvers.decompose import Decomposer
 from layout_solver.solvers.greedy import greedy
 from layout_solver.solvers.subproblem import restrict
@@ -57,13 +58,20 @@ def solve(
     time_limit: float = DEFAULT_TIME_LIMIT,
     workers: int = 1,
     trace: list[TraceRow] | None = None,
+    deterministic: bool = True,
+    work_limit: float | None = None,
     **tuning,
 ) -> Solution:
     """Cheapest assignment found within `time_limit` seconds, with a proven bound.
 
-    The search stops at the time limit; stopping the engines and decoding and
+    `deterministic` (the default): the search engines stop on a work budget they count themselves
+    (`solvers/budget.py`: `work_limit` units, by default UNITS_PER_SECOND per second of `time_limit`), so the
+    same problem gets the same answer on any machine under any load; the time limit is then a safety net, and
+    the solution's notes say when it fired (that answer may differ from run to run). Not deterministic: the
+    search stops at the time limit itself (the solver benchmark's "gap at 10 s").
+    Stopping the engines and decoding and
     checking the answer add a little (under 0.1 s at 1,200 ops, 1.5-3 s at 100k). `workers` threads go to CP-SAT
-    and SCIP on pieces too wide for the exact solvers (1: deterministic).
+    and SCIP on pieces too wide for the exact solvers (deterministic either way under a work budget).
     `trace`, if given, receives a TraceRow per step of those pieces and a
     final row for the whole problem. `tuning` goes to the Decomposer
     (enumeration_limit, elimination_limit, use_blocks, memo, engines): tests
@@ -79,16 +87,29 @@ def solve(
     check_time_limit(time_limit)
     if workers < 1:
         raise ProblemError(f"workers must be at least 1, got {workers}")
+    budget = None
+    if deterministic:
+        units = time_limit * UNITS_PER_SECOND if work_limit is None else work_limit
+        if not isinstance(units, (int, float)) or not math.isfinite(units) or units <= 0:
+            raise ProblemError(f"the work limit must be a positive finite number of units, got {work_limit!r}")
+        budget = WorkBudget(float(units))
     with gc_paused():
-        return _solve(problem, time_limit, workers, trace, **tuning)
+        return _solve(problem, time_limit, workers, trace, budget, **tuning)
 
 
-def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceRow] | None, **tuning) -> Solution:
+def _solve(
+    problem: Problem,
+    time_limit: float,
+    workers: int,
+    trace: list[TraceRow] | None,
+    budget: WorkBudget | None = None,
+    **tuning,
+) -> Solution:
     t0 = time.perf_counter()
     deadline = t0 + time_limit
     compiled = compile_problem(problem)
     t1 = time.perf_counter()
-    decomposer = Decomposer(compiled, deadline=deadline, workers=workers, **tuning)
+    decomposer = Decomposer(compiled, deadline=deadline, workers=workers, budget=budget, **tuning)
     if trace is not None:
 
         def record(phase: str, incumbent: float, bound: float, piece_vars: int = 0) -> None:
@@ -99,18 +120,24 @@ def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceR
     t2 = time.perf_counter()
     notes = []
     stats = decomposer.stats
-    if not stats.proven and time.perf_counter() < deadline:
-        # Time ran out somewhere: never hand back worse than the greedy answer.
+    out_of_time = time.perf_counter() >= deadline
+    stopped = "time limit reached" if budget is None else f"work limit reached ({budget.units:g} units)"
+    if budget is not None and out_of_time:
+        notes.append(f"time limit reached ({time_limit:g} s, the wall-clock safety net) before the work budget "
+                     f"({budget.units:g} units): returning the best answer found, which may differ from run to "
+                     "run; see gap")  # fmt: skip
+    elif not stats.proven and not out_of_time:
+        # The search stopped early: never hand back worse than the greedy answer (itself deterministic).
         whole = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
         fallback = greedy(whole)
         current = whole.total(options)
         if fallback.value < current:
             options = fallback.options
-            notes.append("time limit reached: returning the greedy answer, which beat the partial search")
+            notes.append(f"{stopped}: returning the greedy answer, which beat the partial search")
         else:
-            notes.append("time limit reached: returning the best answer found; see gap")
+            notes.append(f"{stopped}: returning the best answer found; see gap")
     elif not stats.proven:
-        notes.append("time limit reached: returning the best answer found; see gap")
+        notes.append(f"{stopped}: returning the best answer found; see gap")
     modes, free_labels = decode(compiled, options)
     result = evaluate(problem, modes, free_labels)
     t3 = time.perf_counter()
@@ -125,6 +152,9 @@ def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceR
         lower = objective
     if trace is not None:
         trace.append(TraceRow(time.perf_counter() - t0, "final", compiled.n_vars, objective, lower))
+    timings = {"compile": t1 - t0, "solve": t2 - t1, "report": t3 - t2, "total": t3 - t0}
+    if budget is not None:
+        timings["work_units"] = round(budget.spent, 6)
     # Every field is built from validated data; skip re-validating 100k-entry dicts.
     return Solution.model_construct(
         schema_version=problem.schema_version,
@@ -136,7 +166,7 @@ def _solve(problem: Problem, time_limit: float, workers: int, trace: list[TraceR
         objective=objective,
         bound=lower,
         gap=gap,
-        timings={"compile": t1 - t0, "solve": t2 - t1, "report": t3 - t2, "total": t3 - t0},
+        timings=timings,
         components=ComponentStats(
             count=stats.components, blocks=stats.blocks, memo_hits=stats.memo_hits, by_method=dict(stats.by_method)
         ),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
+from layout_solver.solvers.budget import WorkBudget
 from layout_solver.solvers.formulation import formulate
 from layout_solver.solvers.subproblem import Subproblem, SubResult, integer_scale, stopped_by
 
@@ -43,8 +44,11 @@ def solve_cpsat(
     workers: int = 1,
     trace: Trace | None = None,
     stop_event: threading.Event | None = None,
+    budget: WorkBudget | None = None,
 ) -> SubResult:
-    """Best answer by `deadline` (a time.perf_counter() instant; model building counts against it)."""
+    """Best answer by `deadline` (a time.perf_counter() instant; model building counts against it), or, given a
+    `budget`, within what is left of it in CP-SAT's deterministic time (the deadline then a safety net; several
+    workers interleave their search, which keeps it deterministic)."""
     lm = formulate(sub)
     model = cp_model.CpModel()
     b = [model.new_bool_var(f"b{i}") for i in range(lm.n_bools)]
@@ -63,9 +67,16 @@ def solve_cpsat(
     solver.parameters.max_time_in_seconds = max(deadline - time.perf_counter(), 0.001)
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = 0
+    if budget is not None:
+        solver.parameters.max_deterministic_time = max(budget.left, 1e-3)
+        solver.parameters.interleave_search = workers > 1
     callback = _Progress(trace, lm.constant, scale, slack) if trace is not None else None
     with stopped_by(stop_event, solver.stop_search):
         status = solver.solve(model, callback)
+    if budget is not None:
+        budget.spend(solver.deterministic_time)
+        if status != cp_model.OPTIMAL and solver.deterministic_time >= solver.parameters.max_deterministic_time:
+            budget.exhausted = True
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SubResult(
             options=list(hint.options), value=hint.value, bound=max(hint.bound, lm.constant), method="cpsat-timeout"

@@ -30,6 +30,7 @@ from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
 from layout_solver.model import CompiledProblem, Factor
+from layout_solver.solvers.budget import WorkBudget
 from layout_solver.solvers.cpsat import Trace
 from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
 from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
@@ -91,8 +92,10 @@ class Decomposer:
         memo: bool = True,
         engines: tuple[str, ...] = ENGINES,
         trace: Trace | None = None,
+        budget: WorkBudget | None = None,
     ):
         self.c = compiled
+        self.budget = budget
         self.engines = engines
         self.trace = trace
         self.elimination_limit = elimination_limit
@@ -119,9 +122,11 @@ class Decomposer:
         if cut is not None:
             return cut
         if self.elimination_limit:
-            # Exact elimination may give up late on a wide piece: it gets half the time left, CP-SAT the rest.
+            # Exact elimination may give up late on a wide piece: it gets half the time left, CP-SAT the rest;
+            # under a work budget its table limit alone decides (the clock only as the safety net).
             now = time.perf_counter()
-            exact = solve_by_elimination(sub, self.elimination_limit, now + 0.5 * (self.deadline - now))
+            until = self.deadline if self.budget is not None else now + 0.5 * (self.deadline - now)
+            exact = solve_by_elimination(sub, self.elimination_limit, until)
             if exact is not None:
                 return exact
         trace = None
@@ -130,7 +135,7 @@ class Decomposer:
             def trace(phase: str, incumbent: float, bound: float) -> None:
                 self.trace(phase, incumbent, bound, sub.n_vars)
 
-        return solve_hard(sub, self.deadline, self.workers, self.engines, trace)
+        return solve_hard(sub, self.deadline, self.workers, self.engines, trace, self.budget)
 
     def _record(self, result: SubResult) -> None:
         self.stats.by_method[result.method] += 1

@@ -4,7 +4,8 @@ Starting from the greedy answer, windows of consecutive variables (the
 compiled order follows the graph's topological order, so a window is a stretch
 of the graph) are re-solved exactly with SCIP while everything outside is held
 fixed; a window's answer is taken when it lowers the total. Windows overlap by
-half and sweep the piece until a sweep improves nothing or time runs out.
+half and sweep the piece until a sweep improves nothing or time (or the work budget: each window's search and
+WINDOW_UNITS for the window itself) runs out.
 Memory is bounded by the window, not the piece.
 
 The bound is the sum of what each variable and each factor cost at least on
@@ -17,6 +18,7 @@ import itertools
 import math
 import time
 
+from layout_solver.solvers.budget import WINDOW_UNITS, WorkBudget
 from layout_solver.solvers.cpsat import Trace, solve_cpsat
 from layout_solver.solvers.mip import solve_mip
 from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
@@ -44,20 +46,28 @@ def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
     return bound
 
 
-def solve_large(sub: Subproblem, start: SubResult, deadline: float, trace: Trace | None = None) -> SubResult:
-    """Improve `start` by solving overlapping windows of variables exactly until nothing improves or the deadline
-    passes; the bound is the better of start's and a separable one.
+def solve_large(
+    sub: Subproblem, start: SubResult, deadline: float, trace: Trace | None = None, budget: WorkBudget | None = None
+) -> SubResult:
+    """Improve `start` by solving overlapping windows of variables exactly until nothing improves, the deadline
+    passes or (given one) the `budget` is spent; the bound is the better of start's and a separable one.
     """
+
+    def out_of_work() -> bool:
+        return time.perf_counter() >= deadline or (budget is not None and budget.left <= 0)
+
     current = list(start.options)
     bound = max(start.bound, separable_bound(sub, deadline))
     touching = sub.var_factors()
     n = sub.n_vars
     value = start.value
     improved = True
-    while improved and time.perf_counter() < deadline:
+    while improved and not out_of_work():
         improved = False
         for lo in range(0, max(1, n - WINDOW_VARS // 2), WINDOW_VARS // 2):
-            if time.perf_counter() >= deadline:
+            if out_of_work():
+                if budget is not None and budget.left <= 0:
+                    budget.exhausted = True
                 break
             window = list(range(lo, min(n, lo + WINDOW_VARS)))
             inside = set(window)
@@ -67,8 +77,15 @@ def solve_large(sub: Subproblem, start: SubResult, deadline: float, trace: Trace
             here = [current[v] for v in window]
             before = piece.total(here)
             hint = SubResult(here, before, -math.inf, "lns")
-            window_deadline = min(deadline, time.perf_counter() + WINDOW_SECONDS)
-            found = solve_mip(piece, hint, window_deadline) or solve_cpsat(piece, hint, window_deadline)
+            if budget is None:
+                window_deadline = min(deadline, time.perf_counter() + WINDOW_SECONDS)
+                found = solve_mip(piece, hint, window_deadline) or solve_cpsat(piece, hint, window_deadline)
+            else:  # the window's search counted in work: the same windows, the same answers, on any machine
+                budget.spend(WINDOW_UNITS)
+                share = WorkBudget(min(budget.left, 1.0))
+                found = solve_mip(piece, hint, deadline, budget=share) or solve_cpsat(piece, hint, deadline,
+                                                                                       budget=share)  # fmt: skip
+                budget.spend(share.spent)
             if found.value < before - 1e-9 * max(1.0, abs(before)):
                 for v, o in zip(window, found.options):
                     current[v] = o

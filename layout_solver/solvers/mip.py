@@ -13,6 +13,7 @@ import time
 
 from ortools.linear_solver import pywraplp
 
+from layout_solver.solvers.budget import NODES_PER_UNIT, WorkBudget
 from layout_solver.solvers.cpsat import Trace
 from layout_solver.solvers.formulation import formulate
 from layout_solver.solvers.subproblem import Subproblem, SubResult, stopped_by
@@ -27,9 +28,11 @@ def solve_mip(
     deadline: float,
     trace: Trace | None = None,
     stop_event: threading.Event | None = None,
+    budget: WorkBudget | None = None,
 ) -> SubResult | None:
     """Solve a subproblem with OR-Tools' SCIP MIP until `deadline` (or `stop_event`), warm-started from `hint`;
-    returns its best answer and proven bound, or None when SCIP is unavailable or finds nothing."""
+    returns its best answer and proven bound, or None when SCIP is unavailable or finds nothing. Given a
+    `budget`, SCIP also stops at its node limit (`WorkBudget.nodes`), which it counts the same on any machine."""
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:
         return None
@@ -57,8 +60,15 @@ def solve_mip(
     if remaining <= 0.01:
         return None
     solver.SetTimeLimit(max(1, int(remaining * 1000)))
+    if budget is not None:
+        node_limit = budget.nodes()
+        solver.SetSolverSpecificParametersAsString(f"limits/totalnodes = {node_limit}\n")
     with stopped_by(stop_event, solver.InterruptSolve):
         status = solver.Solve()
+    if budget is not None:
+        budget.spend(solver.nodes() / NODES_PER_UNIT)
+        if status != pywraplp.Solver.OPTIMAL and solver.nodes() >= node_limit:
+            budget.exhausted = True
     if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         return None
     options = [max(range(len(lits)), key=lambda k: b[lits[k]].solution_value()) for lits in lm.choose]

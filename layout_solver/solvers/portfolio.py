@@ -10,6 +10,10 @@
 Pieces above LARGE_PIECE_VARS go to large-neighbourhood search instead (lns.py).
 
 The answer is the best incumbent found; the bound the best either proved.
+
+Given a work budget (budget.py) the engines stop on their own counts of work, not on the clock, and never race:
+SCIP, then CP-SAT with every worker, interleaved (which of two racing engines proves first depends on the
+machine's load, and so would the answer).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 
+from layout_solver.solvers.budget import WorkBudget
 from layout_solver.solvers.cpsat import Trace, solve_cpsat
 from layout_solver.solvers.greedy import greedy
 from layout_solver.solvers.lns import solve_large
@@ -36,29 +41,35 @@ def proven(result: SubResult) -> bool:
 
 
 def solve_hard(
-    sub: Subproblem, deadline: float, workers: int = 1, engines: tuple[str, ...] = ENGINES, trace: Trace | None = None
+    sub: Subproblem,
+    deadline: float,
+    workers: int = 1,
+    engines: tuple[str, ...] = ENGINES,
+    trace: Trace | None = None,
+    budget: WorkBudget | None = None,
 ) -> SubResult:
-    """Best answer for `sub` by `deadline` (a time.perf_counter() instant), with a proven bound."""
+    """Best answer for `sub` by `deadline` (a time.perf_counter() instant), within `budget` where one is given,
+    with a proven bound."""
     start = greedy(sub, deadline=deadline)
     start.bound = sub.offset + sum(min(u) for u in sub.unary)
     if trace is not None:
         trace("greedy", start.value, start.bound)
-    if time.perf_counter() >= deadline or not engines:
+    if time.perf_counter() >= deadline or not engines or (budget is not None and budget.left <= 0):
         return start
     if sub.n_vars > LARGE_PIECE_VARS:
-        return solve_large(sub, start, deadline, trace)
+        return solve_large(sub, start, deadline, trace, budget)
     use_mip, use_cpsat = "mip" in engines, "cpsat" in engines
-    if use_mip and use_cpsat and workers >= 2:
+    if use_mip and use_cpsat and workers >= 2 and budget is None:
         return _side_by_side(sub, start, deadline, workers, trace)
     best = start
     if use_mip:
-        found = solve_mip(sub, start, deadline, trace)
+        found = solve_mip(sub, start, deadline, trace, budget=budget)
         if found is not None:
             best = found
             if proven(found):
                 return found
-    if use_cpsat and deadline - time.perf_counter() > 0:
-        return solve_cpsat(sub, best, deadline, workers, trace)  # keeps best's bound and value if better
+    if use_cpsat and deadline - time.perf_counter() > 0 and (budget is None or budget.left > 0):
+        return solve_cpsat(sub, best, deadline, workers, trace, budget=budget)  # keeps best's if better
     return best
 
 

@@ -134,12 +134,42 @@ def test_cnn_blocks_memo_and_optimal():
     assert {(t.src, t.dst) for t in solution.transitions} <= {("NCHW", "NHWC"), ("NHWC", "NCHW")}
 
 
+def test_a_work_budget_gives_the_same_answer_on_a_loaded_machine():
+    """The search stops on the work the engines count (CP-SAT's deterministic time, interleaved workers), not on
+    the clock: the same answer with two threads competing for the interpreter and the cores."""
+    import threading
+
+    from layout_solver.synthetic import window_problem
+
+    problem = window_problem(600, window=600, n_labels=4, seed=1)
+    options = dict(time_limit=60, work_limit=0.02, engines=("cpsat",), workers=2)
+    quiet = solve(problem, **options)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    hogs = [threading.Thread(target=spin) for _ in range(2)]
+    for hog in hogs:
+        hog.start()
+    try:
+        loaded = solve(problem, **options)
+    finally:
+        stop.set()
+        for hog in hogs:
+            hog.join()
+    assert quiet.gap > 0 and any("work limit reached (0.02 units)" in n for n in quiet.notes)
+    assert (quiet.labels, quiet.modes, quiet.objective) == (loaded.labels, loaded.modes, loaded.objective)
+    assert quiet.timings["work_units"] >= 0.02
+
+
 def test_time_out_returns_legal_answer_with_gap():
     problem = transformer_like(6, 6)
     exact = solve(problem, time_limit=60)
     rushed = solve(problem, time_limit=1e-6, enumeration_limit=0, elimination_limit=0, use_blocks=False)
     assert rushed.status == "feasible" and rushed.gap > 0
-    assert any("time limit" in note for note in rushed.notes)
+    assert any("time limit" in note and "safety net" in note for note in rushed.notes)
     assert rushed.objective >= exact.objective - 1e-6
     assert rushed.bound <= exact.objective + 1e-6
     # The rushed answer is still a legal assignment: the evaluator accepts it.

@@ -1,0 +1,46 @@
+"""A solve's work budget: what the search engines may spend, counted in units the engines count themselves, so the
+same problem gets the same answer on any machine under any load. The wall-clock deadline stays, as a safety net
+that says so when it fires (solve.py).
+
+A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
+at NODES_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
+solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# SCIP nodes per unit: layout problems mostly close at the root LP, so the node limit binds only on the hard
+# pieces, where a unit's worth keeps a 10 s wall limit out of reach on this project's 2-core machine.
+NODES_PER_UNIT = 2000
+# What one large-neighbourhood window costs whatever its search spends (its model building and LP), so a sweep
+# of windows that each close at the root still ends.
+WINDOW_UNITS = 0.05
+# The budget a solve gets per second of its wall-clock limit (the safety net): a quarter, so a machine four
+# times slower than this one, or as loaded, still ends on the budget and not on the clock.
+UNITS_PER_SECOND = 0.25
+
+
+@dataclass
+class WorkBudget:
+    """Units a solve may spend, what it spent, and whether an engine stopped because none was left."""
+
+    units: float
+    spent: float = 0.0
+    exhausted: bool = False
+
+    @property
+    def left(self) -> float:
+        """Units not yet spent (never negative)."""
+        return max(self.units - self.spent, 0.0)
+
+    def spend(self, units: float) -> None:
+        """Charge `units` (an engine's own count of its work)."""
+        self.spent += max(units, 0.0)
+        if self.spent >= self.units:
+            self.exhausted = True
+
+    def nodes(self) -> int:
+        """The SCIP node limit of what is left (at least one node: the root)."""
+        return max(1, int(self.left * NODES_PER_UNIT))
