@@ -142,7 +142,7 @@ def test_a_work_budget_gives_the_same_answer_on_a_loaded_machine():
     from layout_solver.synthetic import window_problem
 
     problem = window_problem(600, window=600, n_labels=4, seed=1)
-    options = dict(time_limit=60, work_limit=0.02, engines=("cpsat",), workers=2)
+    options = {"time_limit": 60, "work_limit": 0.02, "engines": ("cpsat",), "workers": 2}
     quiet = solve(problem, **options)
     stop = threading.Event()
 

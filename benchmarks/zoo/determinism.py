@@ -1,8 +1,9 @@
-"""Same input, same program: each model lowered for XNNPACK in two processes, one of them beside a CPU hog on
-every core, and the .pte bytes compared (stock's too: a difference stock shares is not the stage's).
+"""Same input, same program: each model lowered in two processes, one of them beside a CPU hog on every core, and
+the .pte bytes compared (stock's too: a difference stock shares is not the stage's). Targets: xnnpack,
+xnnpack-int8, vulkan (the lowerings that need no compiler run; Ethos-U's Vela lowering is its own benchmark's).
 
-Run: .venv/bin/python -m benchmarks.xnnpack.determinism [--set zoo,outside | --models a,b]
-        [--targets xnnpack,xnnpack-int8] [--out benchmarks/results/xnnpack_determinism.md]
+Run: .venv/bin/python -m benchmarks.zoo.determinism [--set zoo,outside | --models a,b]
+        [--targets xnnpack,xnnpack-int8,vulkan] [--out benchmarks/results/determinism.md]
 
 Each process lowers every model once per side and prints one JSON line per program (its sha256 and size); the
 second runs while `os.cpu_count()` busy processes compete for the cores, so a layout decision that depends on
@@ -29,13 +30,31 @@ SIDES = ("stock", "solver")
 REPO = Path(__file__).resolve().parents[2]  # `-m benchmarks...` from any working directory
 
 
+TARGETS = ("xnnpack", "xnnpack-int8", "vulkan")
+
+
+def _lowerings() -> dict[str, dict]:
+    """Per target, per side: a function (module, inputs) -> the program's bytes."""
+    from layout_solver import vulkan, xnnpack
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.vulkan.measure import lower_vulkan
+
+    xnn = {side: (lambda m, i, c=context: lower(m, i, c).buffer)
+           for side, context in (("stock", xnnpack.stock_layouts), ("solver", xnnpack.solver_layouts))}  # fmt: skip
+    vk = {side: (lambda m, i, c=context: lower_vulkan(m, i, c)[0])
+          for side, context in (("stock", vulkan.stock_layouts), ("solver", vulkan.solver_layouts))}  # fmt: skip
+    return {"xnnpack": xnn, "xnnpack-int8": xnn, "vulkan": vk}
+
+
 def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
     """Every (model, target, side) lowered once in this process: its bytes' digest, or the error."""
-    from layout_solver.targets.xnnpack.lowering import lower, quantize
-    from layout_solver.xnnpack.hooks import solver_layouts, stock_layouts
+    from layout_solver.targets.xnnpack.lowering import quantize
     from layout_solver.zoo.models import build
 
-    contexts = {"stock": stock_layouts, "solver": solver_layouts}
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        raise SystemExit(f"determinism: no lowering for {', '.join(unknown)} (targets: {', '.join(TARGETS)})")
+    lowerings = _lowerings()
     for model in models:
         for target in targets:
             try:
@@ -48,9 +67,10 @@ def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
             for side in SIDES:
                 record = {"model": model, "target": target, "side": side}
                 try:
-                    lowered = lower(module, inputs, contexts[side])
-                    record |= {"sha256": hashlib.sha256(lowered.buffer).hexdigest(), "bytes": len(lowered.buffer),
-                               "seconds": round(lowered.seconds, 2)}  # fmt: skip
+                    started = time.perf_counter()
+                    buffer = lowerings[target][side](module, inputs)
+                    record |= {"sha256": hashlib.sha256(buffer).hexdigest(), "bytes": len(buffer),
+                               "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
                 except Exception as exc:  # noqa: BLE001 - a lowering that fails is the same failure twice or not
                     record["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 yield record
@@ -83,7 +103,7 @@ def cpu_hog(processes: int | None = None) -> Iterator[None]:
 def run_process(models: list[str], targets: list[str], loaded: bool, log=print) -> dict[tuple, dict]:
     """One fresh process lowering every model (beside a CPU hog where `loaded`); its records by (model, target,
     side)."""
-    command = [sys.executable, "-m", "benchmarks.xnnpack.determinism", "--child",
+    command = [sys.executable, "-m", "benchmarks.zoo.determinism", "--child",
                "--models", ",".join(models), "--targets", ",".join(targets)]  # fmt: skip
     records: dict[tuple, dict] = {}
     with (
@@ -117,7 +137,7 @@ def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--set", default="zoo,outside")
     parser.add_argument("--models", default="")
-    parser.add_argument("--targets", default="xnnpack,xnnpack-int8")
+    parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     targets = args.targets.split(",")

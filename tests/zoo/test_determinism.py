@@ -1,0 +1,19 @@
+"""The same model gives the same program in two processes, one of them beside a CPU hog on every core.
+
+The whole zoo and outside set is `benchmarks/zoo/determinism.py` (benchmarks/results/determinism.md); CI lowers
+the XNNPACK issue's model (several delegates, the program-level pass at work) in fp32, ds_cnn in int8, and both
+on Vulkan.
+"""
+
+from benchmarks.zoo.determinism import compare_runs, run_process
+
+MODELS = ["benchmarks/xnnpack/issue_models.py:channel_layer_norm_cnn", "ds_cnn"]
+TARGETS = ["xnnpack", "xnnpack-int8", "vulkan"]
+
+
+def test_programs_are_byte_identical_in_two_processes_one_under_load():
+    quiet = run_process(MODELS, TARGETS, loaded=False, log=lambda _: None)
+    loaded = run_process(MODELS, TARGETS, loaded=True, log=lambda _: None)
+    rows = compare_runs(quiet, loaded)
+    assert len(rows) == len(MODELS) * len(TARGETS) * 2, rows  # models x targets x sides, every one lowered
+    assert all(r["same"] for r in rows), [r for r in rows if not r["same"]]
