@@ -28,8 +28,6 @@ from benchmarks import harness
 
 SIDES = ("stock", "solver")
 REPO = Path(__file__).resolve().parents[2]  # `-m benchmarks...` from any working directory
-
-
 TARGETS = ("xnnpack", "xnnpack-int8", "vulkan")
 
 

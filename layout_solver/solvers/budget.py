@@ -24,11 +24,10 @@ UNITS_PER_SECOND = 0.25
 
 @dataclass
 class WorkBudget:
-    """Units a solve may spend, what it spent, and whether an engine stopped because none was left."""
+    """Units a solve may spend and what it spent."""
 
     units: float
     spent: float = 0.0
-    exhausted: bool = False
 
     @property
     def left(self) -> float:
@@ -38,8 +37,6 @@ class WorkBudget:
     def spend(self, units: float) -> None:
         """Charge `units` (an engine's own count of its work)."""
         self.spent += max(units, 0.0)
-        if self.spent >= self.units:
-            self.exhausted = True
 
     def nodes(self) -> int:
         """The SCIP node limit of what is left (at least one node: the root)."""

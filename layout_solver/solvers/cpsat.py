@@ -75,8 +75,6 @@ def solve_cpsat(
         status = solver.solve(model, callback)
     if budget is not None:
         budget.spend(solver.deterministic_time)
-        if status != cp_model.OPTIMAL and solver.deterministic_time >= solver.parameters.max_deterministic_time:
-            budget.exhausted = True
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SubResult(
             options=list(hint.options), value=hint.value, bound=max(hint.bound, lm.constant), method="cpsat-timeout"

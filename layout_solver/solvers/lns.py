@@ -66,8 +66,6 @@ def solve_large(
         improved = False
         for lo in range(0, max(1, n - WINDOW_VARS // 2), WINDOW_VARS // 2):
             if out_of_work():
-                if budget is not None and budget.left <= 0:
-                    budget.exhausted = True
                 break
             window = list(range(lo, min(n, lo + WINDOW_VARS)))
             inside = set(window)

@@ -61,14 +61,11 @@ def solve_mip(
         return None
     solver.SetTimeLimit(max(1, int(remaining * 1000)))
     if budget is not None:
-        node_limit = budget.nodes()
-        solver.SetSolverSpecificParametersAsString(f"limits/totalnodes = {node_limit}\n")
+        solver.SetSolverSpecificParametersAsString(f"limits/totalnodes = {budget.nodes()}\n")
     with stopped_by(stop_event, solver.InterruptSolve):
         status = solver.Solve()
     if budget is not None:
         budget.spend(solver.nodes() / NODES_PER_UNIT)
-        if status != pywraplp.Solver.OPTIMAL and solver.nodes() >= node_limit:
-            budget.exhausted = True
     if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         return None
     options = [max(range(len(lits)), key=lambda k: b[lits[k]].solution_value()) for lits in lm.choose]

@@ -201,7 +201,9 @@ def write_outputs(results: list[dict], out: Path) -> None:
         writer.writeheader()
         writer.writerows(table)
     report = report_markdown(table)
-    log = out / "third_party.log"  # the zoo workers' own output (runner.THIRD_PARTY_LOG)
+    from layout_solver.zoo.runner import THIRD_PARTY_LOG
+
+    log = out / THIRD_PARTY_LOG  # the zoo workers' own output
     if log.exists() and log.stat().st_size:
         lines = log.read_text(errors="replace").splitlines()
         report += (f"\nThe workers' own output (native libraries' warnings, {len(lines)} lines, "
