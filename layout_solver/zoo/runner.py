@@ -122,9 +122,6 @@ def run_job(job: Job) -> dict:
     return result
 
 
-THIRD_PARTY_LOG = "third_party.log"
-
-
 def _worker_init(log_path: str | None = None) -> None:
     """Python warnings and library logs off; where `log_path` is given, the worker's own stdout and stderr (file
     descriptors 1 and 2: what native code prints, e.g. the TOSA serializer's version warning once per delegate)
@@ -274,6 +271,8 @@ def run_zoo(
                 log(f"[cached] {model} on {target}: {results[-1]['status']}")
             else:
                 todo.append(job)
+    from layout_solver.zoo.report import THIRD_PARTY_LOG  # here, as write_outputs: no worker's digest has it
+
     third_party = out / THIRD_PARTY_LOG
     if todo:  # this run's output only
         third_party.write_text("")
