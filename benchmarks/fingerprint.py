@@ -1,9 +1,10 @@
 """What the lowering produces, as hashes: did a refactor change any program?
 
-Run: .venv/bin/python benchmarks/fingerprint.py OUT.json --target TARGET (ethos-u55-128, ethos-u85-256, vulkan, ...) [--models a,b]
+Run: .venv/bin/python benchmarks/fingerprint.py OUT.json --target TARGET (ethos-u55-128, ethos-u85-256, vulkan,
+     xnnpack, xnnpack-int8) [--models a,b]
      .venv/bin/python benchmarks/fingerprint.py --diff BEFORE.json AFTER.json
 
-Per zoo model and side (stock, solver): Vulkan, the .pte's sha256, transitions, modelled cost and objective;
+Per zoo model and side (stock, solver): Vulkan and XNNPACK, the .pte's sha256, transitions, modelled cost and objective;
 Ethos-U, every delegate's .tosa sha256, the Vela metrics (lowering time left out) and the solver reports'
 objective / permutes inserted / removed. Two fingerprints taken before and after a change that should not
 change behaviour must be equal (the #13 redesign was checked this way: equal on all 12 zoo models).
@@ -96,7 +97,23 @@ def ethos_u(module, inputs, target: str) -> dict:
     return record
 
 
-FINGERPRINTS = {"vulkan": vulkan, "ethos-u": ethos_u}  # per target family
+def xnnpack(module, inputs, target: str) -> dict:
+    from layout_solver.targets.xnnpack.lowering import lower, quantize
+    from layout_solver.xnnpack import solver_layouts, stock_layouts
+
+    if target == "xnnpack-int8":
+        module = quantize(module, inputs)
+    record = {}
+    for side, context in (("stock", stock_layouts), ("solver", solver_layouts)):
+        lowered = lower(module, inputs, context)
+        record[side] = {
+            "pte": _sha(lowered.buffer),
+            "objective": [r.objective and round(r.objective, 3) for r in lowered.reports],
+        }
+    return record
+
+
+FINGERPRINTS = {"vulkan": vulkan, "ethos-u": ethos_u, "xnnpack": xnnpack}  # per target family
 
 
 def diff(before: dict, after: dict) -> int:
