@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.targets import get_target, target_names
 from layout_solver.zoo.models import ZOO, build
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from layout_solver.provenance import tool_versions
+from layout_solver.lowering.provenance import tool_versions
 
 # The tools a results line names, in this order, as "name version" (the ones installed).
 NAMED_TOOLS = {"executorch": "executorch", "ethos-u-vela": "Vela", "torch": "torch", "transformers": "transformers"}

@@ -57,7 +57,7 @@ _PACKED_DIM = {
 }
 BUILT_IN = {"mobile-gpu": "vulkan_v1.json", "lavapipe": "vulkan_lavapipe.json"}
 # The one profile that prices a report or a query when none is named. The solver's default objective is
-# not this profile but every profile (`default_profiles`, `layout_solver.robust`).
+# not this profile but every profile (`default_profiles`, `layout_solver.core.robust`).
 DEFAULT_PROFILE = "mobile-gpu"
 # The name that asks for every profile at once (the solver's default), and where users add their own.
 ALL_PROFILES = "default"

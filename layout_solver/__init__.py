@@ -1,11 +1,13 @@
 """layout-solver: tensor memory layouts for on-device ML as one global optimization.
 
-The core (problem model, solvers) imports neither torch nor executorch.
+The core (`layout_solver.core`: problem model, solvers) imports neither torch nor executorch; the glue every
+backend's lowering shares is `layout_solver.lowering`.
 """
 
 from importlib import metadata
 
-from layout_solver.problem import (
+from layout_solver import _moved
+from layout_solver.core.problem import (
     InfeasibleError,
     Mode,
     Op,
@@ -16,7 +18,9 @@ from layout_solver.problem import (
     TransitionCost,
     Value,
 )
-from layout_solver.solve import solve
+from layout_solver.core.solve import solve
+
+_moved.install()  # the old import paths of the modules that moved into core/ and lowering/
 
 __all__ = [
     "InfeasibleError",

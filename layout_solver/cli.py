@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from layout_solver.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
-from layout_solver.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
+from layout_solver.core.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
 from layout_solver.targets import (
     DEFAULT_ETHOS_U,
     DEFAULT_ZOO_TARGETS,
@@ -457,7 +457,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     try:
-        from layout_solver.client import TOKEN_ENV
+        from layout_solver.lowering.client import TOKEN_ENV
         from layout_solver.service.app import ServiceSettings, serve
     except ImportError as exc:
         raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc

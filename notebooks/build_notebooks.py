@@ -99,7 +99,7 @@ VULKAN = [
         "from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner\n"
         "from executorch.exir import to_edge_transform_and_lower\n"
         "from cost_models import vulkan as vk\nfrom layout_solver import solve\n"
-        "from layout_solver.report import collecting_reports\nfrom layout_solver.vulkan import hooks, passes, rules\nfrom layout_solver.zoo.models import build, ZOO\n"
+        "from layout_solver.lowering.pass_report import collecting_reports\nfrom layout_solver.vulkan import hooks, passes, rules\nfrom layout_solver.zoo.models import build, ZOO\n"
         "FULL = os.environ.get('LAYOUT_SOLVER_FULL') == '1'\n"
         "MODELS = list(ZOO) if FULL else ['resnet8', 'convnext_stack']"
     ),

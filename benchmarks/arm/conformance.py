@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks import harness
 from layout_solver.arm import conformance
-from layout_solver.provenance import source_digest
+from layout_solver.lowering.provenance import source_digest
 
 OUTCOMES = ("passed", "failed", "error", "xfailed", "skipped")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from layout_solver.arm.measure import lower_ethos_u
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.zoo.models import ARM_ZOO, ZOO, build
 
 

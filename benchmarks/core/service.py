@@ -39,9 +39,9 @@ import httpx
 import psutil
 
 from benchmarks import harness
-from layout_solver.problem import parse_problem
-from layout_solver.solve import solve
-from layout_solver.synthetic import cnn_like, transformer_like
+from layout_solver.core.problem import parse_problem
+from layout_solver.core.solve import solve
+from layout_solver.core.synthetic import cnn_like, transformer_like
 
 TIME_LIMIT = 10.0
 

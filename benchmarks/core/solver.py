@@ -31,8 +31,8 @@ import networkx as nx
 
 from benchmarks import harness
 from layout_solver import solve
-from layout_solver.problem import Problem
-from layout_solver.synthetic import cnn_like, transformer_like, window_problem
+from layout_solver.core.problem import Problem
+from layout_solver.core.synthetic import cnn_like, transformer_like, window_problem
 
 # ops per block of each generator, to size graphs by op count
 CNN_OPS_PER_BLOCK = 6.75

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks import harness
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.vulkan import solver_layouts, stock_layouts
 from layout_solver.vulkan.measure import lower_vulkan
 from layout_solver.vulkan.runtime import execute, profile

@@ -30,7 +30,7 @@ import numpy as np
 
 from benchmarks import harness
 from cost_models import vulkan as vk_cost
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.vulkan import solver_layouts, stock_layouts
 from layout_solver.vulkan.measure import lower_vulkan
 from layout_solver.vulkan.runtime import execute

@@ -15,7 +15,7 @@ import sys
 from collections import Counter
 
 from benchmarks import harness
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.vulkan import solver_layouts, stock_layouts
 from layout_solver.vulkan.measure import lower_vulkan
 from layout_solver.vulkan.runtime import profile
@@ -31,7 +31,7 @@ def _lower_methods(built, context) -> tuple[bytes, list]:
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
     from executorch.exir import to_edge_transform_and_lower
 
-    from layout_solver.joint_lowering import naming_partitions
+    from layout_solver.lowering.joint_lowering import naming_partitions
 
     exported = {m: torch.export.export(copy.deepcopy(built.module), inputs) for m, inputs in built.inputs.items()}
     with context() as reports, naming_partitions(VulkanBackend):

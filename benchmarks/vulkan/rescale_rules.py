@@ -25,7 +25,7 @@ from functools import partial
 
 from benchmarks import harness
 from cost_models import vulkan as vk_cost
-from layout_solver.quiet import quiet
+from layout_solver.lowering.quiet import quiet
 from layout_solver.vulkan import calibrate, solver_layouts, stock_layouts
 from layout_solver.vulkan.measure import lower_vulkan
 from layout_solver.vulkan.runtime import profile

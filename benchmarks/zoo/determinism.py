@@ -146,7 +146,7 @@ def main() -> None:
 
         models = model_names(args.set.split(","))
     if args.child:
-        from layout_solver.quiet import quiet
+        from layout_solver.lowering.quiet import quiet
 
         with quiet():
             for record in lower_all(models, targets):

@@ -13,6 +13,6 @@ plan), `verify` (the stage's delegate against stock's, by Vela), `hooks` (every 
 
 from layout_solver.arm.hooks import canonical_transposes, solver_layouts, views_only_propagation
 from layout_solver.arm.passes import SolverLayoutPass
-from layout_solver.report import PassReport
+from layout_solver.lowering.pass_report import PassReport
 
 __all__ = ["PassReport", "SolverLayoutPass", "canonical_transposes", "solver_layouts", "views_only_propagation"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 
 STAGES = ("stock", "solver")
 

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from layout_solver.arm.pipeline_fork import STAGE_PASS, active_fork
-from layout_solver.client import solve_problem
-from layout_solver.joint_lowering import JointReports, joint_preprocess
-from layout_solver.multimethod import SubproblemCache
-from layout_solver.report import collecting_reports
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.multimethod import SubproblemCache
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.client import solve_problem
+from layout_solver.lowering.joint_lowering import JointReports, joint_preprocess
+from layout_solver.lowering.pass_report import collecting_reports
 
 # Stock heuristics the solver takes over: they push permutes through views and merge them without a cost
 # model (on a ViT, into 10-op rank-5 transposes). Inside solver_layouts they still move views (see
@@ -71,7 +71,7 @@ def _declined(graph_module) -> bool:
     """Whether the stage leaves this delegate to stock's pipeline (`layout_solver.arm.admission`); if so, a
     warning and a "stock-fallback" report say why."""
     from layout_solver.arm.admission import declined
-    from layout_solver.report import PassReport, record
+    from layout_solver.lowering.pass_report import PassReport, record
 
     reason = declined(graph_module)
     if reason is not None:
@@ -273,7 +273,7 @@ def solver_layouts(
 
     `method_weights` ({"decode": 128, "prefill": 1}) makes a multi-method
     lowering one joint problem over all partitions of all methods (see
-    `layout_solver.joint_lowering`): parameters and constants with equal bytes
+    `layout_solver.lowering.joint_lowering`): parameters and constants with equal bytes
     are linked (one home order), identical partitions are solved once (with
     `cache_dir`, across runs too); the reports' `.joint` says how it went.
     `constant_byte_cost` prices an extra stored order of a linked constant per

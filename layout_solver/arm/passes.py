@@ -24,13 +24,13 @@ from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
 from layout_solver.arm.rules import ArmProblem, build_problem
 from layout_solver.arm.validate import GraphSnapshot, snapshot, validate
-from layout_solver.joint_lowering import in_joint_lowering
-from layout_solver.problem import Solution
-from layout_solver.provenance import graph_content, source_digest, tensor_bytes, tool_versions
-from layout_solver.report import PassReport, lowering_solver, record, solver_report
-from layout_solver.solve import DEFAULT_TIME_LIMIT
-from layout_solver.solver_pass import SolverPass
-from layout_solver.solvers.decompose import shared_memo
+from layout_solver.core.problem import Solution
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solvers.decompose import shared_memo
+from layout_solver.lowering.joint_lowering import in_joint_lowering
+from layout_solver.lowering.pass_report import PassReport, record
+from layout_solver.lowering.provenance import graph_content, source_digest, tensor_bytes, tool_versions
+from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 
 
 def constant_placeholders(program) -> set[str]:

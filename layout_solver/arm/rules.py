@@ -31,7 +31,7 @@ from graph_io.fx import dtype_name, tensor_of
 from layout_solver.arm.op_rules import PINNED, Domains, OpRule, Pinned, read_by_windows_only, rule_for, short_target
 from layout_solver.arm.orders import compose, inverse, label_order, order_label
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing
-from layout_solver.problem import Problem
+from layout_solver.core.problem import Problem
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from cost_models.store import JsonStore, default_store
 from cost_models.vela import VelaUnsupported, compile_network, compile_network_isolated, vela_config
-from layout_solver.provenance import graph_content, source_digest, tensor_bytes, tool_versions
+from layout_solver.lowering.provenance import graph_content, source_digest, tensor_bytes, tool_versions
 
 
 def delegate_digest(edge_program, flags) -> str:
@@ -197,7 +197,7 @@ def _predictions(reports: list) -> tuple[dict, ...]:
 
 def _annotate(reports: list, decision: Decision, cached: bool) -> None:
     if not reports:  # lowered the stock way only: no solver pass ran, so say what happened in a report of its own
-        from layout_solver.report import PassReport, record
+        from layout_solver.lowering.pass_report import PassReport, record
 
         # the stage's prediction, from the lowering that decided: as many reports as that lowering had
         reports = [

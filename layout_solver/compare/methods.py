@@ -7,7 +7,7 @@ ways from fresh exports of one module:
 * ``stock``: the backend's own layout stage;
 * ``per_method``: the solver, each partition solved on its own (the default);
 * ``joint``: the solver with `method_weights`: one problem over every
-  partition of every method (see `layout_solver.joint_lowering`).
+  partition of every method (see `layout_solver.lowering.joint_lowering`).
 
 Per side and per method it reports the device cost (Ethos-U: Vela cycles and
 transposes per method; Vulkan: the profile's modelled cost and, with
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from layout_solver.compare.result import MethodsComparison, MethodsSide, error_record
-from layout_solver.quiet import quiet
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.quiet import quiet
 
 SIDES = ("stock", "per_method", "joint")
 # What a multi-method comparison sums over its methods (Arm's cycles or Vulkan's microseconds and run time), then the
@@ -151,7 +151,7 @@ def _compare_vulkan(built, weights, time_limit, execute, runtime, cost_profile, 
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
     from executorch.exir import to_edge_transform_and_lower
 
-    from layout_solver.joint_lowering import naming_partitions
+    from layout_solver.lowering.joint_lowering import naming_partitions
     from layout_solver.vulkan import solver_layouts, stock_layouts
     from layout_solver.vulkan.runtime import probe
 
@@ -244,7 +244,7 @@ def _recording_tosa(sink: list[tuple[str, bytes]]):
     """Every TOSA flatbuffer the Ethos-U backend hands to Vela, with the partition it belongs to."""
     from executorch.backends.arm.ethosu import EthosUBackend
 
-    from layout_solver.joint_lowering import current_partition
+    from layout_solver.lowering.joint_lowering import current_partition
 
     original = EthosUBackend.__dict__["_compile_tosa_flatbuffer"]
 
@@ -267,7 +267,7 @@ def _compare_ethos_u(built, weights, time_limit, target, cache_dir, verify) -> d
     from layout_solver.arm import solver_layouts
     from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.measure import quantize_for
-    from layout_solver.joint_lowering import naming_partitions
+    from layout_solver.lowering.joint_lowering import naming_partitions
 
     # Quantize once per method: every side lowers copies of the same int8 programs.
     quantized = {m: quantize_for(copy.deepcopy(built.module), inputs, target) for m, inputs in built.inputs.items()}

@@ -42,10 +42,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from layout_solver import __version__
-from layout_solver.problem import Problem, Solution
+from layout_solver.core.problem import Problem, Solution
+from layout_solver.core.solution_cache import DEFAULT_MAX_BYTES, CacheEntry, SolutionCache
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.service.pool import SolverPool, hard_limit
-from layout_solver.solution_cache import DEFAULT_MAX_BYTES, CacheEntry, SolutionCache
-from layout_solver.solve import DEFAULT_TIME_LIMIT
 
 log = logging.getLogger("layout_solver.service")
 

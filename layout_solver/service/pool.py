@@ -21,9 +21,9 @@ from concurrent.futures import Future
 
 from pebble import ProcessPool
 
-from layout_solver.problem import InfeasibleError, ProblemError, parse_problem
-from layout_solver.solution_cache import CacheEntry, SolutionCache, cache_key
-from layout_solver.solve import solve
+from layout_solver.core.problem import InfeasibleError, ProblemError, parse_problem
+from layout_solver.core.solution_cache import CacheEntry, SolutionCache, cache_key
+from layout_solver.core.solve import solve
 
 # The solver returns within its time limit plus compile/report time; the pool
 # kills a worker only well past that (a bug or a pathological input).

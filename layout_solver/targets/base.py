@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 
 # The command-line flag each comparison option comes from, for errors said in the user's words.
 FLAGS = {"input_order": "--input-order", "execute": "--execute", "runtime": "--vulkan-runtime",

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.base import Target
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def compare_ethos_u(
     stage's own layout). `name` labels the result (default: the module's class). A side that fails is
     recorded with its error; the other side's numbers stay."""
     from layout_solver.compare.result import Comparison, Side
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
 
     with quiet():
         result = _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cost_models import ethos_u55
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.base import Target
 
 TOSA_SPEC = "TOSA-1.0+INT"
@@ -62,7 +62,7 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from layout_solver.arm.hooks import solver_layouts
     from layout_solver.arm.measure import quantize, solver_metrics
     from layout_solver.compare.result import Comparison, Side, error_record, not_compared, not_lowered
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
 
     result: dict = {}
     with quiet(), tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.base import Target
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def compare_vulkan(
 
     Raises VulkanRuntimeUnavailable (before lowering anything) when `execute` has no plugin or no device.
     """
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
 
     with quiet():
         return _compare_vulkan(

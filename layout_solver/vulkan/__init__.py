@@ -9,7 +9,7 @@ counting passes, the write-back), `validate` (the post-condition, read from the 
 (the scoped swap of the stock pass), `runtime` / `calibrate` (the device).
 """
 
-from layout_solver.report import PassReport
+from layout_solver.lowering.pass_report import PassReport
 from layout_solver.vulkan.hooks import solver_layouts, stock_layouts, substituted_pass
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.vulkan.validate import LayoutValidationError, validate

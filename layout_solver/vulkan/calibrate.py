@@ -39,8 +39,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from cost_models import vulkan as vk_cost
-from layout_solver.problem import ProblemError
-from layout_solver.report import collecting_reports
+from layout_solver.core.problem import ProblemError
+from layout_solver.lowering.pass_report import collecting_reports
 from layout_solver.vulkan import hooks, passes
 from layout_solver.vulkan.runtime import locate_runtime, profile
 

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cost_models import vulkan as vk_cost
-from layout_solver.client import solve_problem
-from layout_solver.joint_lowering import JointReports, joint_preprocess
-from layout_solver.multimethod import SubproblemCache
-from layout_solver.report import PassReport, collecting_reports
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.multimethod import SubproblemCache
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.client import solve_problem
+from layout_solver.lowering.joint_lowering import JointReports, joint_preprocess
+from layout_solver.lowering.pass_report import PassReport, collecting_reports
 from layout_solver.vulkan.passes import CountingTagMemoryMetaPass, SolverTagMemoryMetaPass
 
 
@@ -45,14 +45,14 @@ def solver_layouts(
     VulkanProfile. None (or "default"): every profile (the built-ins and the files in
     $LAYOUT_SOLVER_VULKAN_PROFILES), and a delegate's layout changes from stock's only
     where no profile prices the change dearer and each measured one resolves its
-    saving (`layout_solver.robust`); reports are
+    saving (`layout_solver.core.robust`); reports are
     priced with "mobile-gpu". `service`: URL of a `layout-solver serve`
     instance to solve on (default $LAYOUT_SOLVER_SERVICE; unset: in-process); on
     any failure the problem is solved in-process and the report's notes say so.
 
     `method_weights` ({"decode": 128, "prefill": 1}: how often each method runs
     per use of the program) makes a multi-method lowering one joint problem over
-    every partition of every method (see `layout_solver.joint_lowering`);
+    every partition of every method (see `layout_solver.lowering.joint_lowering`);
     identical partitions are solved once, and with `cache_dir` across runs too.
     Single-method programs are lowered exactly as without it. Vulkan constants
     are prepacked from one content-hashed copy, so they add no links here.
@@ -63,7 +63,7 @@ def solver_layouts(
     """
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
 
-    profiles = vk_cost.profile_set(cost_profile)  # several: the robust default objective (layout_solver.robust)
+    profiles = vk_cost.profile_set(cost_profile)  # several: the robust default objective (layout_solver.core.robust)
     profile = vk_cost.load_profile(cost_profile)  # prices the reports ("default": mobile-gpu)
     pass_cls = type(
         "SolverTagMemoryMetaPass",

@@ -2,7 +2,7 @@
 
 `SolverTagMemoryMetaPass` keeps the stock constructor, so `vulkan_preprocess`
 can build it exactly as it builds the stock pass. Both passes record a
-`layout_solver.report.PassReport` (see `collecting_reports`), so a comparison
+`layout_solver.lowering.pass_report.PassReport` (see `collecting_reports`), so a comparison
 measures both sides with one cost model. The solver pass's post-condition is
 `validate` (an independent reading of the runtime's rules); the scoped swap
 of the stock pass lives in `layout_solver.vulkan.hooks`.
@@ -29,12 +29,12 @@ from executorch.exir.pass_base import PassResult
 from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
-from layout_solver import robust
-from layout_solver.joint_lowering import in_joint_lowering
-from layout_solver.problem import ProblemError, Solution
-from layout_solver.report import PassReport, lowering_solver, record, solver_report
-from layout_solver.solve import DEFAULT_TIME_LIMIT
-from layout_solver.solver_pass import SolverPass
+from layout_solver.core import robust
+from layout_solver.core.problem import ProblemError, Solution
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.joint_lowering import in_joint_lowering
+from layout_solver.lowering.pass_report import PassReport, record
+from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
@@ -232,7 +232,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
     """Chooses every tensor's representation by solving one global problem.
 
     With one profile (`cost_profile`), its optimum. With several (`cost_profiles`, the default: every
-    profile the project ships or the user adds), the candidate layouts of `layout_solver.robust` are
+    profile the project ships or the user adds), the candidate layouts of `layout_solver.core.robust` are
     written onto copies of the graph and priced by every profile against stock's tagging of another
     copy: the combined optimum is kept if no profile prices it dearer than stock's tagging; else the
     candidate (each profile's own optimum too) with the smallest worst ratio that no profile prices
@@ -363,7 +363,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         return PassResult(graph_module, True)
 
     def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:
-        """Solve the candidates of `layout_solver.robust`, price each written layout and stock's with every
+        """Solve the candidates of `layout_solver.core.robust`, price each written layout and stock's with every
         profile, and record in `decision` which profile's problem writes the chosen one (label None: stock)."""
         pricings = _pricings(profiles)
         stock_nodes = self._stock_prices(graph_module, pricings)

@@ -33,7 +33,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name
 from graph_io.vulkan import label_repr
-from layout_solver.problem import Problem, ProblemError
+from layout_solver.core.problem import Problem, ProblemError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ solver and counting passes, the write-back), `pricing` (a tagged graph's convers
 scoped change to executorch).
 """
 
-from layout_solver.report import PassReport
+from layout_solver.lowering.pass_report import PassReport
 from layout_solver.xnnpack.hooks import solver_layouts, stock_layouts, substituted_pass
 from layout_solver.xnnpack.passes import SolverChannelsLastTaggedReshapePass
 from layout_solver.xnnpack.validate import LayoutValidationError, validate

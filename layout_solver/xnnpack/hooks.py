@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cost_models import xnnpack as xnn_cost
-from layout_solver.report import PassReport, collecting_reports
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.pass_report import PassReport, collecting_reports
 from layout_solver.xnnpack.passes import CountingChannelsLastTaggedReshapePass, SolverChannelsLastTaggedReshapePass
 from layout_solver.xnnpack.visitors import physical_serializers
 
@@ -45,7 +45,7 @@ def program_layouts(profile, threads: int, time_limit: float, service: str | Non
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.program._program import EdgeProgramManager, _transform
 
-    from layout_solver.client import solve_problem
+    from layout_solver.lowering.client import solve_problem
     from layout_solver.xnnpack.program import ProgramLayoutPass
 
     original = EdgeProgramManager.to_backend

@@ -21,10 +21,10 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from cost_models import xnnpack as xnn_cost
-from layout_solver.problem import ProblemError, Solution
-from layout_solver.report import PassReport, lowering_solver, record, solver_report
-from layout_solver.solve import DEFAULT_TIME_LIMIT
-from layout_solver.solver_pass import SolverPass
+from layout_solver.core.problem import ProblemError, Solution
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.lowering.pass_report import PassReport, record
+from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
 from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
 from layout_solver.xnnpack.program import has_symbolic_shapes

@@ -24,7 +24,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
-from layout_solver.problem import Problem, Solution
+from layout_solver.core.problem import Problem, Solution
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,

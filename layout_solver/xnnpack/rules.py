@@ -16,7 +16,7 @@ import torch
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
-from layout_solver.problem import Op, Problem, TransitionCost, Value
+from layout_solver.core.problem import Op, Problem, TransitionCost, Value
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,

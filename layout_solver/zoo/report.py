@@ -106,7 +106,7 @@ def _family(target: str) -> str:
 
 
 def solved_by(notes: list[str]) -> str:
-    """Who answered the solver side, from the pass reports' notes (see layout_solver/client.py)."""
+    """Who answered the solver side, from the pass reports' notes (see layout_solver/lowering/client.py)."""
     if any(n.startswith("solved by service") for n in notes):
         return "service"
     failed = next((n for n in notes if n.startswith("service ") and "solved in-process" in n), None)

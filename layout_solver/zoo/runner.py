@@ -25,7 +25,7 @@ from importlib import metadata
 from multiprocessing import get_context
 from pathlib import Path
 
-from layout_solver.provenance import source_digest, tool_versions
+from layout_solver.lowering.provenance import source_digest, tool_versions
 from layout_solver.targets import get_target
 
 

@@ -162,7 +162,7 @@ def test_content_keys_read_bfloat16_constants():
     test_avg_pool2d_tosa_FP[rand_bf16]) has no numpy dtype and failed the lowering with the stage."""
     from layout_solver.arm.passes import answer_key
     from layout_solver.arm.pricing import MovedBytesPricing
-    from layout_solver.provenance import tensor_bytes
+    from layout_solver.lowering.provenance import tensor_bytes
 
     graph_module = torch.export.export(DynamicBatch(), (torch.randn(2, 4, 8),)).graph_module
     bf16 = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)

@@ -16,7 +16,7 @@ from layout_solver.arm import op_rules
 from layout_solver.arm.passes import rewrite_plan
 from layout_solver.arm.pricing import default_vela_pricing
 from layout_solver.arm.rules import build_problem
-from layout_solver.solve import solve
+from layout_solver.core.solve import solve
 
 aten = exir_ops.edge.aten
 NHWC, NCHW = [0, 2, 3, 1], [0, 3, 1, 2]

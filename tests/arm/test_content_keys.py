@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from layout_solver.provenance import graph_content
+from layout_solver.lowering.provenance import graph_content
 
 
 class TwoBranches(torch.nn.Module):

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from layout_solver.cli import bundled_example, main
-from layout_solver.synthetic import random_problem
+from layout_solver.core.synthetic import random_problem
 
 
 def test_solve_json(tmp_path, capsys):

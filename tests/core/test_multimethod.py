@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layout_solver import Mode, Op, Problem, ProblemError, Value, solve
-from layout_solver.brute_force import brute_force
-from layout_solver.evaluate import evaluate
-from layout_solver.multimethod import (
+from layout_solver.core.brute_force import brute_force
+from layout_solver.core.evaluate import evaluate
+from layout_solver.core.multimethod import (
     PartitionProblem,
     SubproblemCache,
     join,
@@ -18,7 +18,7 @@ from layout_solver.multimethod import (
     split,
     weighted_objective,
 )
-from layout_solver.synthetic import random_problem
+from layout_solver.core.synthetic import random_problem
 
 
 def _weight_user(name: str, wants: str, cost_other: float) -> Problem:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from layout_solver import InfeasibleError, Mode, Op, Problem, ProblemError, Value, solve
-from layout_solver.synthetic import random_problem, transformer_like
+from layout_solver.core.synthetic import random_problem, transformer_like
 
 
 def _value(vid, domain=("A", "B"), **kw):
@@ -130,8 +130,8 @@ def test_shared_constant_across_graphs_gets_one_label():
 
 def test_core_does_not_import_torch():
     code = (
-        "import sys, layout_solver, layout_solver.cli, layout_solver.solve, layout_solver.synthetic, layout_solver.multimethod;"
-        "from layout_solver.synthetic import cnn_like; layout_solver.solve(cnn_like(2));"
+        "import sys, layout_solver, layout_solver.cli, layout_solver.core.solve, layout_solver.core.synthetic, layout_solver.core.multimethod;"
+        "from layout_solver.core.synthetic import cnn_like; layout_solver.solve(cnn_like(2));"
         "bad = [m for m in ('torch', 'executorch') if m in sys.modules]; assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -140,7 +140,7 @@ def test_core_does_not_import_torch():
 def test_service_layers_import_what_they_need_only():
     """The client the passes use needs only the standard library; the server and pool need no torch."""
     code = (
-        "import sys, layout_solver.client, cost_models.query;"
+        "import sys, layout_solver.lowering.client, cost_models.query;"
         "bad = [m for m in ('fastapi', 'uvicorn', 'pebble', 'prometheus_client', 'torch') if m in sys.modules];"
         "assert not bad, bad;"
         "import layout_solver.service.app, layout_solver.service.pool;"
@@ -150,7 +150,7 @@ def test_service_layers_import_what_they_need_only():
 
 
 def test_parse_problem_rejects_what_json_would_silently_accept():
-    from layout_solver.problem import parse_problem
+    from layout_solver.core.problem import parse_problem
 
     for raw, words in (
         (b'{"values": [], "ops": [], "ops": []}', "duplicate JSON key 'ops'"),
@@ -163,8 +163,8 @@ def test_parse_problem_rejects_what_json_would_silently_accept():
 
 
 def test_problem_digest_ignores_the_name_only():
-    from layout_solver.problem import problem_digest
-    from layout_solver.synthetic import cnn_like
+    from layout_solver.core.problem import problem_digest
+    from layout_solver.core.synthetic import cnn_like
 
     a, b = cnn_like(3), cnn_like(3)
     b.name = "renamed"

@@ -4,12 +4,12 @@ import random
 
 import pytest
 
-from layout_solver import robust
-from layout_solver.brute_force import brute_force
-from layout_solver.evaluate import evaluate
-from layout_solver.problem import ProblemError
-from layout_solver.solve import solve
-from layout_solver.synthetic import random_problem
+from layout_solver.core import robust
+from layout_solver.core.brute_force import brute_force
+from layout_solver.core.evaluate import evaluate
+from layout_solver.core.problem import ProblemError
+from layout_solver.core.solve import solve
+from layout_solver.core.synthetic import random_problem
 
 
 def _repriced(problem, seed: int):

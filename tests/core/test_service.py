@@ -20,10 +20,10 @@ import pytest
 
 from layout_solver import solve
 from layout_solver.cli import bundled_example
-from layout_solver.client import SERVICE_ENV, solve_problem
-from layout_solver.problem import Solution, parse_problem
-from layout_solver.solution_cache import CacheEntry, SolutionCache
-from layout_solver.synthetic import cnn_like, window_problem
+from layout_solver.core.problem import Solution, parse_problem
+from layout_solver.core.solution_cache import CacheEntry, SolutionCache
+from layout_solver.core.synthetic import cnn_like, window_problem
+from layout_solver.lowering.client import SERVICE_ENV, solve_problem
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -187,7 +187,7 @@ def test_bad_problems_get_their_status_and_message(server, body, status, words):
     assert words in detail and "Traceback" not in r.text
     if status == 422 and body.startswith(b"{not"):
         # The CLI reads the same bytes with the same function: the same message.
-        from layout_solver.problem import ProblemError
+        from layout_solver.core.problem import ProblemError
 
         with pytest.raises(ProblemError) as cli_error:
             parse_problem(body, "request body")

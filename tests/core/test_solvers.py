@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from layout_solver import InfeasibleError, solve
-from layout_solver.brute_force import brute_force
-from layout_solver.evaluate import evaluate
-from layout_solver.model import compile_problem
-from layout_solver.solvers.mincut import solve_mincut
-from layout_solver.solvers.subproblem import restrict
-from layout_solver.synthetic import cnn_like, random_problem, transformer_like
+from layout_solver.core.brute_force import brute_force
+from layout_solver.core.evaluate import evaluate
+from layout_solver.core.model import compile_problem
+from layout_solver.core.solvers.mincut import solve_mincut
+from layout_solver.core.solvers.subproblem import restrict
+from layout_solver.core.synthetic import cnn_like, random_problem, transformer_like
 
 PATHS = {
     "default": {},
@@ -139,7 +139,7 @@ def test_a_work_budget_gives_the_same_answer_on_a_loaded_machine():
     the clock: the same answer with two threads competing for the interpreter and the cores."""
     import threading
 
-    from layout_solver.synthetic import window_problem
+    from layout_solver.core.synthetic import window_problem
 
     problem = window_problem(600, window=600, n_labels=4, seed=1)
     options = {"time_limit": 60, "work_limit": 0.02, "engines": ("cpsat",), "workers": 2}
@@ -180,7 +180,7 @@ def test_time_out_returns_legal_answer_with_gap():
 @given(seed=st.integers(0, 10**9))
 def test_large_neighbourhood_search_is_legal_and_bounded(seed):
     """Pieces above LARGE_PIECE_VARS go to LNS; shrunk thresholds drive it on small problems."""
-    from layout_solver.solvers import lns, portfolio
+    from layout_solver.core.solvers import lns, portfolio
 
     problem = random_problem(seed, n_ops=9, n_labels=3, p_fixed=0.05)
     try:
@@ -199,7 +199,7 @@ def test_large_neighbourhood_search_is_legal_and_bounded(seed):
 
 
 def test_irregular_problem_is_closed_by_the_mip_and_traced():
-    from layout_solver.synthetic import window_problem
+    from layout_solver.core.synthetic import window_problem
 
     trace = []
     problem = window_problem(600, window=40, seed=3)
@@ -218,7 +218,7 @@ def test_deadline_holds_on_a_problem_nothing_closes_fast():
     """Not the benchmark's target (measured there): a guard against phases that ignore the deadline."""
     import time
 
-    from layout_solver.synthetic import window_problem
+    from layout_solver.core.synthetic import window_problem
 
     problem = window_problem(20_000, window=40, seed=2)
     start = time.perf_counter()

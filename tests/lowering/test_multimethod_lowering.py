@@ -94,7 +94,7 @@ def test_a_method_without_a_weight_is_named():
 
 
 def test_links_name_buffers_by_fqn_and_constants_by_their_bytes():
-    from layout_solver.joint_lowering import program_links
+    from layout_solver.lowering.joint_lowering import program_links
 
     class Shared(torch.nn.Module):
         def __init__(self):

@@ -18,9 +18,9 @@ from executorch.exir import to_edge_transform_and_lower
 
 from cost_models import vulkan as vk_cost
 from graph_io.vulkan import label_repr
-from layout_solver import robust
-from layout_solver.problem import ProblemError
-from layout_solver.report import collecting_reports
+from layout_solver.core import robust
+from layout_solver.core.problem import ProblemError
+from layout_solver.lowering.pass_report import collecting_reports
 from layout_solver.vulkan import (
     LayoutValidationError,
     rules,
@@ -538,7 +538,7 @@ def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_
     and a transition is known by its value and representations (not by the clone's name, which each tagging
     picks in its own order)."""
     from cost_models import vulkan as vk_cost
-    from layout_solver import robust
+    from layout_solver.core import robust
 
     lavapipe = vk_cost.load_profile("lavapipe")
     priced = []

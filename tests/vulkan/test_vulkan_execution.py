@@ -173,7 +173,7 @@ def test_a_crashing_program_is_a_record_not_the_end(runtime):
     from executorch.backends.vulkan import utils
 
     from graph_io.vulkan import label_repr
-    from layout_solver.report import collecting_reports
+    from layout_solver.lowering.pass_report import collecting_reports
     from layout_solver.vulkan import hooks, passes
 
     class Unchecked(passes.SolverTagMemoryMetaPass):

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from layout_solver import provenance
-from layout_solver.provenance import BACKEND_CODE, ROOT, foreign_code
+from layout_solver.lowering import provenance
+from layout_solver.lowering.provenance import BACKEND_CODE, ROOT, foreign_code
 from layout_solver.targets import TARGETS
 
 # One zoo job in a fresh process, as a zoo worker runs it (`run_job`: the model built, stock and solver lowered and
@@ -96,7 +96,7 @@ def test_a_backends_change_moves_its_own_digest_and_not_the_others(tmp_path, mon
         data.write("\n")
     after_arm = digests()
     assert after_arm["vulkan"] == after_vulkan["vulkan"] and after_arm["arm"] != after_vulkan["arm"]
-    with (tmp_path / "layout_solver/solvers/cpsat.py").open("a") as shared:
+    with (tmp_path / "layout_solver/core/solvers/cpsat.py").open("a") as shared:
         shared.write("# a solver changed\n")
     after_shared = digests()
     assert all(v != after_arm[k] for k, v in after_shared.items())  # shared code is in every digest

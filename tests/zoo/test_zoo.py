@@ -30,7 +30,7 @@ def test_local_zoo_runs_resumes_and_records_failures(tmp_path):
     assert "## Verdicts per target" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "ratio_ethos-u55-128.png").stat().st_size > 0
     # Each record says what produced it: the digest of the code its backend reads, and the tool versions.
-    from layout_solver.provenance import source_digest, tool_versions
+    from layout_solver.lowering.provenance import source_digest, tool_versions
 
     for r in results:
         backend = "vulkan" if r["target"] == "vulkan" else "arm"

@@ -58,7 +58,7 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
               log=print, ops: bool = True) -> xnn_cost.XnnpackProfile:  # fmt: skip
     """Time every conversion probe (and, with `ops`, every op and overhead probe) at every thread count and fit
     each class."""
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.calibrate_ops import calibrate_ops
     from layout_solver.targets.xnnpack.clock import pool_wake_us
     from layout_solver.targets.xnnpack.runtime import event_means

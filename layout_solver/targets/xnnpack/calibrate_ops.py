@@ -275,7 +275,7 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
     import torch
     from executorch.exir import to_edge
 
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.clock import reference_ratio, run_reference
     from layout_solver.targets.xnnpack.cpu_ops import program_ops
     from layout_solver.targets.xnnpack.lowering import lower, quantize

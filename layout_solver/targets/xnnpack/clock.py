@@ -18,7 +18,7 @@ def reference_program() -> tuple[bytes, tuple]:
     seconds; a program's ratio to the reference moves a few percent)."""
     import torch
 
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.lowering import lower
     from layout_solver.xnnpack import stock_layouts
 
@@ -56,7 +56,7 @@ def pool_wake_us(threads: int, runs: int = 60) -> float:
     the median of the others; the median over the runs of five loads. 0 on one thread."""
     import torch
 
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.lowering import lower
     from layout_solver.xnnpack import stock_layouts
 

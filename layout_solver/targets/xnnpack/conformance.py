@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from layout_solver.arm.conformance import STAGES, collect, regressions, run, sample  # noqa: F401 - re-exported
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 
 PLUGIN = __name__
 SUITES = ("ops", "models", "passes")

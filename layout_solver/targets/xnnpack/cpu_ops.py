@@ -140,7 +140,7 @@ def probe_us(op: CpuOp, threads: int, runs: int = RUNS) -> float:
     """The op's kernel microseconds per call on this CPU at `threads` (its ETDump events, the mean of `runs`)."""
     from executorch.exir import to_edge
 
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.runtime import etdump_events
 
     module, inputs = _build(op)

@@ -9,7 +9,7 @@ import statistics
 
 import numpy as np
 
-from layout_solver.solve import DEFAULT_TIME_LIMIT
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.xnnpack.lowering import Lowered, lower, predicted_run, quantize
 
 __all__ = ["Lowered", "compare_xnnpack", "lower", "predicted_run", "quantize"]
@@ -117,7 +117,7 @@ def compare_xnnpack(
     faster of the two programs by a paired timing at the first thread count."""
     from cost_models import xnnpack as xnn_cost
     from layout_solver.compare.result import Comparison, Side, error_record, not_lowered
-    from layout_solver.quiet import quiet
+    from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.cpu_ops import CpuOpTimes
     from layout_solver.targets.xnnpack.runtime import paired_times
     from layout_solver.xnnpack import solver_layouts, stock_layouts

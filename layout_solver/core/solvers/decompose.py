@@ -29,14 +29,14 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
-from layout_solver.model import CompiledProblem, Factor
-from layout_solver.solvers.budget import WorkBudget
-from layout_solver.solvers.cpsat import Trace
-from layout_solver.solvers.elimination import MAX_TABLE, solve_by_elimination
-from layout_solver.solvers.enumerate import ENUMERATION_LIMIT, can_enumerate, enumerate_all
-from layout_solver.solvers.mincut import solve_mincut
-from layout_solver.solvers.portfolio import ENGINES, proven, solve_hard
-from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
+from layout_solver.core.model import CompiledProblem, Factor
+from layout_solver.core.solvers.budget import WorkBudget
+from layout_solver.core.solvers.cpsat import Trace
+from layout_solver.core.solvers.elimination import MAX_TABLE, solve_by_elimination
+from layout_solver.core.solvers.exhaustive import ENUMERATION_LIMIT, can_enumerate, enumerate_all
+from layout_solver.core.solvers.mincut import solve_mincut
+from layout_solver.core.solvers.portfolio import ENGINES, proven, solve_hard
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restrict
 
 # Above this many articulation assignments a block is not tabulated; its
 # whole component goes to one solver call instead.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from layout_solver.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 
 ENUMERATION_LIMIT = 64
 

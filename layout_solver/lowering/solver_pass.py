@@ -15,11 +15,15 @@ State lives on the instance for one graph at a time (`before`, `run`, `report`),
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from layout_solver.problem import Solution
-from layout_solver.solve import gc_paused
+from layout_solver.core.problem import Problem, Solution
+from layout_solver.core.solve import gc_paused
+from layout_solver.lowering.client import solve_problem
+from layout_solver.lowering.joint_lowering import program_links, solve_partition
+from layout_solver.lowering.pass_report import PassReport
 
 PHASES = ("build", "solve", "write_back", "check")
 
@@ -102,3 +106,37 @@ class SolverPass:
 
     def check(self, graph_module, before) -> None:
         """Raise if the written graph breaks a rule (default: no check)."""
+
+
+def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **fields) -> PassReport:
+    """The PassReport of one solver pass: the solution's objective, bound, gap and notes, the phase times, the size
+    of the problem it built (`run.built.problem`), and the backend's own `fields`. `pass_seconds` defaults to the
+    phases' sum."""
+    solution = run.solution
+    seconds = run.seconds if pass_seconds is None else pass_seconds
+    return PassReport(
+        "solver",
+        solution.objective,
+        solution.bound,
+        solution.gap,
+        seconds,
+        run.phase_seconds,
+        list(solution.notes),
+        len(run.built.problem.ops),
+        **fields,
+    )
+
+
+def lowering_solver(
+    time_limit: float, service: str | None, program, placeholders: Callable[[], set[str]]
+) -> Callable[[Problem], Solution]:
+    """How a pass inside a lowering solves: its share of a joint multi-method answer if one is being
+    served, else on its own (in-process or on the service). `placeholders()` names the problem's
+    placeholders whose values may be shared across methods (linked by content or name)."""
+
+    def solve(problem: Problem) -> Solution:
+        return solve_partition(
+            problem, lambda p: solve_problem(p, time_limit, service), lambda: program_links(program, placeholders())
+        )
+
+    return solve

@@ -21,12 +21,12 @@ from __future__ import annotations
 import threading
 import time
 
-from layout_solver.solvers.budget import WorkBudget
-from layout_solver.solvers.cpsat import Trace, solve_cpsat
-from layout_solver.solvers.greedy import greedy
-from layout_solver.solvers.lns import solve_large
-from layout_solver.solvers.mip import solve_mip
-from layout_solver.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.budget import WorkBudget
+from layout_solver.core.solvers.cpsat import Trace, solve_cpsat
+from layout_solver.core.solvers.greedy import greedy
+from layout_solver.core.solvers.lns import solve_large
+from layout_solver.core.solvers.mip import solve_mip
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 
 ENGINES = ("mip", "cpsat")
 # Above this many variables a whole-piece model costs more memory and building time than it

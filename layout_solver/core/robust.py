@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from layout_solver.problem import MAX_COST, Problem, ProblemError
+from layout_solver.core.problem import MAX_COST, Problem, ProblemError
 
 # Prices this many microseconds apart are the same price: below one dispatch's overhead on any device
 # profiled, and an assumed-numbers profile prices a delegate of texture ops at 0 and one buffer in it at

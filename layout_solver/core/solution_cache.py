@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layout_solver import __version__
-from layout_solver.problem import Problem, problem_digest
+from layout_solver.core.problem import Problem, problem_digest
 
 DEFAULT_MAX_BYTES = 1 << 30
 RESCAN_EVERY = 64

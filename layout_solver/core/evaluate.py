@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layout_solver.problem import Problem, ProblemError, Transition
+from layout_solver.core.problem import Problem, ProblemError, Transition
 
 
 @dataclass(frozen=True)

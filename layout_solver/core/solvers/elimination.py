@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from layout_solver.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 
 MAX_TABLE = 1 << 14
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from layout_solver.solvers.budget import WorkBudget
-from layout_solver.solvers.formulation import formulate
-from layout_solver.solvers.subproblem import Subproblem, SubResult, integer_scale, stopped_by
+from layout_solver.core.solvers.budget import WorkBudget
+from layout_solver.core.solvers.formulation import formulate
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, integer_scale, stopped_by
 
 _MAX_COEF = 2**40
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from layout_solver.evaluate import TransitionPricer
-from layout_solver.problem import InfeasibleError, Problem
+from layout_solver.core.evaluate import TransitionPricer
+from layout_solver.core.problem import InfeasibleError, Problem
 
 
 @dataclass(slots=True)

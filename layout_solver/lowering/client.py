@@ -16,8 +16,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from layout_solver.problem import Problem, Solution
-from layout_solver.solve import DEFAULT_TIME_LIMIT, solve
+from layout_solver.core.problem import Problem, Solution
+from layout_solver.core.solve import DEFAULT_TIME_LIMIT, solve
 
 SERVICE_ENV = "LAYOUT_SOLVER_SERVICE"
 TOKEN_ENV = "LAYOUT_SOLVER_TOKEN"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from layout_solver.solvers.subproblem import Subproblem
+from layout_solver.core.solvers.subproblem import Subproblem
 
 
 @dataclass

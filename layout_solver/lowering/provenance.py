@@ -44,7 +44,7 @@ BACKEND_CODE: dict[str, tuple[str, ...]] = {
 # Code that only renders finished results (no zoo worker or comparison imports it): in no backend's digest, so a
 # change to the report keeps every cached result. Checked by the same test.
 RENDERING_CODE: tuple[str, ...] = ("layout_solver/zoo/report.py",)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def foreign_code(backend: str | None) -> tuple[str, ...]:

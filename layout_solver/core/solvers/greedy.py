@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from layout_solver.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 
 
 def greedy(sub: Subproblem, max_sweeps: int = 8, deadline: float | None = None) -> SubResult:

@@ -18,10 +18,10 @@ import itertools
 import math
 import time
 
-from layout_solver.solvers.budget import WINDOW_UNITS, WorkBudget
-from layout_solver.solvers.cpsat import Trace, solve_cpsat
-from layout_solver.solvers.mip import solve_mip
-from layout_solver.solvers.subproblem import Subproblem, SubResult, restrict
+from layout_solver.core.solvers.budget import WINDOW_UNITS, WorkBudget
+from layout_solver.core.solvers.cpsat import Trace, solve_cpsat
+from layout_solver.core.solvers.mip import solve_mip
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restrict
 
 WINDOW_VARS = 1500
 WINDOW_SECONDS = 2.0

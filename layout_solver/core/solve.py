@@ -9,13 +9,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from layout_solver.evaluate import evaluate
-from layout_solver.model import CompiledProblem, compile_problem
-from layout_solver.problem import ComponentStats, Problem, ProblemError, Solution
-from layout_solver.solvers.budget import UNITS_PER_SECOND, WorkBudget
-from layout_solver.solvers.decompose import Decomposer
-from layout_solver.solvers.greedy import greedy
-from layout_solver.solvers.subproblem import restrict
+from layout_solver.core.evaluate import evaluate
+from layout_solver.core.model import CompiledProblem, compile_problem
+from layout_solver.core.problem import ComponentStats, Problem, ProblemError, Solution
+from layout_solver.core.solvers.budget import UNITS_PER_SECOND, WorkBudget
+from layout_solver.core.solvers.decompose import Decomposer
+from layout_solver.core.solvers.greedy import greedy
+from layout_solver.core.solvers.subproblem import restrict
 
 DEFAULT_TIME_LIMIT = 10.0
 
@@ -80,7 +80,7 @@ def solve(
     Raises ProblemError / InfeasibleError (naming the ops and values) when the
     problem cannot be solved, or the time limit is not a positive finite number.
 
-    >>> from layout_solver.synthetic import cnn_like
+    >>> from layout_solver.core.synthetic import cnn_like
     >>> solve(cnn_like(2), time_limit=5).status
     'optimal'
     """

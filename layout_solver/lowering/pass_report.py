@@ -1,5 +1,5 @@
-"""What a layout pass did to one delegate, how reports are collected, and how a pass inside a lowering
-solves (the skeleton every solver pass follows is `layout_solver.solver_pass`).
+"""What a layout pass did to one delegate, and how reports are collected: a record, which imports no solving
+(how a pass solves, and the report of a solver run, are `layout_solver.lowering.solver_pass`'s).
 
 Both backends' passes (Arm's SolverLayoutPass, Vulkan's SolverTagMemoryMetaPass and the counting stock
 pass) report through `record()` into the list `collecting_reports()` yields, so a comparison reads both
@@ -11,13 +11,10 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from layout_solver.client import solve_problem
-from layout_solver.joint_lowering import current_partition, program_links, solve_partition
-from layout_solver.problem import Problem, Solution
-from layout_solver.solver_pass import SolverPassRun
+from layout_solver.lowering.joint_lowering import current_partition
 
 
 @dataclass
@@ -97,37 +94,3 @@ def record(report: PassReport) -> None:
     sink = _sink.get()
     if sink is not None:
         sink.append(report)
-
-
-def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **fields) -> PassReport:
-    """The PassReport of one solver pass: the solution's objective, bound, gap and notes, the phase times, the size
-    of the problem it built (`run.built.problem`), and the backend's own `fields`. `pass_seconds` defaults to the
-    phases' sum."""
-    solution = run.solution
-    seconds = run.seconds if pass_seconds is None else pass_seconds
-    return PassReport(
-        "solver",
-        solution.objective,
-        solution.bound,
-        solution.gap,
-        seconds,
-        run.phase_seconds,
-        list(solution.notes),
-        len(run.built.problem.ops),
-        **fields,
-    )
-
-
-def lowering_solver(
-    time_limit: float, service: str | None, program, placeholders: Callable[[], set[str]]
-) -> Callable[[Problem], Solution]:
-    """How a pass inside a lowering solves: its share of a joint multi-method answer if one is being
-    served, else on its own (in-process or on the service). `placeholders()` names the problem's
-    placeholders whose values may be shared across methods (linked by content or name)."""
-
-    def solve(problem: Problem) -> Solution:
-        return solve_partition(
-            problem, lambda p: solve_problem(p, time_limit, service), lambda: program_links(program, placeholders())
-        )
-
-    return solve

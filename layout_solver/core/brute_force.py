@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from layout_solver.evaluate import evaluate
-from layout_solver.problem import InfeasibleError, Problem, ProblemError
+from layout_solver.core.evaluate import evaluate
+from layout_solver.core.problem import InfeasibleError, Problem, ProblemError
 
 
 def brute_force(problem: Problem) -> tuple[float, dict[str, str], dict[str, str]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from layout_solver.problem import Mode, Op, Problem, TransitionCost, Value
+from layout_solver.core.problem import Mode, Op, Problem, TransitionCost, Value
 
 LABEL_POOL = ["A", "B", "C", "D", "E", "F"]
 

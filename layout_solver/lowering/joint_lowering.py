@@ -26,9 +26,9 @@ import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from layout_solver.multimethod import JointResult, PartitionProblem, SubproblemCache, solve_jointly
-from layout_solver.problem import Problem, Solution, problem_digest
-from layout_solver.provenance import tensor_bytes
+from layout_solver.core.multimethod import JointResult, PartitionProblem, SubproblemCache, solve_jointly
+from layout_solver.core.problem import Problem, Solution, problem_digest
+from layout_solver.lowering.provenance import tensor_bytes
 
 log = logging.getLogger(__name__)
 

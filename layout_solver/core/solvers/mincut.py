@@ -23,7 +23,7 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import maximum_flow
 
-from layout_solver.solvers.subproblem import Subproblem, SubResult, integer_scale
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, integer_scale
 
 _MAX_TOTAL = 2**30
 

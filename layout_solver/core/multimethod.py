@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from layout_solver.evaluate import TransitionPricer, evaluate
-from layout_solver.problem import Mode, Op, Problem, ProblemError, Solution, TransitionCost, Value
+from layout_solver.core.evaluate import TransitionPricer, evaluate
+from layout_solver.core.problem import Mode, Op, Problem, ProblemError, Solution, TransitionCost, Value
 
 SEPARATOR = "/"
 
@@ -300,7 +300,7 @@ class SubproblemCache:
     """
 
     def __init__(self, directory=None):
-        from layout_solver.solution_cache import SolutionCache
+        from layout_solver.core.solution_cache import SolutionCache
 
         self.memory: dict[str, tuple[dict, dict]] = {}  # digest -> (modes by op position, labels by value position)
         self.disk = SolutionCache(directory) if directory is not None else None
@@ -308,7 +308,7 @@ class SubproblemCache:
         self.misses = 0
 
     def _key(self, problem: Problem) -> str:
-        from layout_solver.solution_cache import cache_key
+        from layout_solver.core.solution_cache import cache_key
 
         return cache_key(canonical(problem)[0])
 
@@ -336,7 +336,7 @@ class SubproblemCache:
         """
         if solution.status != "optimal":
             return  # a time-limited answer must not stand in for a better one later
-        from layout_solver.solution_cache import CacheEntry
+        from layout_solver.core.solution_cache import CacheEntry
 
         produced = {v for op in problem.ops for v in op.results}
         by_op = {str(i): solution.modes[o.id] for i, o in enumerate(problem.ops)}

@@ -13,10 +13,10 @@ import time
 
 from ortools.linear_solver import pywraplp
 
-from layout_solver.solvers.budget import NODES_PER_UNIT, WorkBudget
-from layout_solver.solvers.cpsat import Trace
-from layout_solver.solvers.formulation import formulate
-from layout_solver.solvers.subproblem import Subproblem, SubResult, stopped_by
+from layout_solver.core.solvers.budget import NODES_PER_UNIT, WorkBudget
+from layout_solver.core.solvers.cpsat import Trace
+from layout_solver.core.solvers.formulation import formulate
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, stopped_by
 
 # Building the model is Python work that scales with the piece; check the deadline this often.
 _CHECK_EVERY = 2000

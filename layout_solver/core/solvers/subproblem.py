@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from layout_solver.model import CompiledProblem, Factor, factor_cost
+from layout_solver.core.model import CompiledProblem, Factor, factor_cost
 
 
 @dataclass(slots=True)
