@@ -59,8 +59,8 @@ def program_digest(path: Path) -> str:
 
 
 def vulkan(module, inputs, _target: str) -> dict:
+    from layout_solver.targets.vulkan.measure import lower_vulkan
     from layout_solver.vulkan import solver_layouts, stock_layouts
-    from layout_solver.vulkan.measure import lower_vulkan
 
     record = {}
     for side, context in (("stock", stock_layouts), ("solver", solver_layouts)):
@@ -76,7 +76,7 @@ def vulkan(module, inputs, _target: str) -> dict:
 
 def ethos_u(module, inputs, target: str) -> dict:
     from layout_solver.arm import solver_layouts
-    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+    from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for
 
     quantized = quantize_for(module, inputs, target)
     record = {}

@@ -1,4 +1,4 @@
-"""Old import paths of modules that moved, kept for one release: importing one gives the module at its new path
+"""Old import paths of modules that moved (into core/, lowering/ and the targets' folders), kept for one release: importing one gives the module at its new path
 (the same object, so isinstance checks and monkeypatching still hold) with a DeprecationWarning naming it.
 
 A finder on sys.meta_path, not a stub file per old name: a stub package (`layout_solver.solvers`) would load its
@@ -24,6 +24,8 @@ MOVED: dict[str, str] = {
     **{f"layout_solver.{m}": f"layout_solver.lowering.{m}"
        for m in ("solver_pass", "joint_lowering", "client", "provenance", "quiet")},
     "layout_solver.report": "layout_solver.lowering.pass_report",
+    **{f"layout_solver.arm.{m}": f"layout_solver.targets.ethos_u.{m}" for m in ("measure", "equivalence", "conformance")},
+    **{f"layout_solver.vulkan.{m}": f"layout_solver.targets.vulkan.{m}" for m in ("measure", "runtime", "calibrate")},
 }  # fmt: skip
 
 

@@ -151,7 +151,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """`layout-solver compare MODEL --target T`: stock versus solver on one model; returns 1 if the solver side
     failed (or crashed on the device).
     """
-    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+    from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
 
     target = get_target(args.target)
@@ -176,7 +176,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _compare_methods(args: argparse.Namespace, options: dict) -> int:
     """`compare` on a built-in multi-method model: stock, per-method and joint solver, per method."""
-    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable
+    from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable
     from layout_solver.zoo.runner import compare_named
 
     if options.get("input_order", "nchw") != "nchw":
@@ -344,7 +344,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if any(o.get("execute") for o in options.values()):  # programs run on a device: it must be there
-        from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
+        from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
         try:
             probe(args.vulkan_runtime)

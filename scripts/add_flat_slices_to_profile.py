@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 
 from cost_models import vulkan as vk
-from layout_solver.vulkan import calibrate as cal
+from layout_solver.targets.vulkan import calibrate as cal
 
 # Not joined: the deep-texture probes' contractions are linears over a last dim of 2-4 (thousands of rows
 # of four products), a shape no model has; their time is per row, which the linear fit has no term for, and

@@ -29,7 +29,7 @@ def _fresh_vela_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def runtime():
     """The Vulkan runtime plugin, probed once: skipped locally without it, a failure in CI (CI=true)."""
-    from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, locate_runtime, probe
+    from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable, locate_runtime, probe
 
     try:
         lib = locate_runtime()

@@ -13,10 +13,10 @@ import io
 import tempfile
 from pathlib import Path
 
-from layout_solver.arm.equivalence import compare_lowerings
 from layout_solver.arm.hooks import canonical_transposes
-from layout_solver.arm.measure import lower_ethos_u
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.ethos_u.equivalence import compare_lowerings
+from layout_solver.targets.ethos_u.measure import lower_ethos_u
 from layout_solver.zoo.models import ARM_ZOO, build
 
 

@@ -5,7 +5,7 @@ Run: .venv/bin/python -m benchmarks.arm.conformance [--ops permute,view,... | --
 
 The tests are the executorch wheel's (`executorch/backends/arm/test/ops/test_<op>.py`, found in the installed
 wheel); each runs twice in a pytest subprocess, once as shipped and once with `solver_layouts()` active
-(the `layout_solver.arm.conformance` plugin). `--every N` keeps every N-th test of each file (CI runs a
+(the `layout_solver.targets.ethos_u.conformance` plugin). `--every N` keeps every N-th test of each file (CI runs a
 sample; the benchmark runs them all), from the `--offset`-th (the whole suite in N parts: offsets 0 to N-1);
 `--all` takes every op-test file, not only the layout-relevant ones.
 Every test that passes stock must pass with the solver stage.
@@ -27,8 +27,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from benchmarks import harness
-from layout_solver.arm import conformance
 from layout_solver.lowering.provenance import source_digest
+from layout_solver.targets.ethos_u import conformance
 
 OUTCOMES = ("passed", "failed", "error", "xfailed", "skipped")
 

@@ -39,10 +39,10 @@ from scipy import stats
 from benchmarks import harness
 from cost_models.vela import CACHE_ENV
 from layout_solver.arm.hooks import solver_layouts
-from layout_solver.arm.measure import lower_ethos_u, quantize_for
 from layout_solver.arm.passes import SolverLayoutPass
 from layout_solver.core.solve import gc_paused
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for
 from layout_solver.zoo.models import ARM_ZOO, build
 
 

@@ -14,7 +14,7 @@ along a non-innermost axis), and the layout inside the graph, the only part a la
 from __future__ import annotations
 
 from benchmarks import harness
-from layout_solver.arm.measure import CAUSES
+from layout_solver.targets.ethos_u.measure import CAUSES
 from layout_solver.zoo.runner import compare_named
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from layout_solver.arm.measure import lower_ethos_u
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.ethos_u.measure import lower_ethos_u
 from layout_solver.zoo.models import ARM_ZOO, ZOO, build
 
 

@@ -150,7 +150,7 @@ def checks(target: str, figures: dict) -> list[str]:
 
 def fp_cases(names: list[str]) -> list[str]:
     """The transpose-count suite in executorch's own TOSA FP pipeline, stock and with the stage."""
-    from layout_solver.arm.conformance import fp_transpose_count, transpose_count_cases
+    from layout_solver.targets.ethos_u.conformance import fp_transpose_count, transpose_count_cases
 
     lines = [
         "| case | expected (executorch) | TOSA TRANSPOSE stock | solver | stock run | solver run |",

@@ -17,7 +17,7 @@ import torch
 @cache
 def cases() -> dict:
     """name -> executorch's TransposeCountCase (module, inputs, expected_transposes): the FP cases and the INT one."""
-    from layout_solver.arm.conformance import transpose_count_cases
+    from layout_solver.targets.ethos_u.conformance import transpose_count_cases
 
     return transpose_count_cases()
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from benchmarks import harness
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.vulkan.measure import lower_vulkan
+from layout_solver.targets.vulkan.runtime import execute, profile
 from layout_solver.vulkan import solver_layouts, stock_layouts
-from layout_solver.vulkan.measure import lower_vulkan
-from layout_solver.vulkan.runtime import execute, profile
 from layout_solver.zoo.models import ZOO, build
 
 

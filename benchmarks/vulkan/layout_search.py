@@ -10,7 +10,7 @@ model this lowers stock, the solver with the profile, and the solver with `--var
 profiles (every fitted rate of every op mode and transition multiplied by its own lognormal factor,
 exp(sigma * z), seeded): each perturbed optimum is a layout a profile within the model's error would
 choose. Every distinct program is run on the device and timed in interleaved rounds
-(`layout_solver.vulkan.runtime.execute`); the fastest variant is then timed again, with stock and the
+(`layout_solver.targets.vulkan.runtime.execute`); the fastest variant is then timed again, with stock and the
 solver, in fresh rounds, because the fastest of several noisy medians is biased low.
 
 Table per model: distinct variants, the selection round's ratios (solver, best variant), and the
@@ -31,9 +31,9 @@ import numpy as np
 from benchmarks import harness
 from cost_models import vulkan as vk_cost
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.vulkan.measure import lower_vulkan
+from layout_solver.targets.vulkan.runtime import execute
 from layout_solver.vulkan import solver_layouts, stock_layouts
-from layout_solver.vulkan.measure import lower_vulkan
-from layout_solver.vulkan.runtime import execute
 from layout_solver.zoo.models import ZOO, build
 
 RATES = ("overhead_us", "us_per_mib", "us_per_slice", "us_per_mflop", "us_per_operand_mib", "us_per_krow")

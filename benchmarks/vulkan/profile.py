@@ -4,7 +4,7 @@ Run: LAYOUT_SOLVER_VULKAN_RUNTIME=/path/to/libvkbackend.so \\
      .venv/bin/python -m benchmarks.vulkan.profile [--models a,b] [--profile lavapipe] [--out FILE.md]
 
 Per zoo model (and the decoder_kv multi-method model, per method), the stock and solver programs are lowered, and every shader dispatch of each is timed on the
-device by the runtime's query pool (`layout_solver.vulkan.runtime.profile`). Per operator the table holds the
+device by the runtime's query pool (`layout_solver.targets.vulkan.runtime.profile`). Per operator the table holds the
 measured time (sum of its dispatches, median of runs) and the profile's price (`modelled_cost_by_op`), on
 both sides: the change in one column and not the other is where a prediction goes wrong.
 """
@@ -16,9 +16,9 @@ from collections import Counter
 
 from benchmarks import harness
 from layout_solver.lowering.quiet import quiet
+from layout_solver.targets.vulkan.measure import lower_vulkan
+from layout_solver.targets.vulkan.runtime import profile
 from layout_solver.vulkan import solver_layouts, stock_layouts
-from layout_solver.vulkan.measure import lower_vulkan
-from layout_solver.vulkan.runtime import profile
 from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO, build, build_methods
 
 

@@ -26,9 +26,9 @@ from functools import partial
 from benchmarks import harness
 from cost_models import vulkan as vk_cost
 from layout_solver.lowering.quiet import quiet
-from layout_solver.vulkan import calibrate, solver_layouts, stock_layouts
-from layout_solver.vulkan.measure import lower_vulkan
-from layout_solver.vulkan.runtime import profile
+from layout_solver.targets.vulkan import calibrate, solver_layouts, stock_layouts
+from layout_solver.targets.vulkan.measure import lower_vulkan
+from layout_solver.targets.vulkan.runtime import profile
 from layout_solver.zoo.models import OUTSIDE, ZOO, build
 
 # Issue 36's models the rules were not written against: hand-written ones and three transformers architectures

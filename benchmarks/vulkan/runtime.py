@@ -25,8 +25,9 @@ from __future__ import annotations
 import statistics
 
 from benchmarks import harness
+from layout_solver.targets.vulkan import EAGER_ATOL, EAGER_SLACK
 from layout_solver.zoo.models import ZOO
-from layout_solver.zoo.report import EAGER_ATOL, EAGER_SLACK, ratio
+from layout_solver.zoo.report import ratio
 from layout_solver.zoo.runner import compare_named
 
 NOISE_US = 0.03  # a change smaller than 3% of stock's time is not a sign either way

@@ -34,8 +34,8 @@ TARGETS = ("xnnpack", "xnnpack-int8", "vulkan")
 def _lowerings() -> dict[str, dict]:
     """Per target, per side: a function (module, inputs) -> the program's bytes."""
     from layout_solver import vulkan, xnnpack
+    from layout_solver.targets.vulkan.measure import lower_vulkan
     from layout_solver.targets.xnnpack.lowering import lower
-    from layout_solver.vulkan.measure import lower_vulkan
 
     xnn = {side: (lambda m, i, c=context: lower(m, i, c).buffer)
            for side, context in (("stock", xnnpack.stock_layouts), ("solver", xnnpack.solver_layouts))}  # fmt: skip

@@ -23,6 +23,16 @@ def tool_versions(tools: tuple[str, ...] = TOOLS) -> dict[str, str]:
     return versions
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _measuring(target_folder: str) -> tuple[str, ...]:
+    """A target's measuring code: every module of `layout_solver/targets/<target_folder>/` but its __init__ (the
+    registry's, which every comparison imports)."""
+    folder = ROOT / "layout_solver" / "targets" / target_folder
+    return tuple(sorted(p.relative_to(ROOT).as_posix() for p in folder.glob("*.py") if p.name != "__init__.py"))
+
+
 # The code only one backend's zoo jobs read (folders or files, relative to the repository root). A target's
 # source digest leaves out the code of every other backend, so a change to Vulkan's rules keeps the Ethos-U
 # results cached, and the other way round. tests/zoo/test_source_digest.py checks each entry against what a zoo
@@ -30,21 +40,20 @@ def tool_versions(tools: tuple[str, ...] = TOOLS) -> dict[str, str]:
 # read (the registry in layout_solver/targets, the solvers, cost_models/ethos_u55.py that the TOSA target imports)
 # stays in every digest.
 BACKEND_CODE: dict[str, tuple[str, ...]] = {
-    "arm": ("layout_solver/arm", "graph_io/arm.py", "graph_io/tosa.py", "cost_models/vela.py",
-            "cost_models/tosa_probe.py", "cost_models/calibration", "cost_models/data/ethos_u55_v2.json"),
-    "vulkan": ("layout_solver/vulkan", "graph_io/vulkan.py", "cost_models/vulkan.py",
+    "arm": ("layout_solver/arm", *_measuring("ethos_u"), "graph_io/arm.py", "graph_io/tosa.py",
+            "cost_models/vela.py", "cost_models/tosa_probe.py", "cost_models/calibration",
+            "cost_models/data/ethos_u55_v2.json"),
+    "vulkan": ("layout_solver/vulkan", *_measuring("vulkan"), "graph_io/vulkan.py", "cost_models/vulkan.py",
                "cost_models/data/vulkan_lavapipe.json", "cost_models/data/vulkan_v1.json"),
-    # The target's own package (its __init__ is the registry's: every comparison imports it) stays shared.
-    "xnnpack": ("layout_solver/xnnpack", "layout_solver/targets/xnnpack/measure.py",
-                "layout_solver/targets/xnnpack/runtime.py", "layout_solver/targets/xnnpack/calibrate.py",
-                "layout_solver/targets/xnnpack/calibrate_ops.py", "layout_solver/targets/xnnpack/cpu_ops.py",
-                "layout_solver/targets/xnnpack/lowering.py", "layout_solver/targets/xnnpack/clock.py",
-                "layout_solver/targets/xnnpack/conformance.py", "cost_models/data/xnnpack_ci_x86.json"),
+    "xnnpack": ("layout_solver/xnnpack", *_measuring("xnnpack"), "cost_models/data/xnnpack_ci_x86.json"),
 }  # fmt: skip
 # Code that only renders finished results (no zoo worker or comparison imports it): in no backend's digest, so a
 # change to the report keeps every cached result. Checked by the same test.
-RENDERING_CODE: tuple[str, ...] = ("layout_solver/zoo/report.py",)
-ROOT = Path(__file__).resolve().parents[2]
+RENDERING_CODE: tuple[str, ...] = (
+    "layout_solver/zoo/report.py",
+    "layout_solver/targets/ethos_u/report.py",
+    "layout_solver/targets/vulkan/report.py",
+)
 
 
 def foreign_code(backend: str | None) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ in this package and is registered in `layout_solver.targets` (its `__init__`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 
@@ -17,6 +17,19 @@ from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 FLAGS = {"input_order": "--input-order", "execute": "--execute", "runtime": "--vulkan-runtime",
          "cost_profile": "--cost-profile", "src": "--src", "dst": "--dst", "threads": "--threads",
          "verify": "--verify", "rounds": "--rounds"}  # fmt: skip
+
+
+class Plot(NamedTuple):
+    """A chart the zoo report draws for a target from its rows: stock's `stock_key` against the solver's
+    `solver_key` per model ("bars"), or the change of the total against the change of the transposes
+    ("totals_vs_transposes": the Vela cycle columns)."""
+
+    filename: str
+    title: str = ""
+    ylabel: str = ""
+    stock_key: str = ""
+    solver_key: str = ""
+    kind: str = "bars"
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,7 @@ class Target:
     row_fields: ClassVar[tuple[str, ...]] = ()  # each side's measures the zoo's results.csv keeps
     example: ClassVar[str] = ""  # how a user names a target of this family, for error messages
     times_programs: ClassVar[bool] = False  # every comparison times both programs on this machine's CPU
+    plot_marker: ClassVar[str] = "o"  # its points on the zoo report's solve-time plot
 
     @property
     def description(self) -> str:
@@ -69,6 +83,48 @@ class Target:
         """What, beyond the model, options and the project's source, decides this target's results (the zoo's
         cache key): files the user may change between runs."""
         return {}
+
+    # ---- how the zoo report reads this target's results (`layout_solver.zoo.report`) ----
+
+    def verdict_before_price(self, result: dict, stock: dict, solver: dict, equivalent) -> str | None:
+        """The verdict of a pair that its price does not decide ("program failed to run", "not equivalent",
+        "not checked"), else None. Here: the check on the reference executor the comparison recorded
+        (`stock_reference` / `solver_reference`, and `equivalent`, or `equivalent` given for one method's pair)."""
+        solver_ran = not str(result.get("solver_reference", "")).startswith("error")
+        if not solver_ran and result.get("stock_reference") == "ok":
+            return "program failed to run"
+        same = result.get("equivalent") if equivalent is None else equivalent
+        if same is None and "equivalent" in result:
+            same = result.get("equivalent_on_example_inputs")
+            if same is None:  # neither pair could be compared (both refused, or neither ran)
+                return "not checked"
+        return "not equivalent" if same is False else None
+
+    def report_fields(self, result: dict) -> dict:
+        """Columns of results.csv beyond `row_fields`, read off one model's `result`."""
+        return {}
+
+    def report_section(self, rows: list[dict]) -> list[str]:
+        """This target's detail table in report.md (markdown lines) from its `rows`: here, stock / solver per
+        `row_fields` column."""
+        lines = [f"## {self.description}: {self.name}", "",
+                 "| model | status | " + " | ".join(f"{f} stock / solver" for f in self.row_fields)
+                 + " | ratio | equivalent |",
+                 "|" + "---|" * (len(self.row_fields) + 4)]  # fmt: skip
+        for r in rows:
+            cells = [f"{r[f'stock_{f}']} / {r[f'solver_{f}']}" for f in self.row_fields]
+            lines.append(
+                f"| {r['model']} | {r['status']} | " + " | ".join(cells) + f" | {r['ratio']} | {r['equivalent']} |"
+            )
+        return [*lines, ""]
+
+    def report_notes(self, rows: list[dict]) -> list[str]:
+        """Lines the report's summary adds for this target (e.g. what its timings stray by), after its table."""
+        return []
+
+    def plots(self) -> tuple[Plot, ...]:
+        """The charts of this target's rows the report draws, beside every target's ratio plot."""
+        return ()
 
     def price_transpose(self, query) -> dict:
         """One transpose or layout change priced by this target's cost model (a cost_models.query.TransposeQuery;

@@ -58,11 +58,11 @@ def compare_tosa(module, inputs: tuple, name=None, time_limit=DEFAULT_TIME_LIMIT
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 
     from graph_io.tosa import tosa_ops
-    from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
-    from layout_solver.arm.measure import quantize, solver_metrics
     from layout_solver.compare.result import Comparison, Side, error_record, not_compared, not_lowered
     from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.ethos_u.equivalence import stock_against_solver, versus_quantized_eager
+    from layout_solver.targets.ethos_u.measure import quantize, solver_metrics
 
     result: dict = {}
     with quiet(), tempfile.TemporaryDirectory() as tmp:

@@ -13,6 +13,7 @@ A graph stock itself cannot lower is recorded as such and not held against the s
 from __future__ import annotations
 
 from layout_solver.arm import generated
+from layout_solver.targets import DEFAULT_ETHOS_U
 from layout_solver.targets.ethos_u import compare_ethos_u
 
 CYCLE_TOLERANCE = 0.001  # relative
@@ -21,7 +22,7 @@ CYCLE_TOLERANCE = 0.001  # relative
 VIOLATIONS = ("crashed", "solver_failed", "not_equivalent", "dearer")
 
 
-def run_case(spec: generated.GraphSpec, target: str = "ethos-u55-128", verify: str = "vela") -> dict:
+def run_case(spec: generated.GraphSpec, target: str = DEFAULT_ETHOS_U, verify: str = "vela") -> dict:
     """One generated graph, stock against the stage on `target`: the comparison's figures and its verdicts."""
     module, inputs = generated.build(spec)
     result = compare_ethos_u(module, inputs, name=f"generated:{spec.seed}", target=target, verify=verify)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import math
-import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -29,9 +28,6 @@ VERDICTS = (
     "better",
     "unchanged",
 )
-# Vulkan outputs against eager: the solver's may differ by no more than stock's (or this much) times the slack
-# (summation order moves with the layout).
-EAGER_ATOL, EAGER_SLACK = 1e-4, 1.05
 THIRD_PARTY_LOG = "third_party.log"  # where the zoo's workers send what native libraries print
 
 
@@ -67,42 +63,14 @@ def verdict(result: dict, stock: dict | None = None, solver: dict | None = None,
         return "stock lowering failed"
     if solver.get("error"):
         return "solver lowering failed"
-    if _family(result["target"]) == "vulkan":
-        if stock.get("executed") and solver.get("executed") is False:
-            return "program failed to run"
-        if stock.get("executed") is False and solver.get("executed") is False:  # neither ran: no time to compare
-            return "not checked"
-        s, o = stock.get("max_abs_diff_vs_eager"), solver.get("max_abs_diff_vs_eager")
-        if isinstance(s, (int, float)) and isinstance(o, (int, float)) and o > max(s, EAGER_ATOL) * EAGER_SLACK:
-            return "not equivalent"
-    else:
-        solver_ran = not str(result.get("solver_reference", "")).startswith("error")
-        if not solver_ran and result.get("stock_reference") == "ok":
-            return "program failed to run"
-        same = result.get("equivalent") if equivalent is None else equivalent
-        if same is None and "equivalent" in result:
-            same = result.get("equivalent_on_example_inputs")
-            if same is None:  # neither pair could be compared (both refused, or neither ran)
-                return "not checked"
-        if same is False:
-            return "not equivalent"
+    before_price = get_target(result["target"]).verdict_before_price(result, stock, solver, equivalent)
+    if before_price:
+        return before_price
     x = ratio(result) if whole_program else ratio(result, stock, solver)
     if x is None:
         return "not checked"
     tolerance = get_target(result["target"]).tolerance
     return "dearer than stock" if x > 1 + tolerance else "better" if x < 1 - tolerance else "unchanged"
-
-
-def dearer_op_classes(result: dict, top: int = 3) -> list[tuple[str, int]]:
-    """The operator classes whose Vela cycles grew most from stock to solver (Ethos-U), largest first."""
-    stock = Counter(result.get("stock", {}).get("vela_cycles_by_op") or {})
-    solver = Counter(result.get("solver", {}).get("vela_cycles_by_op") or {})
-    grew = {op: solver[op] - stock[op] for op in set(stock) | set(solver) if solver[op] > stock[op]}
-    return sorted(grew.items(), key=lambda kv: -kv[1])[:top]
-
-
-def _family(target: str) -> str:
-    return get_target(target).family
 
 
 def solved_by(notes: list[str]) -> str:
@@ -180,13 +148,7 @@ def rows(results: list[dict]) -> list[dict]:
             run_ratio=r.get("run_ratio", ""),
             solved_by=solved_by(solver.get("solver_notes", [])),
         )
-        if _family(r["target"]) == "vulkan":
-            timings = r.get("run_ratio_timings")
-            row.update(same_program=r.get("same_program", ""), run_ratio_paired=r.get("run_ratio_paired", ""),
-                       run_ratio_timings=" ".join(map(str, timings)) if timings else "")  # fmt: skip
-        if _family(r["target"]) == "ethos-u":
-            row.update(stock_reference=r.get("stock_reference", ""), solver_reference=r.get("solver_reference", ""))
-            row["dearer_ops"] = "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(r))
+        row.update(get_target(r["target"]).report_fields(r))
         ratio_ = ratio(r) if r["status"] not in ("error", "crashed") else None
         row.update(ratio=round(ratio_, 4) if ratio_ else "", verdict=verdict(r), source=source)
         out.append(row)
@@ -241,7 +203,7 @@ def report_markdown(table: list[dict]) -> str:
             + ", ".join(f"{d or 'unrecorded'}: {n}" for d, n in Counter(r.get("source", "") for r in mine).items())
             + " |"
         )
-    lines += [line for target in targets if _family(target) == "vulkan" for line in _timing_noise(table, target)]
+    lines += [line for target in targets for line in get_target(target).report_notes(_of(table, target))]
     lines += [line for target in targets for line in _changed_at_equal_price(table, target)]
     dearer = [r for r in table if r["verdict"] == "dearer than stock"]
     if dearer:
@@ -252,55 +214,8 @@ def report_markdown(table: list[dict]) -> str:
             for r in dearer
         ]
     lines.append("")
-    vk = [r for r in table if _family(r["target"]) == "vulkan"]
-    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
-        lines += [
-            f"## {target} (Vela cycle estimates of the whole delegate)",
-            "",
-            (
-                "| model | status | TOSA transposes stock / solver | transpose cycles stock | solver | total cycles stock "
-                "| solver | change | predicted (solver) | lower s stock / solver | solve s | equivalent |"
-            ),
-            "|" + "---|" * 12,
-        ]
-        for r in (r for r in table if r["target"] == target):
-            stock, solver = r["stock_vela_total_cycles"], r["solver_vela_total_cycles"]
-            change = (
-                f"{solver / stock - 1:+.1%}" if isinstance(stock, int) and isinstance(solver, int) and stock else ""
-            )
-            lines.append(
-                f"| {r['model']} | {r['status']} | {r['stock_tosa_transposes']} / {r['solver_tosa_transposes']} "
-                f"| {r['stock_vela_transpose_cycles']} | {r['solver_vela_transpose_cycles']} | "
-                f"{stock} | {solver} | {change} | {r['solver_predicted_total_cycles']} | "
-                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['solve_seconds']} | "
-                f"{r['equivalent']} |"
-            )
-        lines.append("")
-    if vk:
-        lines += [
-            "## Vulkan (transitions = clone dispatches; cost in modelled microseconds)",
-            "",
-            (
-                "| model | status | transitions stock / solver | cost stock / solver | pass ms stock / solver | "
-                "lower s stock / solver | gap | ran stock / solver | max abs diff vs eager stock / solver | "
-                "run ms stock / solver | run ratio |"
-            ),
-            "|" + "---|" * 11,
-        ]
-        for r in vk:
-            ms = lambda v: f"{v * 1000:.1f}" if isinstance(v, (int, float)) else ""
-            lines.append(
-                f"| {r['model']} | {r['status']} | {r['stock_transitions']} / {r['solver_transitions']} | "
-                f"{r['stock_transition_cost']} / {r['solver_transition_cost']} | "
-                f"{ms(r['stock_pass_seconds'])} / {ms(r['solver_pass_seconds'])} | "
-                f"{r['stock_lower_seconds']} / {r['solver_lower_seconds']} | {r['gap']} | "
-                f"{r['stock_executed']} / {r['solver_executed']} | "
-                f"{r['stock_max_abs_diff_vs_eager']} / {r['solver_max_abs_diff_vs_eager']} | "
-                f"{r['stock_run_ms']} / {r['solver_run_ms']} | {r['run_ratio']} |"
-            )
-        lines.append("")
-    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) not in ("ethos-u", "vulkan")):
-        lines += _measures_table(target, [r for r in table if r["target"] == target])
+    for target in targets:
+        lines += get_target(target).report_section(_of(table, target))
     failures = [r for r in table if r["status"] != "ok"]
     if failures:
         lines += ["## Failures", ""] + [f"- {r['model']} on {r['target']}: {r['error']}" for r in failures] + [""]
@@ -327,42 +242,8 @@ def _changed_at_equal_price(table: list[dict], target: str) -> list[str]:
             + "; ".join(changed)]  # fmt: skip
 
 
-def _timing_noise(table: list[dict], target: str) -> list[str]:
-    """What one timing process's paired ratio strays by in this run, read off the byte-identical pairs (their
-    true ratio is 1), and which changed programs were judged on the median of fresh timing processes."""
-    mine = [r for r in table if r["target"] == target]
-    same = sorted(r["run_ratio_paired"] for r in mine if r.get("same_program") is True and r.get("run_ratio_paired"))
-    again = [r for r in mine if r.get("run_ratio_timings")]
-    if not same and not again:
-        return []
-    lines = [""]
-    if same:
-        lines.append(
-            f"{target}, timing noise: {len(same)} byte-identical pairs read paired ratios {same[0]:.3f} - "
-            f"{same[-1]:.3f} (median {statistics.median(same):.3f}) in one timing process each; their ratio counts as 1."
-        )
-    if again:
-        lines.append(
-            f"{target}, changed programs first read outside +-{get_target(target).tolerance:.0%} and so timed again in "
-            "fresh processes (the verdict reads the median): "
-            + "; ".join(f"{r['model']} {r['run_ratio_timings']} -> {r['ratio']}" for r in again)
-        )
-    return lines
-
-
-def _measures_table(target: str, mine: list[dict]) -> list[str]:
-    """A target's detail table from what it says it measures (`Target.row_fields`), stock / solver per column:
-    the section of any target without a table of its own."""
-    fields = get_target(target).row_fields
-    lines = [f"## {get_target(target).description}: {target}", "",
-             "| model | status | " + " | ".join(f"{f} stock / solver" for f in fields) + " | ratio | equivalent |",
-             "|" + "---|" * (len(fields) + 4)]  # fmt: skip
-    for r in mine:
-        cells = [f"{r[f'stock_{f}']} / {r[f'solver_{f}']}" for f in fields]
-        lines.append(
-            f"| {r['model']} | {r['status']} | " + " | ".join(cells) + f" | {r['ratio']} | {r['equivalent']} |"
-        )
-    return [*lines, ""]
+def _of(table: list[dict], target: str) -> list[dict]:
+    return [r for r in table if r["target"] == target]
 
 
 def plot(table: list[dict], out: Path) -> None:
@@ -401,40 +282,16 @@ def plot(table: list[dict], out: Path) -> None:
         plt.close(fig)
 
     for target in dict.fromkeys(r["target"] for r in table):
-        ratio_plot([r for r in table if r["target"] == target], target, out / f"ratio_{target}.png")
-        if _family(target) == "ethos-u":
-            totals_vs_transposes([r for r in table if r["target"] == target], target,
-                                 out / f"totals_vs_transposes_{target}.png")  # fmt: skip
-    for target in dict.fromkeys(r["target"] for r in table if _family(r["target"]) == "ethos-u"):
-        arm = [r for r in table if r["target"] == target]
-        suffix = "" if target == "ethos-u55-128" else f"_{target}"
-        bars(arm, "stock_vela_transpose_cycles", "solver_vela_transpose_cycles", f"{target}: Vela transpose cycles",
-             "cycles", out / f"transpose_cycles{suffix}.png")  # fmt: skip
-        bars(arm, "stock_vela_total_cycles", "solver_vela_total_cycles", f"{target}: Vela total NPU cycles",
-             "cycles", out / f"total_cycles{suffix}.png")  # fmt: skip
-    bars(
-        [r for r in table if _family(r["target"]) == "vulkan"],
-        "stock_transitions",
-        "solver_transitions",
-        "Vulkan: layout transitions",
-        "clone dispatches",
-        out / "transitions.png",
-    )
-    executed = [
-        r for r in table if _family(r["target"]) == "vulkan" and isinstance(r.get("stock_run_ms"), (int, float))
-    ]
-    if executed:
-        bars(
-            executed,
-            "stock_run_ms",
-            "solver_run_ms",
-            "Vulkan: run time on the device (median)",
-            "ms",
-            out / "vulkan_run_ms.png",
-        )
+        mine = _of(table, target)
+        ratio_plot(mine, target, out / f"ratio_{target}.png")
+        for chart in get_target(target).plots():
+            if chart.kind == "totals_vs_transposes":
+                totals_vs_transposes(mine, target, out / chart.filename)
+            elif any(isinstance(r.get(chart.stock_key), (int, float)) for r in mine):
+                bars(mine, chart.stock_key, chart.solver_key, chart.title, chart.ylabel, out / chart.filename)
     fig, ax = plt.subplots(figsize=(6, 4))
     for target in dict.fromkeys(r["target"] for r in table):
-        marker = "s" if _family(target) == "vulkan" else "o"
+        marker = get_target(target).plot_marker
         pts = [
             (r["problem_ops"], r["solve_seconds"])
             for r in table

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("executorch.backends.arm")
 
-from layout_solver.arm import conformance
+from layout_solver.targets.ethos_u import conformance
 
 EVERY = 16
 EVERY_OTHER_FILE = 3

@@ -6,7 +6,7 @@ pytest.importorskip("executorch.backends.arm")
 
 from executorch.backends.arm._passes import arm_pass_manager as apm
 
-from layout_solver.arm.measure import lower_ethos_u, recording_transposes
+from layout_solver.targets.ethos_u.measure import lower_ethos_u, recording_transposes
 
 
 def test_pass_registry_restored_on_every_exit():
@@ -39,8 +39,8 @@ def test_canonical_write_back_is_cheaper_and_equivalent(tmp_path):
     import io
     from pathlib import Path
 
-    from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.hooks import canonical_transposes
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:attention")
@@ -72,8 +72,8 @@ def test_one_quantization_lowers_twice_to_the_same_program_and_rejections_become
     import numpy as np
 
     from graph_io.tosa import tosa_inputs
-    from layout_solver.arm.equivalence import ReferenceRejected, random_inputs, run_tosa
-    from layout_solver.arm.measure import quantize_for
+    from layout_solver.targets.ethos_u.equivalence import ReferenceRejected, random_inputs, run_tosa
+    from layout_solver.targets.ethos_u.measure import quantize_for
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:residual")
@@ -103,9 +103,9 @@ def test_each_program_is_checked_against_the_quantized_eager_model(tmp_path):
 
     import torch
 
-    from layout_solver.arm.equivalence import EagerCheck, same_outputs, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
-    from layout_solver.arm.measure import quantize_for
+    from layout_solver.targets.ethos_u.equivalence import EagerCheck, same_outputs, versus_quantized_eager
+    from layout_solver.targets.ethos_u.measure import quantize_for
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:attention")
@@ -146,8 +146,8 @@ def test_a_transpose_vela_runs_cheaper_in_two_steps_is_written_in_two(tmp_path):
     import io
     from pathlib import Path
 
-    from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.hooks import canonical_transposes
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:window_heads")
@@ -176,8 +176,8 @@ def test_delegate_input_transpose_is_merged_only_when_its_reshape_folds(model, m
     import io
     from pathlib import Path
 
-    from layout_solver.arm.equivalence import compare_lowerings
     from layout_solver.arm.hooks import canonical_transposes
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:{model}")
@@ -206,7 +206,7 @@ def test_random_inputs_index_within_the_dim_a_gather_reads(tmp_path):
 
     from cost_models.tosa_probe import ProbeBuilder
     from graph_io.tosa import index_bounds, tosa_inputs
-    from layout_solver.arm.equivalence import random_inputs, run_tosa
+    from layout_solver.targets.ethos_u.equivalence import random_inputs, run_tosa
 
     b = ProbeBuilder()
     values, indices = b.input((2, 4, 3), "int8"), b.input((1, 2), "int32")
@@ -228,7 +228,7 @@ def test_a_reference_model_that_crashes_is_a_rejection_not_a_dead_process(monkey
     goes on to the example inputs. A child killed by SIGSEGV stands in for it here."""
     import numpy as np
 
-    from layout_solver.arm import equivalence
+    from layout_solver.targets.ethos_u import equivalence
 
     monkeypatch.setattr(equivalence, "_ISOLATED_REFERENCE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     with pytest.raises(equivalence.ReferenceRejected) as rejected:
@@ -265,7 +265,7 @@ def test_a_delegate_unpredictable_on_both_sides_is_compared_on_narrower_inputs(t
     """Full-range int32 inputs make both sides unpredictable: a property of the program they share, so the delegate
     is compared on the widest narrower inputs both run, where a wrong layout is still caught. Unpredictable on one
     side only is that side's: it stays unchecked."""
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     stock = _rescaled(tmp_path, "stock")
     same = compare_lowerings(stock, _rescaled(tmp_path, "pair", "pair"))

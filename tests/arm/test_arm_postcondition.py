@@ -113,7 +113,7 @@ def test_a_changed_boundary_is_caught():
 def test_the_stage_runs_its_postcondition():
     """Every solver report of a lowering carries the post-condition's seconds."""
     from layout_solver.arm import solver_layouts
-    from layout_solver.arm.measure import lower_ethos_u
+    from layout_solver.targets.ethos_u.measure import lower_ethos_u
     from layout_solver.zoo.models import build
 
     module, inputs = build(

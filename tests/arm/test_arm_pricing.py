@@ -16,8 +16,8 @@ from executorch.backends.arm.ethosu import EthosUCompileSpec
 
 from cost_models import vela
 from layout_solver.arm.hooks import solver_layouts
-from layout_solver.arm.measure import lower_ethos_u, quantize_for, solver_metrics
 from layout_solver.arm.orders import label_order
+from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for, solver_metrics
 from layout_solver.zoo.models import build
 
 TINY = Path(__file__).parents[1] / "models" / "tiny.py"
@@ -100,7 +100,7 @@ def test_group_norm_is_priced_as_the_program_pays_it(target, tmp_path):
     channels-last and its affine broadcast a Flash constant along H, 2.5x the whole program. Priced by Vela
     (verify="model": the pricing alone decides), the stage's program is no dearer than stock's, its prediction
     is within 10% of Vela's total, and it computes the same outputs."""
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     out = _lower("group_norm_8", target, tmp_path, verify="model")
     (stock, _), (solver, reports) = out["stock"], out["solver"]
@@ -119,7 +119,7 @@ def test_a_reduction_along_outer_axes_is_moved_innermost_on_ethos_u85(tmp_path):
     moves the 8-bit tensor once instead (verify="model": the pricing alone decides). Measured: stock 131,509
     cycles, the stage 89,235 (131,509 without the offered order: no other candidate reaches the reductions);
     the program computes the same outputs."""
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     out = _lower("response_norm", "ethos-u85-256", tmp_path, verify="model")
     (stock, _), (solver, _) = out["stock"], out["solver"]
@@ -242,7 +242,7 @@ def test_fp_transpose_counts_never_exceed_stock():
     import os
     import sys
 
-    from layout_solver.arm.conformance import fp_transpose_count
+    from layout_solver.targets.ethos_u.conformance import fp_transpose_count
 
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # flatc
     for name in ("conv2d_rank4", "lstm", "multihead_attention_rank3", "model_5_dwconv_gelu_layernorm_avgpool"):
@@ -268,7 +268,7 @@ def test_a_graph_answered_before_replays_its_answer(tmp_path):
 def test_the_artifacts_hold_only_the_kept_delegate(tmp_path):
     """executorch's `transposes` case: stock's layout is kept (a tie), and the solver side's TOSA file, written
     under another name, does not stay beside it: the folder holds stock's program, bit for bit."""
-    from layout_solver.arm.conformance import transpose_count_cases
+    from layout_solver.targets.ethos_u.conformance import transpose_count_cases
 
     case = transpose_count_cases()["transposes"]
     module, inputs = case.module.eval(), tuple(case.inputs)
@@ -291,7 +291,7 @@ def test_tile_and_resize_are_priced_as_vela_runs_them(tmp_path):
     computes what stock's does."""
     from collections import Counter
 
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     out = _lower("resample", "ethos-u55-128", tmp_path, verify="model")
     (stock, _), (solver, reports) = out["stock"], out["solver"]
@@ -311,7 +311,7 @@ def test_a_view_into_a_transpose_is_priced_as_vela_bypasses_it(target):
     RESHAPE in the program; its probe left the view's result as the probe's output, which Vela must copy out,
     and the prediction read 7x Vela's total on Ethos-U55. Priced with the view's readers in the probe, the
     prediction is Vela's total."""
-    from layout_solver.arm.conformance import transpose_count_cases
+    from layout_solver.targets.ethos_u.conformance import transpose_count_cases
 
     case = transpose_count_cases()["pixel_shuffle"]
     module, inputs = case.module.eval(), tuple(case.inputs)

@@ -20,7 +20,7 @@ TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 def test_scoped_changes_restored_on_every_exit():
     from executorch.backends.arm._passes.insert_const_shapes import InsertConstShapesPass
 
-    from layout_solver.arm.measure import RecordTransposes
+    from layout_solver.targets.ethos_u.measure import RecordTransposes
 
     users_pass = RecordTransposes([])  # a pass the user registered before us
     apm.register_pass_insertions_after(InsertConstShapesPass, [users_pass])
@@ -56,8 +56,8 @@ def test_unknown_op_is_pinned_with_a_warning(monkeypatch, tmp_path):
     import contextlib
     import io
 
-    from layout_solver.arm.equivalence import compare_lowerings
-    from layout_solver.arm.measure import lower_ethos_u
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.measure import lower_ethos_u
     from layout_solver.zoo.models import build
 
     monkeypatch.delitem(op_rules.RULES, "add.Tensor")  # now unknown to the rules
@@ -98,8 +98,8 @@ def test_a_one_row_product_runs_transposed_and_stays_exact(tmp_path):
     import contextlib
     import io
 
-    from layout_solver.arm.equivalence import compare_lowerings
-    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for
     from layout_solver.zoo.models import build
 
     module, inputs = build(f"{TINY}:decode_attention")
@@ -124,7 +124,7 @@ def _lower_stock_and_solver(model: str, tmp_path) -> dict:
     import contextlib
     import io
 
-    from layout_solver.arm.measure import lower_ethos_u, quantize_for
+    from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for
     from layout_solver.zoo.models import build
 
     module, inputs = build(model)
@@ -144,7 +144,7 @@ def test_pad_runs_in_the_order_vela_copies_fastest(tmp_path):
     with Vela. The 3-channel stem pad stays W-innermost (before the input transpose), so the solver's
     MemoryCopy and total cycles are no more than stock's even though its input transpose is cheaper to merge
     right at the delegate input; the program is bit-exact with stock on the reference model."""
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     lowered = _lower_stock_and_solver(f"{TINY}:padded_stem", tmp_path)
     copies = {
@@ -161,7 +161,7 @@ def test_group_norm_stays_channels_last(tmp_path):
     """GroupNorm reshapes [1, C, H, W] to [1, G, C/G, H*W]; from a channels-last tensor that is still a pure
     reshape once unit axes may sit anywhere, so the solver keeps the whole normalisation channels-last: no
     transpose inside the graph, and its REDUCE_SUMs reduce (nearly) innermost axes. Bit-exact with stock."""
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     lowered = _lower_stock_and_solver(f"{TINY}:group_norm", tmp_path)
     metrics = {side: low.metrics() for side, low in lowered.items()}
@@ -181,7 +181,7 @@ def test_views_only_propagation_does_not_retrace_an_unchanged_graph(tmp_path, mo
     from executorch.backends.transforms import propagate_view_copy_permute_pass as shared
     from executorch.exir.pass_base import ExportPass
 
-    from layout_solver.arm.equivalence import compare_lowerings
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
 
     export_call, propagate_call = ExportPass.call, shared.PropagateViewCopyPermutePass.call
     inside: dict = {"pass": None, "last": None}  # the propagation pass running, the graph its last retrace made

@@ -250,13 +250,13 @@ def test_the_lowering_path_does_not_import_the_measurement_harness():
         "layout_solver.vulkan.passes",
     ]
     harness = (
-        "layout_solver.arm.measure",
-        "layout_solver.arm.equivalence",
+        "layout_solver.targets.ethos_u.measure",
+        "layout_solver.targets.ethos_u.equivalence",
         "layout_solver.arm.compare",
         "layout_solver.compare",
         "layout_solver.zoo",
-        "layout_solver.vulkan.runtime",
-        "layout_solver.vulkan.calibrate",
+        "layout_solver.targets.vulkan.runtime",
+        "layout_solver.targets.vulkan.calibrate",
         "cost_models.calibration",
     )
     reached = set().union(*(nx.descendants(graph, m) for m in lowering))

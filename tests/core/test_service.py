@@ -317,8 +317,8 @@ def test_vulkan_pass_solves_on_the_service(server, monkeypatch):
     """The lowering pass sends its problem to the service: same tags as in-process, and the report says so."""
     import torch
 
+    from layout_solver.targets.vulkan.measure import lower_vulkan
     from layout_solver.vulkan import solver_layouts
-    from layout_solver.vulkan.measure import lower_vulkan
 
     _, _, url = server
     monkeypatch.setenv("LAYOUT_SOLVER_TOKEN", TOKEN)

@@ -20,9 +20,9 @@ import torch
 
 pytest.importorskip("executorch.backends.vulkan")
 
+from layout_solver.targets.vulkan.measure import lower_vulkan
+from layout_solver.targets.vulkan.runtime import ENV_VAR, VulkanRuntimeUnavailable, execute, locate_runtime, probe
 from layout_solver.vulkan import solver_layouts, stock_layouts
-from layout_solver.vulkan.measure import lower_vulkan
-from layout_solver.vulkan.runtime import ENV_VAR, VulkanRuntimeUnavailable, execute, locate_runtime, probe
 from layout_solver.zoo.models import ZOO, build
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -210,7 +210,7 @@ def test_a_ratio_outside_the_tolerance_is_read_again_in_fresh_timing_processes(r
     comparison keeps their median; byte-identical programs are never timed again (their ratio counts as 1)."""
     import statistics
 
-    from layout_solver.vulkan.measure import execute_on_device
+    from layout_solver.targets.vulkan.measure import execute_on_device
 
     class Double(torch.nn.Module):
         def forward(self, x):
@@ -279,7 +279,7 @@ def test_compare_cli_without_a_runtime_says_how_to_get_one(capsys, monkeypatch):
 def test_runtime_child_is_importable_without_a_device():
     """The child entry point is a module of the package (what `python -m` runs)."""
     out = subprocess.run(
-        [sys.executable, "-c", "import layout_solver.vulkan.runtime as r; print(r.LIBRARY_NAME)"],
+        [sys.executable, "-c", "import layout_solver.targets.vulkan.runtime as r; print(r.LIBRARY_NAME)"],
         capture_output=True,
         text=True,
         check=True,
@@ -380,7 +380,7 @@ def test_profile_times_every_dispatch_and_the_model_prices_the_same_ops(runtime)
     """The runtime's query pool times each shader dispatch: every op of the program is there with the
     tensors it wrote, the dispatches add up to about the program's run time, and the operator names are
     those the cost model's per-op prices use (so one can be held against the other)."""
-    from layout_solver.vulkan.runtime import profile
+    from layout_solver.targets.vulkan.runtime import profile
 
     module = torch.nn.Sequential(
         torch.nn.Conv2d(3, 8, 3),
@@ -408,7 +408,7 @@ def test_profile_times_every_dispatch_and_the_model_prices_the_same_ops(runtime)
 def test_profile_keeps_every_delegates_dispatches(runtime):
     """A program of several delegates (here a mean the Vulkan partitioner leaves on the CPU between two) numbers
     its dispatches per delegate: each delegate's ops are timed, none overwritten by another's of the same id."""
-    from layout_solver.vulkan.runtime import profile
+    from layout_solver.targets.vulkan.runtime import profile
 
     class TwoDelegates(torch.nn.Module):
         def __init__(self):
@@ -430,6 +430,6 @@ def test_profile_keeps_every_delegates_dispatches(runtime):
 def test_a_calibrated_profile_names_the_device(runtime):
     """The device name a profile records comes from the Vulkan loader, not from vulkaninfo (vulkan-tools), which a
     machine with only the loader and a driver lacks."""
-    from layout_solver.vulkan.calibrate import device_name
+    from layout_solver.targets.vulkan.calibrate import device_name
 
     assert device_name() not in ("", "unknown")

@@ -188,7 +188,7 @@ def test_each_comparison_lands_in_one_verdict(record, expected):
 
 
 def test_a_dearer_program_names_the_operator_classes_that_grew():
-    from layout_solver.zoo.report import dearer_op_classes
+    from layout_solver.targets.ethos_u.report import dearer_op_classes
 
     record = {"target": U55, "stock": {"vela_cycles_by_op": {"Mul": 100, "Add": 50, "Transpose": 400}},
               "solver": {"vela_cycles_by_op": {"Mul": 400, "Add": 60, "Transpose": 20}}}  # fmt: skip

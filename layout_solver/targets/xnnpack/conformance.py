@@ -10,7 +10,7 @@ Loading this plugin wraps every test in `layout_solver.xnnpack.solver_layouts()`
 `--layout-stage stock` (the default) leaves the lowering as shipped, for the side-by-side run
 (`benchmarks/xnnpack/conformance.py`). Each test records how many delegates the stage saw
 (`layout_solver_delegates`), so a run that bypassed the stage shows up as zero. Collecting, running and
-reading the results are Arm's (`layout_solver.arm.conformance`), with this plugin.
+reading the results are Arm's (`layout_solver.targets.ethos_u.conformance`), with this plugin.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from layout_solver.arm.conformance import STAGES, collect, regressions, run, sample  # noqa: F401 - re-exported
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
+from layout_solver.targets.ethos_u.conformance import STAGES, collect, regressions, run, sample  # noqa: F401 - re-exported
 
 PLUGIN = __name__
 SUITES = ("ops", "models", "passes")

@@ -38,7 +38,7 @@ def execute_on_device(
     import numpy as np
     import torch
 
-    from layout_solver.vulkan.runtime import execute, time_again
+    from layout_solver.targets.vulkan.runtime import execute, time_again
 
     with torch.no_grad():
         expected = [

@@ -8,7 +8,7 @@ into a process that has already loaded the wheel's pybindings. Where it lives is
 the user's business: `runtime=` / `--vulkan-runtime PATH`, or the environment
 variable `LAYOUT_SOLVER_VULKAN_RUNTIME`.
 
-Every program runs in a child process (`python -m layout_solver.vulkan.runtime`),
+Every program runs in a child process (`python -m layout_solver.targets.vulkan.runtime`),
 so a driver crash (SIGSEGV) becomes a record, never the end of the caller:
 
     results = execute({"stock": pte_a, "solver": pte_b}, inputs)
@@ -106,7 +106,7 @@ def _run_child(request: dict, timeout: float) -> dict:
         req.write_bytes(pickle.dumps(request))
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "layout_solver.vulkan.runtime", str(req), str(res)],
+                [sys.executable, "-m", "layout_solver.targets.vulkan.runtime", str(req), str(res)],
                 check=False,
                 capture_output=True,
                 text=True,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets.base import Target
+from layout_solver.targets.base import Plot, Target
 
 if TYPE_CHECKING:
     from layout_solver.compare.result import Comparison
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 # takes the median of all): one process's paired ratio of byte-identical programs strays 0.91-1.09 on lavapipe
 # (benchmarks/results/vulkan_repeat.md).
 CONFIRM_TIMINGS = 4
+# Outputs against eager: the solver's may differ by no more than stock's (or this much) times the slack (summation
+# order moves with the layout).
+EAGER_ATOL, EAGER_SLACK = 1e-4, 1.05
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class VulkanTarget(Target):
     )  # fmt: skip
     tolerance: ClassVar[float] = 0.03  # run times: the paired benchmark's noise bound on lavapipe
     example: ClassVar[str] = "--target vulkan"
+    plot_marker: ClassVar[str] = "s"
 
     @property
     def description(self) -> str:
@@ -63,6 +67,44 @@ class VulkanTarget(Target):
             options.get("execute") and comparison.side("stock").executed and not comparison.side("solver").executed
         )
         return super().failed(comparison, options) or bool(crashed)
+
+    def verdict_before_price(self, result: dict, stock: dict, solver: dict, equivalent) -> str | None:
+        """A program that ran stock's way and not the solver's failed; one that neither side ran is not checked;
+        the solver's outputs further from eager than stock's (beyond EAGER_ATOL and EAGER_SLACK) are not
+        equivalent."""
+        if stock.get("executed") and solver.get("executed") is False:
+            return "program failed to run"
+        if stock.get("executed") is False and solver.get("executed") is False:  # neither ran: no time to compare
+            return "not checked"
+        s, o = stock.get("max_abs_diff_vs_eager"), solver.get("max_abs_diff_vs_eager")
+        if isinstance(s, (int, float)) and isinstance(o, (int, float)) and o > max(s, EAGER_ATOL) * EAGER_SLACK:
+            return "not equivalent"
+        return None
+
+    def report_fields(self, result: dict) -> dict:
+        """Whether the two programs are the same bytes, and the paired run ratio with its repeated timings."""
+        timings = result.get("run_ratio_timings")
+        return {"same_program": result.get("same_program", ""), "run_ratio_paired": result.get("run_ratio_paired", ""),
+                "run_ratio_timings": " ".join(map(str, timings)) if timings else ""}  # fmt: skip
+
+    def report_section(self, rows: list[dict]) -> list[str]:
+        """Transitions, modelled cost, pass time and the run on the device, stock / solver."""
+        from layout_solver.targets.vulkan.report import section
+
+        return section(rows)
+
+    def report_notes(self, rows: list[dict]) -> list[str]:
+        """What one timing process's ratio strays by (read off the byte-identical pairs)."""
+        from layout_solver.targets.vulkan.report import timing_noise
+
+        return timing_noise(rows, self.name, self.tolerance)
+
+    def plots(self) -> tuple[Plot, ...]:
+        """The transitions, and the run time where the programs ran."""
+        return (Plot("transitions.png", "Vulkan: layout transitions", "clone dispatches", "stock_transitions",
+                     "solver_transitions"),
+                Plot("vulkan_run_ms.png", "Vulkan: run time on the device (median)", "ms", "stock_run_ms",
+                     "solver_run_ms"))  # fmt: skip
 
     def cache_inputs(self) -> dict:
         """The default Vulkan objective weighs every profile, the user's own files included."""
@@ -95,8 +137,8 @@ class VulkanTarget(Target):
         `extend`, add the new points to that measured profile; with `rescale`, re-time its reference probes and
         write it rescaled to today's speed (by one factor; with `by_class`, by each op class's in each storage)."""
         from cost_models.vulkan import load_profile
-        from layout_solver.vulkan import calibrate as calibration
-        from layout_solver.vulkan.runtime import VulkanRuntimeUnavailable, probe
+        from layout_solver.targets.vulkan import calibrate as calibration
+        from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
         unknown = sorted(set(ops or []) - set(calibration.PROBES))
         if unknown:
@@ -141,11 +183,32 @@ class VulkanTarget(Target):
         self.check_options(options)
         return compare_vulkan(module, inputs, name, time_limit, service=service, **options)
 
-    def compare_methods(self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, **options):
-        """Stock versus per-method versus joint lowering on Vulkan."""
+    def compare_methods(
+        self,
+        built,
+        name=None,
+        time_limit=DEFAULT_TIME_LIMIT,
+        weights=None,
+        cache_dir=None,
+        execute=False,
+        runtime=None,
+        cost_profile=None,
+        rounds=15,
+        **options,
+    ):
+        """Stock versus per-method versus joint lowering on Vulkan. Takes the method `weights`, the joint
+        solve\'s `cache_dir` and the target\'s own options; any other option must be left at its default."""
         from layout_solver.compare.methods import compare_methods
+        from layout_solver.targets.vulkan.methods import methods_sides
 
-        return compare_methods(built, self.name, name, time_limit, family=self.family, **options)
+        self.check_options(options, frozenset({"input_order"} if options.get("input_order") == "nchw" else ()))
+        return compare_methods(
+            built,
+            self.name,
+            lambda b, w: methods_sides(b, w, time_limit, execute, runtime, cost_profile, rounds, cache_dir),
+            name,
+            weights,
+        )
 
 
 def compare_vulkan(
@@ -175,9 +238,9 @@ def compare_vulkan(
 
 def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_profile, rounds, service) -> Comparison:
     from layout_solver.compare.result import Comparison, Side, error_record
+    from layout_solver.targets.vulkan.measure import execute_on_device, lower_vulkan
+    from layout_solver.targets.vulkan.runtime import probe
     from layout_solver.vulkan import solver_layouts, stock_layouts
-    from layout_solver.vulkan.measure import execute_on_device, lower_vulkan
-    from layout_solver.vulkan.runtime import probe
 
     if execute:
         probe(runtime)

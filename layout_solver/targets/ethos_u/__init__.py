@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets.base import Target
+from layout_solver.targets.base import Plot, Target
 
 if TYPE_CHECKING:
     from layout_solver.compare.result import Comparison
@@ -62,16 +62,49 @@ class EthosUTarget(Target):
         calibrated = self.name == ethos_u55.CALIBRATED_FOR
         return queries.ethos_u_transpose(query, None if calibrated else tuple(self.compile_spec().compiler_flags))
 
+    def report_fields(self, result: dict) -> dict:
+        """The two sides' runs on the TOSA reference model, and the operator classes whose cycles grew most."""
+        from layout_solver.targets.ethos_u.report import dearer_op_classes
+
+        return {"stock_reference": result.get("stock_reference", ""),
+                "solver_reference": result.get("solver_reference", ""),
+                "dearer_ops": "; ".join(f"{op} +{cycles:,}" for op, cycles in dearer_op_classes(result))}  # fmt: skip
+
+    def report_section(self, rows: list[dict]) -> list[str]:
+        """Vela's transpose and total cycles of the whole delegate, stock and solver."""
+        from layout_solver.targets.ethos_u.report import section
+
+        return section(self.name, rows)
+
+    def plots(self) -> tuple[Plot, ...]:
+        """The totals against the transposes, Vela's transpose cycles and its total cycles (the files of the
+        configuration the Ethos-U55 model was calibrated for carry no suffix)."""
+        from cost_models.ethos_u55 import CALIBRATED_FOR
+
+        suffix = "" if self.name == CALIBRATED_FOR else f"_{self.name}"
+        return (Plot(f"totals_vs_transposes_{self.name}.png", kind="totals_vs_transposes"),
+                Plot(f"transpose_cycles{suffix}.png", f"{self.name}: Vela transpose cycles", "cycles",
+                     "stock_vela_transpose_cycles", "solver_vela_transpose_cycles"),
+                Plot(f"total_cycles{suffix}.png", f"{self.name}: Vela total NPU cycles", "cycles",
+                     "stock_vela_total_cycles", "solver_vela_total_cycles"))  # fmt: skip
+
     def compare(self, module, inputs, name=None, time_limit=DEFAULT_TIME_LIMIT, service=None, **options):
         """Stock versus solver lowering for this configuration (compare_ethos_u)."""
         self.check_options(options)
         return compare_ethos_u(module, inputs, name, time_limit, self.name, service=service, **options)
 
-    def compare_methods(self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, **options):
-        """Stock versus per-method versus joint lowering for this configuration."""
+    def compare_methods(
+        self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, weights=None, cache_dir=None, verify="vela", **options
+    ):
+        """Stock versus per-method versus joint lowering for this configuration. Takes the method `weights`, the joint
+        solve\'s `cache_dir` and the target\'s own options; any other option must be left at its default."""
         from layout_solver.compare.methods import compare_methods
+        from layout_solver.targets.ethos_u.methods import methods_sides
 
-        return compare_methods(built, self.name, name, time_limit, family=self.family, **options)
+        self.check_options(options, frozenset({"input_order"} if options.get("input_order") == "nchw" else ()))
+        return compare_methods(
+            built, self.name, lambda b, w: methods_sides(b, w, time_limit, self.name, cache_dir, verify), name, weights
+        )
 
 
 @cache
@@ -112,10 +145,10 @@ def compare_ethos_u(
 
 
 def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify) -> dict:
-    from layout_solver.arm.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.arm.hooks import solver_layouts
-    from layout_solver.arm.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
     from layout_solver.compare.result import error_record, not_compared, not_lowered
+    from layout_solver.targets.ethos_u.equivalence import stock_against_solver, versus_quantized_eager
+    from layout_solver.targets.ethos_u.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
 
     inputs = declare_input_order(inputs, input_order)
     result: dict = {}

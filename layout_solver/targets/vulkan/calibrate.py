@@ -41,8 +41,8 @@ from torch.nn import functional as F
 from cost_models import vulkan as vk_cost
 from layout_solver.core.problem import ProblemError
 from layout_solver.lowering.pass_report import collecting_reports
+from layout_solver.targets.vulkan.runtime import locate_runtime, profile
 from layout_solver.vulkan import hooks, passes
-from layout_solver.vulkan.runtime import locate_runtime, profile
 
 FLOAT_LABELS = [f"{s}:TENSOR_{p}_PACKED" for s in ("TEXTURE_3D", "BUFFER") for p in ("WIDTH", "HEIGHT", "CHANNELS")]
 

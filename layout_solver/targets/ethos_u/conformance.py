@@ -4,7 +4,7 @@ The executorch wheel ships its Arm test suite (`executorch/backends/arm/test/ops
 pipelines whose outputs are checked on the TOSA reference model against eager). Loading this plugin wraps
 every test in `solver_layouts()`, so whatever lowering a test does goes through the solver stage:
 
-    python -m pytest -p layout_solver.arm.conformance --layout-stage solver \\
+    python -m pytest -p layout_solver.targets.ethos_u.conformance --layout-stage solver \\
         $(python -c "import executorch.backends.arm.test as t, os; print(os.path.dirname(t.__file__))")/ops/test_permute.py
 
 `--layout-stage stock` (the default) leaves the pipeline as shipped, for the side-by-side run
