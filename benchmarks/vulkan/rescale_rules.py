@@ -26,9 +26,10 @@ from functools import partial
 from benchmarks import harness
 from cost_models import vulkan as vk_cost
 from layout_solver.lowering.quiet import quiet
-from layout_solver.targets.vulkan import calibrate, solver_layouts, stock_layouts
+from layout_solver.targets.vulkan import rescale
 from layout_solver.targets.vulkan.measure import lower_vulkan
 from layout_solver.targets.vulkan.runtime import profile
+from layout_solver.vulkan import solver_layouts, stock_layouts
 from layout_solver.zoo.models import OUTSIDE, ZOO, build
 
 # Issue 36's models the rules were not written against: hand-written ones and three transformers architectures
@@ -43,11 +44,11 @@ MOVED = 0.03  # of stock's device time: a smaller change has no size to be predi
 
 def rule_profiles(base: vk_cost.VulkanProfile, log=print) -> dict[str, vk_cost.VulkanProfile]:
     """The profile as it is and rescaled by each rule, from one re-timing of its reference probes."""
-    factors = calibrate.reference_factors(base, log=log)
+    factors = rescale.reference_factors(base, log=log)
     return {
         "as measured": base,
-        "one factor": calibrate.rescaled(base, calibrate.overall(factors)),
-        "by class": calibrate.rescaled(base, factors),
+        "one factor": rescale.rescaled(base, rescale.overall(factors)),
+        "by class": rescale.rescaled(base, factors),
     }
 
 

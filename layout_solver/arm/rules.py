@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
@@ -95,8 +96,27 @@ def build_problem(
     identity = {n: tuple(range(tensor_of(n).dim())) for n in nodes}
     rules = {n: rule_for(n) for n in nodes if n.op == "call_function"}
     rules = {n: PINNED if rule.kind in pinned_kinds else rule for n, rule in rules.items()}
+    draft = _Draft(identity, rules, _candidate_orders(nodes, identity, rules), pricing)
+    _add_op_modes(draft)
+    _add_contracts(draft, graph_module)
+    values, value_node, costs, pending = _values_and_transition_prices(draft, nodes, constants, lazy_losses)
+    if draft.pinned_unknown:
+        warnings.warn(
+            "layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
+            + ", ".join(draft.pinned_unknown[:10])
+            + (" ..." if len(draft.pinned_unknown) > 10 else ""),
+            stacklevel=2,
+        )
+    problem = Problem.model_validate(
+        {"name": name, "values": values, "ops": draft.ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
+    )
+    return ArmProblem(
+        problem, value_node, draft.op_node, draft.op_rule, draft.pinned_unknown, pricing.unpriced, pending, pricing
+    )
 
-    # Candidate orders: identity, those that make each permute free, spread along chains of free ops.
+
+def _candidate_orders(nodes: list, identity: dict, rules: dict) -> Domains:
+    """Values' candidate orders: identity, those that make each permute free, spread along chains of free ops."""
     domains = Domains({n: [identity[n]] for n in nodes})
     for n, rule in rules.items():
         rule.seed(n, domains)
@@ -106,30 +126,62 @@ def build_problem(
             changed |= rule.propagate(n, domains)
         if not changed:
             break
+    return domains
 
-    values, ops, costs = [], [], []
-    pending: dict[tuple[str, str, str], tuple] = {}
-    value_node, op_node, op_rule = {}, {}, {}
-    pinned_unknown = []
-    wanted: dict[torch.fx.Node, set] = {n: set() for n in nodes}
-    modes_of: dict[torch.fx.Node, list[dict]] = {}
 
-    for n, rule in rules.items():
+@dataclass
+class _Draft:
+    """What build_problem gathers before it prices the transitions: the ops with their modes, and per value the
+    orders its readers want it in."""
+
+    identity: dict
+    rules: dict
+    domains: Domains
+    pricing: ArmPricing
+    ops: list[dict] = field(default_factory=list)
+    op_node: dict = field(default_factory=dict)
+    op_rule: dict = field(default_factory=dict)
+    pinned_unknown: list[str] = field(default_factory=list)
+    wanted: dict = field(default_factory=lambda: defaultdict(set))  # node -> the orders its readers read it in
+    modes_of: dict = field(default_factory=dict)
+
+    def add_contract(self, op_id: str, target: str, reads: list) -> None:
+        """An op that reads `reads` in their identity order and writes nothing the problem tracks."""
+        self.ops.append(
+            {
+                "id": op_id,
+                "target": target,
+                "operands": [o.name for o in reads],
+                "results": [],
+                "modes": [
+                    {"name": "contract", "operands": [order_label(self.identity[o]) for o in reads], "results": []}
+                ],
+            }
+        )
+        for o in reads:
+            self.wanted[o].add(self.identity[o])
+
+
+def _add_op_modes(draft: _Draft) -> None:
+    """Op modes: each op its rule's modes, priced; an op with no priced mode (or no rule) pinned to the identity
+    order."""
+    domains, pricing = draft.domains, draft.pricing
+    for n, rule in draft.rules.items():
         operands = rule.operands(n)
         modes = rule.modes(n, domains, operands) if all(o in domains for o in operands) else []
         modes = _priced(n, modes, pricing)
         if not modes:
             if not rule.known:
-                pinned_unknown.append(f"{n.name} ({short_target(n)})")
+                draft.pinned_unknown.append(f"{n.name} ({short_target(n)})")
             rule = rule if isinstance(rule, Pinned) else PINNED
             # Every tensor it reads, list arguments (cat) included, must be in identity order.
             operands = list(dict.fromkeys(a for a in rule.operands(n) if a in domains))
             modes = _priced(n, rule.pinned_modes(n, operands), pricing, keep_unpriced=True)
         for m in modes:
             for o, lab in zip(operands, m["operands"]):
-                wanted[o].add(label_order(lab))
-        modes_of[n] = modes
-        ops.append(
+                draft.wanted[o].add(label_order(lab))
+        draft.modes_of[n] = modes
+        draft.ops.append(
             {
                 "id": n.name,
                 "target": short_target(n),
@@ -138,47 +190,39 @@ def build_problem(
                 "modes": modes,
             }
         )
-        op_node[n.name], op_rule[n.name] = n, rule
+        draft.op_node[n.name], draft.op_rule[n.name] = n, rule
 
+
+def _add_contracts(draft: _Draft, graph_module: torch.fx.GraphModule) -> None:
+    """The program's outputs, and every node with no single tensor result (several results, or none), read their
+    operands as they are: in the identity order (without this, a split reading a value the answer keeps transposed
+    would split the wrong axis)."""
     output = next(n for n in graph_module.graph.nodes if n.op == "output")
-    outs = [a for a in output.all_input_nodes if a in domains]
+    outs = [a for a in output.all_input_nodes if a in draft.domains]
     for k, o in enumerate(outs):
-        ops.append(
-            {
-                "id": f"output#{k}",
-                "target": "output",
-                "operands": [o.name],
-                "results": [],
-                "modes": [{"name": "contract", "operands": [order_label(identity[o])], "results": []}],
-            }
-        )
-        wanted[o].add(identity[o])
-
-    # A node with no single tensor result (several results, or none) has no rule and reads its operands as
-    # they are: in the identity order (without this, a split reading a value the answer keeps transposed
-    # would split the wrong axis).
+        draft.add_contract(f"output#{k}", "output", [o])
     for n in graph_module.graph.nodes:
-        reads = [a for a in n.all_input_nodes if a in domains] if n.op == "call_function" and n not in rules else []
-        if reads:
-            ops.append(
-                {
-                    "id": f"{n.name}#reads",
-                    "target": short_target(n),
-                    "operands": [o.name for o in reads],
-                    "results": [],
-                    "modes": [
-                        {"name": "contract", "operands": [order_label(identity[o]) for o in reads], "results": []}
-                    ],
-                }
-            )
-            for o in reads:
-                wanted[o].add(identity[o])
+        if n.op == "call_function" and n not in draft.rules:
+            reads = [a for a in n.all_input_nodes if a in draft.domains]
+            if reads:
+                draft.add_contract(f"{n.name}#reads", short_target(n), reads)
 
+
+def _values_and_transition_prices(draft: _Draft, nodes: list, constants: set[str], lazy_losses: bool):
+    """Values and domains, transition prices: each tensor with the orders its producer writes and its readers
+    read as its domain, and the price of every (written, read) pair of them; with `lazy_losses`, what a
+    transition costs two ops Vela would fuse is left `pending`."""
+    identity, rules, pricing = draft.identity, draft.rules, draft.pricing
+    values, costs, value_node = [], [], {}
+    pending: dict[tuple[str, str, str], tuple] = {}
     for n in nodes:
+        wanted = draft.wanted[n]
         produced = (
-            {label_order(m["results"][0]) for m in modes_of.get(n, [])} if n.op != "placeholder" else {identity[n]}
+            {label_order(m["results"][0]) for m in draft.modes_of.get(n, [])}
+            if n.op != "placeholder"
+            else {identity[n]}
         )
-        labels = [order_label(o) for o in dict.fromkeys(list(produced) + sorted(wanted[n]) + [identity[n]])]
+        labels = [order_label(o) for o in dict.fromkeys(list(produced) + sorted(wanted) + [identity[n]])]
         val = tensor_of(n)
         shape, dtype = [int(d) for d in val.shape], dtype_name(val)
         is_input = n.op == "placeholder"
@@ -204,7 +248,7 @@ def build_problem(
         # convolutions and pooling read the value in its identity order: price the transpose with them
         read_by = n if read_by_windows_only(n) else None
         for src in produced:
-            for dst in wanted[n]:
+            for dst in wanted:
                 if src != dst:
                     reader = read_by if dst == identity[n] else None
                     # the transpose is the value's only reader: Ethos-U85 writes it as the producer's output
@@ -216,17 +260,7 @@ def build_problem(
                     elif chain in rules:
                         cost += pricing.fusion_loss(n, chain, src, dst)
                     costs.append({"value": key[0], "src": key[1], "dst": key[2], "cost": round(cost, 1)})
-    if pinned_unknown:
-        warnings.warn(
-            "layout-solver: ops the TOSA rules do not know were pinned to the identity order: "
-            + ", ".join(pinned_unknown[:10])
-            + (" ..." if len(pinned_unknown) > 10 else ""),
-            stacklevel=2,
-        )
-    problem = Problem.model_validate(
-        {"name": name, "values": values, "ops": ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
-    )
-    return ArmProblem(problem, value_node, op_node, op_rule, pinned_unknown, pricing.unpriced, pending, pricing)
+    return values, value_node, costs, pending
 
 
 def _priced(node: torch.fx.Node, modes: list[dict], pricing: ArmPricing, keep_unpriced: bool = False) -> list[dict]:

@@ -15,6 +15,7 @@ so a transition shared by several consumers is paid once.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from layout_solver.core.evaluate import TransitionPricer
@@ -94,129 +95,161 @@ class CompiledProblem:
 
 def compile_problem(problem: Problem) -> CompiledProblem:
     """Compile a validated Problem into variables and factors; raises InfeasibleError (naming the op and values)
-    when no mode of an op can produce its results in their allowed labels."""
-    label_ids: dict[str, int] = {}
+    when no mode of an op can produce its results in their allowed labels. Three phases: the ops' variables (their
+    legal modes), the free values' variables (their labels), then one factor per value read."""
+    draft = _Draft(problem)
+    draft.add_op_variables()
+    draft.add_value_variables()
+    return draft.compiled_with_factors()
 
-    def lid(label: str) -> int:
-        return label_ids.setdefault(label, len(label_ids))
 
-    values = problem.values
-    value_index = {v.id: i for i, v in enumerate(values)}
-    domains = [frozenset(lid(label) for label in v.domain) for v in values]
-    home = [frozenset([lid(v.fixed)]) if v.fixed is not None else domains[i] for i, v in enumerate(values)]
+class _Draft:
+    """compile_problem's working state: label ids (interned), the variables so far and how each op and value
+    maps onto them."""
 
-    producer: dict[int, tuple[int, int]] = {}  # value -> (op, result slot)
-    for oi, op in enumerate(problem.ops):
-        for r, vid in enumerate(op.results):
-            producer[value_index[vid]] = (oi, r)
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.label_ids: dict[str, int] = {}
+        self.interned: dict[tuple[str, ...], tuple[int, ...]] = {}
+        values = problem.values
+        self.value_index = {v.id: i for i, v in enumerate(values)}
+        domains = [frozenset(self.lid(label) for label in v.domain) for v in values]
+        self.home = [
+            frozenset([self.lid(v.fixed)]) if v.fixed is not None else domains[i] for i, v in enumerate(values)
+        ]
+        self.producer: dict[int, tuple[int, int]] = {}  # value -> (op, result slot)
+        for oi, op in enumerate(problem.ops):
+            for r, vid in enumerate(op.results):
+                self.producer[self.value_index[vid]] = (oi, r)
+        self.n_options: list[int] = []
+        self.var_op: list[int] = []
+        self.var_value: list[int] = []
+        self.var_choices: list[tuple[int, ...]] = []
+        self.unary: list[tuple[float, ...]] = []
+        self.offset = 0.0
+        self.op_var: dict[int, int] = {}
+        self.op_fixed_mode: dict[int, int] = {}
+        self.legal_modes: list[list[int]] = []
+        self.value_var: dict[int, int] = {}
+        self.value_fixed_label: dict[int, int] = {}
+        # Label ids of every mode's operand and result slots, computed once; ops repeat the same few label
+        # patterns, so they are interned.
+        self.mode_operands = [[self.ids(m.operands) for m in op.modes] for op in problem.ops]
+        self.mode_results = [[self.ids(m.results) for m in op.modes] for op in problem.ops]
 
-    n_options: list[int] = []
-    var_op: list[int] = []
-    var_value: list[int] = []
-    var_choices: list[tuple[int, ...]] = []
-    unary: list[tuple[float, ...]] = []
-    offset = 0.0
-    op_var: dict[int, int] = {}
-    op_fixed_mode: dict[int, int] = {}
-    legal_modes: list[list[int]] = []
+    def lid(self, label: str) -> int:
+        """The id of `label` (a new one the first time it is seen)."""
+        return self.label_ids.setdefault(label, len(self.label_ids))
 
-    # Label ids of every mode's operand and result slots, computed once; ops
-    # repeat the same few label patterns, so intern them.
-    interned: dict[tuple[str, ...], tuple[int, ...]] = {}
-
-    def ids(labels: list[str]) -> tuple[int, ...]:
+    def ids(self, labels: list[str]) -> tuple[int, ...]:
+        """The ids of `labels`, interned."""
         key = tuple(labels)
-        got = interned.get(key)
+        got = self.interned.get(key)
         if got is None:
-            got = interned[key] = tuple(lid(x) for x in key)
+            got = self.interned[key] = tuple(self.lid(x) for x in key)
         return got
 
-    mode_operands = [[ids(m.operands) for m in op.modes] for op in problem.ops]
-    mode_results = [[ids(m.results) for m in op.modes] for op in problem.ops]
-    single = {}  # label id -> frozenset({label id})
+    def _add_variable(self, op: int, value: int, choices: tuple[int, ...], costs: tuple[float, ...]) -> int:
+        self.n_options.append(len(choices))
+        self.var_op.append(op)
+        self.var_value.append(value)
+        self.var_choices.append(choices)
+        self.unary.append(costs)
+        return len(self.n_options) - 1
 
-    for oi, op in enumerate(problem.ops):
-        result_idx = [value_index[v] for v in op.results]
-        legal = [
-            mi for mi, res in enumerate(mode_results[oi]) if all(label in home[v] for v, label in zip(result_idx, res))
+    def add_op_variables(self) -> None:
+        """An op with one legal mode (its results within their domains) is fixed, its cost an offset; one with
+        several is a variable over them."""
+        problem, home = self.problem, self.home
+        for oi, op in enumerate(problem.ops):
+            result_idx = [self.value_index[v] for v in op.results]
+            legal = [
+                mi
+                for mi, res in enumerate(self.mode_results[oi])
+                if all(label in home[v] for v, label in zip(result_idx, res))
+            ]
+            if not legal:
+                _raise_infeasible(problem, oi, result_idx)
+            self.legal_modes.append(legal)
+            if len(legal) == 1:
+                self.op_fixed_mode[oi] = legal[0]
+                self.offset += op.modes[legal[0]].cost
+            else:
+                self.op_var[oi] = self._add_variable(oi, -1, tuple(legal), tuple(op.modes[mi].cost for mi in legal))
+
+    def add_value_variables(self) -> None:
+        """A value no op produces (an input, a constant) is a variable over its allowed labels, or fixed where it
+        has one (or is a constant whose transitions are free: its own label changes no cost)."""
+        for vi, value in enumerate(self.problem.values):
+            if vi in self.producer:
+                continue
+            allowed = [self.lid(label) for label in value.domain if self.lid(label) in self.home[vi]]
+            if len(allowed) == 1 or (value.kind == "constant" and not self.problem.price_constants):
+                self.value_fixed_label[vi] = allowed[0]
+                continue
+            self.value_var[vi] = self._add_variable(-1, vi, tuple(allowed), (0.0,) * len(allowed))
+
+    def compiled_with_factors(self) -> CompiledProblem:
+        """The CompiledProblem: per value read, one factor over the variable that decides its label and those of
+        the ops that read it (a factor with no variable left is a constant, added to the offset)."""
+        problem, values = self.problem, self.problem.values
+        # Consumers of every value, grouped per op (an op may read a value twice).
+        consumers: dict[int, dict[int, list[int]]] = {}
+        for oi, op in enumerate(problem.ops):
+            for slot, vid in enumerate(op.operands):
+                consumers.setdefault(self.value_index[vid], {}).setdefault(oi, []).append(slot)
+        explicit: dict[int, list[tuple[int, int, float]]] = {}
+        for t in problem.transition_costs:
+            explicit.setdefault(self.value_index[t.value], []).append((self.lid(t.src), self.lid(t.dst), t.cost))
+        free_constants = not problem.price_constants
+        price_key = [
+            ("folded",)
+            if free_constants and v.kind == "constant"
+            else (v.size_bytes, tuple(sorted(explicit.get(i, ()))))
+            for i, v in enumerate(values)
         ]
-        if not legal:
-            _raise_infeasible(problem, oi, result_idx)
-        legal_modes.append(legal)
-        if len(legal) == 1:
-            op_fixed_mode[oi] = legal[0]
-            offset += op.modes[legal[0]].cost
-        else:
-            op_var[oi] = len(n_options)
-            n_options.append(len(legal))
-            var_op.append(oi)
-            var_value.append(-1)
-            var_choices.append(tuple(legal))
-            unary.append(tuple(op.modes[mi].cost for mi in legal))
+        compiled = CompiledProblem(
+            problem=problem,
+            labels=list(self.label_ids),
+            n_options=self.n_options,
+            var_op=self.var_op,
+            var_value=self.var_value,
+            var_choices=self.var_choices,
+            unary=self.unary,
+            factors=[],
+            offset=0.0,
+            price_key=price_key,
+            op_fixed_mode=self.op_fixed_mode,
+            value_fixed_label=self.value_fixed_label,
+        )
+        compiled._pricer = TransitionPricer(problem)
+        offset = self.offset
+        for vi, uses in consumers.items():
+            if free_constants and values[vi].kind == "constant":
+                continue
+            factor = self._factor(vi, uses)
+            if not factor.scope:
+                offset += compiled.factor_cost(factor, ())
+                continue
+            compiled.factors.append(factor)
+        compiled.offset = offset
+        return compiled
 
-    value_var: dict[int, int] = {}
-    value_fixed_label: dict[int, int] = {}
-    for vi, value in enumerate(values):
-        if vi in producer:
-            continue
-        allowed = [lid(label) for label in value.domain if lid(label) in home[vi]]
-        if len(allowed) == 1 or (value.kind == "constant" and not problem.price_constants):
-            # A free-to-transition constant's own label changes no cost.
-            value_fixed_label[vi] = allowed[0]
-            continue
-        value_var[vi] = len(n_options)
-        n_options.append(len(allowed))
-        var_op.append(-1)
-        var_value.append(vi)
-        var_choices.append(tuple(allowed))
-        unary.append((0.0,) * len(allowed))
-
-    # Consumers of every value, grouped per op (an op may read a value twice).
-    consumers: dict[int, dict[int, list[int]]] = {}
-    for oi, op in enumerate(problem.ops):
-        for slot, vid in enumerate(op.operands):
-            consumers.setdefault(value_index[vid], {}).setdefault(oi, []).append(slot)
-
-    explicit: dict[int, list[tuple[int, int, float]]] = {}
-    for t in problem.transition_costs:
-        explicit.setdefault(value_index[t.value], []).append((lid(t.src), lid(t.dst), t.cost))
-    free_constants = not problem.price_constants
-    price_key = [
-        ("folded",) if free_constants and v.kind == "constant" else (v.size_bytes, tuple(sorted(explicit.get(i, ()))))
-        for i, v in enumerate(values)
-    ]
-
-    compiled = CompiledProblem(
-        problem=problem,
-        labels=list(label_ids),
-        n_options=n_options,
-        var_op=var_op,
-        var_value=var_value,
-        var_choices=var_choices,
-        unary=unary,
-        factors=[],
-        offset=0.0,
-        price_key=price_key,
-        op_fixed_mode=op_fixed_mode,
-        value_fixed_label=value_fixed_label,
-    )
-    compiled._pricer = TransitionPricer(problem)
-    skip_constants = not problem.price_constants
-
-    for vi, uses in consumers.items():
-        if skip_constants and values[vi].kind == "constant":
-            continue
-        if vi in producer:
-            oi, r = producer[vi]
+    def _factor(self, vi: int, uses: dict[int, list[int]]) -> Factor:
+        """Value `vi`'s factor: where its label comes from (its producer's variable, its own, or a fixed label)
+        and what each reader needs it in, per mode (a need every mode shares is a constant requirement)."""
+        mode_operands, legal_modes, op_var = self.mode_operands, self.legal_modes, self.op_var
+        if vi in self.producer:
+            oi, r = self.producer[vi]
             if oi in op_var:
                 src_var = op_var[oi]
-                src_labels = tuple(mode_results[oi][mi][r] for mi in legal_modes[oi])
+                src_labels = tuple(self.mode_results[oi][mi][r] for mi in legal_modes[oi])
             else:
-                src_var, src_labels = -1, (mode_results[oi][op_fixed_mode[oi]][r],)
-        elif vi in value_var:
-            src_var, src_labels = value_var[vi], var_choices[value_var[vi]]
+                src_var, src_labels = -1, (self.mode_results[oi][self.op_fixed_mode[oi]][r],)
+        elif vi in self.value_var:
+            src_var, src_labels = self.value_var[vi], self.var_choices[self.value_var[vi]]
         else:
-            src_var, src_labels = -1, (value_fixed_label[vi],)
+            src_var, src_labels = -1, (self.value_fixed_label[vi],)
         if src_var >= 0 and len(set(src_labels)) == 1:
             src_var, src_labels = -1, (src_labels[0],)
         const_req: set[int] = set()
@@ -224,12 +257,7 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         cons_reqs: list[tuple[frozenset[int], ...]] = []
         for oi, slots in uses.items():
             if len(slots) == 1:
-                slot = slots[0]
-                per_mode = [
-                    single.get(mode_operands[oi][mi][slot])
-                    or single.setdefault(mode_operands[oi][mi][slot], frozenset((mode_operands[oi][mi][slot],)))
-                    for mi in legal_modes[oi]
-                ]
+                per_mode = [_single(mode_operands[oi][mi][slots[0]]) for mi in legal_modes[oi]]
             else:
                 per_mode = [frozenset(mode_operands[oi][mi][s] for s in slots) for mi in legal_modes[oi]]
             if oi in op_var and len(set(per_mode)) > 1:
@@ -239,13 +267,13 @@ def compile_problem(problem: Problem) -> CompiledProblem:
                 cons_reqs.append(tuple(p - common for p in per_mode))
             else:
                 const_req |= per_mode[0]
-        factor = Factor(vi, src_var, src_labels, tuple(cons_vars), tuple(cons_reqs), frozenset(const_req))
-        if not factor.scope:
-            offset += compiled.factor_cost(factor, ())
-            continue
-        compiled.factors.append(factor)
-    compiled.offset = offset
-    return compiled
+        return Factor(vi, src_var, src_labels, tuple(cons_vars), tuple(cons_reqs), frozenset(const_req))
+
+
+@functools.cache
+def _single(label: int) -> frozenset[int]:
+    """{label}, one object per label id (factors compare and hash these sets many times)."""
+    return frozenset((label,))
 
 
 def _raise_infeasible(problem: Problem, oi: int, result_idx: list[int]) -> None:

@@ -216,169 +216,207 @@ def _tensor_value_node(node) -> bool:
     return isinstance(node, torch.fx.Node) and utils.is_tensor_node(node) and not is_constant_tensor(node)
 
 
-def build_problem(
-    graph_module: torch.fx.GraphModule,
-    texture_limits,
-    name: str = "vulkan",
-    profile: vk_cost.VulkanProfile | str | None = None,
-) -> VulkanProblem:
-    """The layout problem of a Vulkan edge graph, priced with `profile` (a VulkanProfile, a name or a path).
+@dataclass
+class _Draft:
+    """What build_problem gathers in its walk over the graph, before the transitions are priced: the values (in
+    the order the graph first mentions them), the ops with their modes, and per value the labels its modes name,
+    its producer may store it in, and its consumers may read it in."""
 
-    Raises ProblemError naming the node the registry cannot describe.
-    """
-    profile = vk_cost.load_profile(profile)
-    graph = graph_module.graph
-    values: dict[str, dict] = {}
-    value_node: dict[str, torch.fx.Node] = {}
-    mentions: dict[str, list[str]] = {}  # value id -> labels any mode names for it
-    produced: dict[str, set[str]] = {}  # value id -> labels its producer may store it in
-    wanted: dict[str, set[str]] = {}  # value id -> labels its consumers may read it in
-    ops: list[dict] = []
-    op_node: dict[str, torch.fx.Node] = {}
-    op_slots: dict[str, list[Slot]] = {}
-    multi: dict[str, list[str]] = {}
+    texture_limits: object
+    profile: vk_cost.VulkanProfile
+    values: dict[str, dict] = field(default_factory=dict)
+    value_node: dict[str, torch.fx.Node] = field(default_factory=dict)
+    mentions: dict[str, list[str]] = field(default_factory=dict)  # value id -> labels any mode names for it
+    produced: dict[str, set[str]] = field(default_factory=dict)  # value id -> labels its producer may store it in
+    wanted: dict[str, set[str]] = field(default_factory=dict)  # value id -> labels its consumers may read it in
+    ops: list[dict] = field(default_factory=list)
+    op_node: dict[str, torch.fx.Node] = field(default_factory=dict)
+    op_slots: dict[str, list[Slot]] = field(default_factory=dict)
+    multi: dict[str, list[str]] = field(default_factory=dict)
 
-    def add_value(vid: str, node: torch.fx.Node, val, kind: str) -> None:
+    def add_value(self, vid: str, node: torch.fx.Node, val, kind: str) -> None:
+        """Register the tensor `val` (held by `node`) as value `vid`; ProblemError for a dynamic shape."""
         if any(not isinstance(d, int) for d in val.shape):
             raise ProblemError(
                 f"node {node.name!r}: dynamic shape {tuple(val.shape)} is not supported", ops=[node.name]
             )
         shape = [int(d) for d in val.shape]
         dtype = dtype_name(val)
-        values[vid] = {
+        self.values[vid] = {
             "id": vid,
             "shape": shape,
             "dtype": dtype,
             "size_bytes": vk_cost.tensor_bytes(shape, dtype),
             "kind": kind,
         }
-        value_node[vid] = node
+        self.value_node[vid] = node
 
-    def value_of(node: torch.fx.Node) -> str:
-        if node.name not in values:
-            # Graph input, or output of an op without a Vulkan implementation:
-            # free, as in the stock pass (the first consumer decides).
-            add_value(node.name, node, node.meta["val"], "input" if node.op == "placeholder" else "activation")
+    def value_of(self, node: torch.fx.Node) -> str:
+        """The value `node` produces, registered on first sight: a graph input, or the output of an op without
+        a Vulkan implementation, is free, as in the stock pass (the first consumer decides)."""
+        if node.name not in self.values:
+            self.add_value(node.name, node, node.meta["val"], "input" if node.op == "placeholder" else "activation")
         return node.name
 
-    for node in graph.nodes:
+
+def build_problem(
+    graph_module: torch.fx.GraphModule,
+    texture_limits,
+    name: str = "vulkan",
+    profile: vk_cost.VulkanProfile | str | None = None,
+) -> VulkanProblem:
+    """The layout problem of a Vulkan edge graph, priced with `profile` (a VulkanProfile, a name or a path), in
+    two phases: every op the delegate runs with its modes (`_add_op`), then every value's domain with the prices
+    of its transitions (`_domains_and_transition_prices`).
+
+    Raises ProblemError naming the node the registry cannot describe.
+    """
+    draft = _Draft(texture_limits, vk_cost.load_profile(profile))
+    for node in graph_module.graph.nodes:
         if node.op != "call_function" or not utils.is_tensor_node(node) or is_constant_tensor(node):
             continue
         if not has_impl(node.target):
             continue
         if node.target == operator.getitem:
             continue  # aliases a result of its source op, registered with that op
-        try:
-            features = get_op_features(node.target)
-            repsets = features.make_op_repsets(node, texture_limits)
-            storage_free = storage_free_args(features, node)
-        except Exception as exc:  # the registry could not describe this node
-            raise ProblemError(
-                f"node {node.name!r} ({node.target}): the Vulkan op registry cannot describe it: {exc}", ops=[node.name]
-            ) from exc
-        op_id = node.name
-        # Results: a single tensor, or one value per output (the getitem nodes that read them).
-        vals = node.meta["val"]
-        if isinstance(vals, (list, tuple)):
-            readers = {u.args[1]: u for u in node.users if u.target == operator.getitem}
-            results = []
-            for k, val in enumerate(vals):
-                holder = readers.get(k)
-                vid = holder.name if holder is not None else f"{node.name}#{k}"
-                add_value(vid, holder if holder is not None else node, val, "activation")
-                results.append(vid)
-            multi[op_id] = results
-        else:
-            add_value(node.name, node, vals, "activation")
-            results = [node.name]
-        # Operands: non-constant tensor args (cat's list entries one by one).
-        operands: list[str] = []
-        slots: list[Slot] = []
-        slot_sets: list[list[str]] = []
-        slot_arg: list[int] = []
-        for i, arg in enumerate(node.args):
-            if isinstance(arg, torch.fx.Node):
-                items = [(None, arg)] if _tensor_value_node(arg) else []
-            elif isinstance(arg, (list, tuple)) and arg and all(_tensor_value_node(a) for a in arg):
-                items = list(enumerate(arg))
-            else:
-                items = []
-            if not items:
-                continue
-            registered = repsets.get_arg_repset(i)
-            labels = repset_labels(registered, dtype_name(items[0][1].meta["val"]))
-            if not labels:
-                raise ProblemError(f"node {node.name!r}: no legal representation for argument {i}", ops=[node.name])
-            if i in storage_free:
-                continue  # registered NO_STORAGE (prepacked or non-tensor): read as it is
-            for item, a in items:
-                operands.append(value_of(a))
-                slots.append(Slot(i, item))
-                slot_sets.append(labels)
-                slot_arg.append(i)
-        result_sets = [repset_labels(repsets.get_out_repset(k), values[r]["dtype"]) for k, r in enumerate(results)]
-        label_rule = RUNTIME_LABEL_RULES.get(node.target)
-        if label_rule is not None:
-            result_sets = [
-                [lab for lab in labels if label_rule(val, lab)]
-                for labels, val in zip(result_sets, vals if isinstance(vals, (list, tuple)) else [vals])
-            ]
-            slot_sets = [
-                [lab for lab in labels if label_rule(node.args[arg].meta["val"], lab)]
-                for labels, arg in zip(slot_sets, slot_arg)
-            ]
-        pair_rule = RUNTIME_PAIR_RULES.get(node.target)
-        if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
-            price = functools.partial(
-                _mode,
-                values=values,
-                results=results,
-                op_class=op_class(node),
-                profile=profile,
-                contraction=contraction(node),
-            )
-            modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
-        else:
-            modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile)
-        if not modes:
-            raise ProblemError(f"node {node.name!r} ({node.target}): no legal representation", ops=[node.name])
-        slot_labels = list(zip(*[m["operands"] + m["results"] for m in modes]))
-        for vid, labels in zip(operands, slot_labels[: len(operands)]):
-            mentions.setdefault(vid, []).extend(labels)
-            wanted.setdefault(vid, set()).update(labels)
-        for vid, labels in zip(results, slot_labels[len(operands) :]):
-            mentions.setdefault(vid, []).extend(labels)
-            produced.setdefault(vid, set()).update(labels)
-        ops.append({"id": op_id, "target": str(node.target), "operands": operands, "results": results, "modes": modes})
-        op_node[op_id] = node
-        op_slots[op_id] = slots
+        _add_op(draft, node)
+    final_values, costs, routes = _domains_and_transition_prices(draft)
+    # One validation call over plain dicts: pydantic-core checks thousands of
+    # objects several times faster than constructing them one by one.
+    problem = Problem.model_validate(
+        {"name": name, "values": final_values, "ops": draft.ops, "transition_costs": costs,
+         "default_cost_per_byte": 0.0}
+    )  # fmt: skip
+    return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes)
 
+
+def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
+    """Op modes: `node`'s results and operands as values, and its modes (every combination of representations
+    the registry allows, priced by the profile)."""
+    try:
+        features = get_op_features(node.target)
+        repsets = features.make_op_repsets(node, draft.texture_limits)
+        storage_free = storage_free_args(features, node)
+    except Exception as exc:  # the registry could not describe this node
+        raise ProblemError(
+            f"node {node.name!r} ({node.target}): the Vulkan op registry cannot describe it: {exc}", ops=[node.name]
+        ) from exc
+    values = draft.values
+    results, vals = _add_results(draft, node)
+    operands, slots, slot_sets, slot_arg = _operand_slots(draft, node, repsets, storage_free)
+    result_sets = [repset_labels(repsets.get_out_repset(k), values[r]["dtype"]) for k, r in enumerate(results)]
+    label_rule = RUNTIME_LABEL_RULES.get(node.target)
+    if label_rule is not None:
+        result_sets = [
+            [lab for lab in labels if label_rule(val, lab)]
+            for labels, val in zip(result_sets, vals if isinstance(vals, (list, tuple)) else [vals])
+        ]
+        slot_sets = [
+            [lab for lab in labels if label_rule(node.args[arg].meta["val"], lab)]
+            for labels, arg in zip(slot_sets, slot_arg)
+        ]
+    pair_rule = RUNTIME_PAIR_RULES.get(node.target)
+    if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
+        price = functools.partial(
+            _mode,
+            values=values,
+            results=results,
+            op_class=op_class(node),
+            profile=draft.profile,
+            contraction=contraction(node),
+        )
+        modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
+    else:
+        modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, draft.profile)
+    if not modes:
+        raise ProblemError(f"node {node.name!r} ({node.target}): no legal representation", ops=[node.name])
+    slot_labels = list(zip(*[m["operands"] + m["results"] for m in modes]))
+    for vid, labels in zip(operands, slot_labels[: len(operands)]):
+        draft.mentions.setdefault(vid, []).extend(labels)
+        draft.wanted.setdefault(vid, set()).update(labels)
+    for vid, labels in zip(results, slot_labels[len(operands) :]):
+        draft.mentions.setdefault(vid, []).extend(labels)
+        draft.produced.setdefault(vid, set()).update(labels)
+    draft.ops.append({"id": node.name, "target": str(node.target), "operands": operands, "results": results,
+                      "modes": modes})  # fmt: skip
+    draft.op_node[node.name] = node
+    draft.op_slots[node.name] = slots
+
+
+def _add_results(draft: _Draft, node: torch.fx.Node) -> tuple[list[str], object]:
+    """`node`'s results as values: a single tensor, or one value per output (the getitem nodes that read them);
+    with the node's `val` meta."""
+    vals = node.meta["val"]
+    if not isinstance(vals, (list, tuple)):
+        draft.add_value(node.name, node, vals, "activation")
+        return [node.name], vals
+    readers = {u.args[1]: u for u in node.users if u.target == operator.getitem}
+    results = []
+    for k, val in enumerate(vals):
+        holder = readers.get(k)
+        vid = holder.name if holder is not None else f"{node.name}#{k}"
+        draft.add_value(vid, holder if holder is not None else node, val, "activation")
+        results.append(vid)
+    draft.multi[node.name] = results
+    return results, vals
+
+
+def _operand_slots(draft: _Draft, node: torch.fx.Node, repsets, storage_free: set[int]):
+    """`node`'s operands: its non-constant tensor arguments (cat's list entries one by one) as values, each with
+    its slot, the labels the registry allows there and its argument position."""
+    operands: list[str] = []
+    slots: list[Slot] = []
+    slot_sets: list[list[str]] = []
+    slot_arg: list[int] = []
+    for i, arg in enumerate(node.args):
+        if isinstance(arg, torch.fx.Node):
+            items = [(None, arg)] if _tensor_value_node(arg) else []
+        elif isinstance(arg, (list, tuple)) and arg and all(_tensor_value_node(a) for a in arg):
+            items = list(enumerate(arg))
+        else:
+            items = []
+        if not items:
+            continue
+        registered = repsets.get_arg_repset(i)
+        labels = repset_labels(registered, dtype_name(items[0][1].meta["val"]))
+        if not labels:
+            raise ProblemError(f"node {node.name!r}: no legal representation for argument {i}", ops=[node.name])
+        if i in storage_free:
+            continue  # registered NO_STORAGE (prepacked or non-tensor): read as it is
+        for item, a in items:
+            operands.append(draft.value_of(a))
+            slots.append(Slot(i, item))
+            slot_sets.append(labels)
+            slot_arg.append(i)
+    return operands, slots, slot_sets, slot_arg
+
+
+def _domains_and_transition_prices(draft: _Draft):
+    """Values and domains, transition prices: each value read or written by a mode, with the labels the modes
+    name as its domain, and a price for every (stored-as, read-as) pair that can occur (through a texture where
+    one clone cannot do it: `routes`)."""
     final_values = []
     costs = []
     routes: dict[tuple[str, str, str], list[str]] = {}
-    for vid, value in values.items():
-        domain = list(dict.fromkeys(mentions.get(vid, [])))
+    for vid, value in draft.values.items():
+        domain = list(dict.fromkeys(draft.mentions.get(vid, [])))
         if not domain:
             continue  # e.g. an unread output of a multi-output op that no mode names
         value["domain"] = domain
         final_values.append(value)
         # Only (stored-as, read-as) pairs can occur; a free value may be stored in any label.
+        produced = draft.produced
         sources = [lab for lab in domain if lab in produced[vid]] if vid in produced else domain
-        targets = [lab for lab in domain if lab in wanted.get(vid, ())]
-        textures = texture_labels(value_node[vid], texture_limits)
+        targets = [lab for lab in domain if lab in draft.wanted.get(vid, ())]
+        textures = texture_labels(draft.value_node[vid], draft.texture_limits)
         for src, dst in itertools.product(sources, targets):
             if src == dst:
                 continue
-            route, cost = transition_route(value["shape"], value["dtype"], src, dst, textures, profile)
+            route, cost = transition_route(value["shape"], value["dtype"], src, dst, textures, draft.profile)
             if len(route) > 1:
                 routes[(vid, src, dst)] = route
             costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
-    # One validation call over plain dicts: pydantic-core checks thousands of
-    # objects several times faster than constructing them one by one.
-    problem = Problem.model_validate(
-        {"name": name, "values": final_values, "ops": ops, "transition_costs": costs, "default_cost_per_byte": 0.0}
-    )
-    return VulkanProblem(problem, value_node, op_node, op_slots, multi, routes)
+    return final_values, costs, routes
 
 
 # A transition the runtime cannot make in one clone and no texture can relay:

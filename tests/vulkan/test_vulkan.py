@@ -339,7 +339,7 @@ def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
     them. Fed the profile's own samples at half their time (linear's in buffers at a quarter), every price
     halves (linear's in buffers quarter), the samples follow (a later --extend fits on one scale), and the
     note says by how much."""
-    from layout_solver.targets.vulkan.calibrate import overall, reference_plan, rescale_factors, rescaled
+    from layout_solver.targets.vulkan.rescale import overall, reference_plan, rescale_factors, rescaled
 
     base = vk_cost.load_profile("lavapipe")
     jobs, probes = reference_plan(base)
@@ -399,7 +399,7 @@ def test_a_rescale_applies_one_factor_whatever_one_class_reads():
     """By default the rescale multiplies every price by the median over all reference probes: one class's own
     reading (which divides by the one sample the profile has there) moves nothing by itself, and the choices
     stay the profile's."""
-    from layout_solver.targets.vulkan.calibrate import overall, reference_plan, rescale_factors, rescaled
+    from layout_solver.targets.vulkan.rescale import overall, reference_plan, rescale_factors, rescaled
 
     base = vk_cost.load_profile("lavapipe")
     _, probes = reference_plan(base)
@@ -426,7 +426,7 @@ def test_a_rescale_applies_one_factor_whatever_one_class_reads():
 
 
 def _calibration_chain(op, shape):
-    from layout_solver.targets.vulkan.calibrate import _chain
+    from layout_solver.targets.vulkan.probing import _chain
 
     return _chain(op, shape, 2)
 
@@ -434,7 +434,7 @@ def _calibration_chain(op, shape):
 def test_calibration_reads_each_op_and_clone_from_its_dispatches():
     """An op's sample is the sum of its own dispatches (staging copies left out), described by the tensor
     the runtime says it wrote; a clone's sample is keyed by its direction."""
-    from layout_solver.targets.vulkan.calibrate import Probe, read_probe
+    from layout_solver.targets.vulkan.probing import Probe, read_probe
     from layout_solver.targets.vulkan.runtime import Dispatch
 
     tex_w, buf_w = ("TEXTURE_3D", 0), ("BUFFER", 0)
@@ -460,7 +460,7 @@ def test_calibration_reads_each_op_and_clone_from_its_dispatches():
 def test_a_probe_re_timed_in_passes_is_read_as_its_median_over_them():
     """The rescale re-times its reference programs in several passes: one probe's point is the median of its
     ops over every pass, so a pass the machine slowed (here 3x) neither sets the factor nor is averaged in."""
-    from layout_solver.targets.vulkan.calibrate import Probe, _read
+    from layout_solver.targets.vulkan.probing import Probe, _read
     from layout_solver.targets.vulkan.runtime import Dispatch
 
     tex_w = ("TEXTURE_3D", 0)

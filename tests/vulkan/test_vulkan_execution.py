@@ -430,6 +430,6 @@ def test_profile_keeps_every_delegates_dispatches(runtime):
 def test_a_calibrated_profile_names_the_device(runtime):
     """The device name a profile records comes from the Vulkan loader, not from vulkaninfo (vulkan-tools), which a
     machine with only the loader and a driver lacks."""
-    from layout_solver.targets.vulkan.calibrate import device_name
+    from layout_solver.targets.vulkan.runtime import device_name
 
     assert device_name() not in ("", "unknown")

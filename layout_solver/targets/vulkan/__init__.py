@@ -138,6 +138,7 @@ class VulkanTarget(Target):
         write it rescaled to today's speed (by one factor; with `by_class`, by each op class's in each storage)."""
         from cost_models.vulkan import load_profile
         from layout_solver.targets.vulkan import calibrate as calibration
+        from layout_solver.targets.vulkan import rescale as rescaling
         from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable, probe
 
         unknown = sorted(set(ops or []) - set(calibration.PROBES))
@@ -166,7 +167,7 @@ class VulkanTarget(Target):
         except VulkanRuntimeUnavailable as exc:
             raise ValueError(str(exc)) from exc
         if rescale:
-            profile = calibration.rescale(base, command, by_class, runtime=runtime, rounds=rounds, log=log)
+            profile = rescaling.rescale(base, command, by_class, runtime=runtime, rounds=rounds, log=log)
         else:
             profile = calibration.calibrate(
                 runtime, ops=ops, sizes=sizes, rounds=rounds, transitions=transitions, log=log, command=command,

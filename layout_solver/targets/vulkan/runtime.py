@@ -382,3 +382,45 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def device_name() -> str:
+    """The first Vulkan device's name (the one the runtime takes), from the Vulkan loader itself (vulkaninfo is
+    in vulkan-tools, which a machine with only the loader and a driver lacks), or 'unknown'."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        vulkan = ctypes.CDLL(ctypes.util.find_library("vulkan") or "libvulkan.so.1")
+    except OSError:
+        return "unknown"
+
+    class InstanceCreateInfo(ctypes.Structure):  # VkInstanceCreateInfo, no layers or extensions
+        _fields_ = [
+            ("sType", ctypes.c_int32),
+            ("pNext", ctypes.c_void_p),
+            ("flags", ctypes.c_uint32),
+            ("pApplicationInfo", ctypes.c_void_p),
+            ("enabledLayerCount", ctypes.c_uint32),
+            ("ppEnabledLayerNames", ctypes.c_void_p),
+            ("enabledExtensionCount", ctypes.c_uint32),
+            ("ppEnabledExtensionNames", ctypes.c_void_p),
+        ]
+
+    instance = ctypes.c_void_p()
+    if vulkan.vkCreateInstance(ctypes.byref(InstanceCreateInfo(sType=1)), None, ctypes.byref(instance)) != 0:
+        return "unknown"
+    try:
+        count = ctypes.c_uint32(0)
+        vulkan.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
+        if not count.value:
+            return "unknown"
+        devices = (ctypes.c_void_p * count.value)()
+        vulkan.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), devices)
+        # VkPhysicalDeviceProperties: four uint32s and the device type, then char deviceName[256]; the rest
+        # (limits, sparse properties) fits in the 4 KiB given
+        properties = ctypes.create_string_buffer(4096)
+        vulkan.vkGetPhysicalDeviceProperties(ctypes.c_void_p(devices[0]), properties)
+        return properties.raw[20:276].split(b"\0", 1)[0].decode(errors="replace") or "unknown"
+    finally:
+        vulkan.vkDestroyInstance(instance, None)
