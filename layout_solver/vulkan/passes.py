@@ -13,21 +13,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import math
 import operator
 import time
 import warnings
 from collections import Counter
 
 import torch
-from executorch.backends.vulkan import utils
 from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
-from executorch.backends.vulkan.op_registry import has_impl
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
-from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
 from layout_solver.core import robust
 from layout_solver.core.problem import ProblemError, Solution
@@ -35,14 +30,20 @@ from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.lowering.joint_lowering import in_joint_lowering
 from layout_solver.lowering.pass_report import PassReport, record
 from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
-from layout_solver.vulkan.rules import build_problem, contraction, is_constant_tensor, op_class
+from layout_solver.vulkan.pricing import (
+    decision_pricings,
+    is_clone,
+    modelled,
+    modelled_cost_by_node,
+    resolution,
+    total,
+    transition_record,
+    unreliable,
+)
+from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)
-
-
-def _is_clone(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and node.target == exir_ops.edge.aten.clone.default
 
 
 def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
@@ -53,141 +54,6 @@ def _tensors_by_repr(graph_module: torch.fx.GraphModule) -> Counter:
         for one in reprs_of(node) or []:
             counts[repr_label(one)] += 1
     return counts
-
-
-def _transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | None) -> dict:
-    source = clone.args[0]
-    src = utils.get_node_repr(source)
-    src_label = repr_label(src) if isinstance(src, utils.TensorRepr) else repr_label(src.vals[0])
-    dst_label = repr_label(utils.get_node_repr(clone))
-    val = clone.meta["val"]
-    shape, dtype = shape_of(val), dtype_name(val)
-    return {
-        "value": source.name,
-        "src": src_label,
-        "dst": dst_label,
-        "bytes": vk_cost.tensor_bytes(shape, dtype),
-        "cost": vk_cost.transition_cost(shape, dtype, src_label, dst_label, profile),
-    }
-
-
-def modelled_cost(
-    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
-) -> float:
-    """The profile's price of a tagged graph: every op in its representation, every transition.
-
-    Both sides of a comparison are priced by this one function, so their
-    difference is the model's prediction of the change in run time. The solver
-    decides by the prices its problem has (`estimate=False`: a label whose fit
-    cannot explain its samples costs the class's dearest); reports and
-    predictions take the best estimate (`estimate=True`: that label priced by
-    its own samples, see `cost_models.vulkan.op_mode_cost`).
-    """
-    return sum(modelled_cost_by_op(graph_module, profile, estimate).values())
-
-
-def modelled_cost_by_op(
-    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
-) -> Counter:
-    """`modelled_cost` split by operator name ("aten.clone.default" holds the transitions), the names the
-    runtime's dispatch profile uses, so each op's price can be held against its measured time."""
-    total: Counter = Counter()
-    for operator_name, _, price in modelled_cost_by_node(graph_module, profile, estimate).values():
-        total[operator_name] += price
-    return total
-
-
-def modelled_cost_by_node(
-    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, estimate: bool = False
-) -> dict[str, tuple[str, tuple[str, ...], float]]:
-    """`modelled_cost` per priced node: name -> (operator name, the representations it writes and reads,
-    price). Two taggings of copies of one graph share their ops' names, so the ops a change moved can be
-    told apart; a transition is keyed by what it converts and to what (each tagging names the clones it
-    inserts in its own order)."""
-    priced: dict[str, tuple[str, tuple[str, ...], float]] = {}
-    for node in graph_module.graph.nodes:
-        if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
-            continue
-        if is_constant_tensor(node) or not utils.is_tensor_node(node):
-            continue
-        name = _operator_name(node)
-        writes = tuple(repr_label(r) for r in reprs_of(node) or [])
-        if _is_clone(node):
-            record = _transition_record(node, profile)
-            key = f"transition of {record['value']} from {record['src']} to {record['dst']}"
-            while key in priced:  # the same conversion twice (one per consumer group): each is priced
-                key += "'"
-            priced[key] = (name, writes, record["cost"])
-            continue
-        first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
-        first_reprs = reprs_of(first) if first is not None else None
-        reads = repr_label(first_reprs[0]) if first_reprs else None
-        outputs = node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]]
-        price = 0.0
-        for r, val in vk_cost.priced_results(
-            op_class(node), profile or vk_cost.load_profile(), list(zip(reprs_of(node) or [], outputs))
-        ):
-            shape, dtype = shape_of(val), dtype_name(val)
-            price += vk_cost.op_mode_cost(
-                op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads, estimate
-            )
-        priced[node.name] = (name, (*writes, "<-", reads or ""), price)
-    return priced
-
-
-def _total(priced: dict[str, tuple]) -> float:
-    """The price of a tagging from its prices by node (`modelled_cost_by_node`)."""
-    return sum(price for _, _, price in priced.values())
-
-
-def _resolution(profile: vk_cost.VulkanProfile) -> float:
-    """How far a measured profile's price of one op can be off: the larger of its fits' median relative error
-    on their own samples (`mode_resolution`) and, where measured, on the operators of whole programs
-    (`program_error`); 0 for a profile of assumed numbers, which has nothing to be off from.
-
-    The probes' own error understates it: the lavapipe fits miss their samples by a median 13%, the ops of
-    20 programs by 26% (exp 0.235), and a catalog MobileViT's transformer stage moved into width-packed
-    textures, priced 9% cheaper than stock's, ran 6% slower: its layer norms there, priced 89-301 us, ran
-    2.5-3.1 ms (`benchmarks/results/vulkan_runtime.md`)."""
-    if not profile.measured:
-        return 0.0
-    return max(vk_cost.mode_resolution(profile), math.expm1(profile.program_error))
-
-
-def _unreliable(profile: vk_cost.VulkanProfile, classes: dict[str, str | None]):
-    """Whether a priced node (`modelled_cost_by_node`'s name and record) is written in a label whose fit
-    `profile` does not stand behind (`unfit_op_modes`: it prices one of its own samples over UNFIT_FACTOR
-    times too cheap). Its price may be that far off, so a saving resting on it is not resolved: a catalog
-    MobileViT's default change moved layer norms out of channels-packed textures (priced as the class's dearest
-    label) into width-packed ones priced at 89-301 us, which ran 2.5-3.1 ms, and the program ran 6% slower."""
-    unfit = vk_cost.unfit_op_modes(profile) if profile.measured else frozenset()
-    return lambda name, record: bool(record[1]) and (classes.get(name), record[1][0]) in unfit
-
-
-def _pricings(profiles: dict[str, vk_cost.VulkanProfile]) -> dict[str, tuple[vk_cost.VulkanProfile, bool]]:
-    """What a change from stock's tagging must be no dearer under: each profile's decision prices, and its
-    best estimate where the two differ (a measured profile with labels its fits cannot explain)."""
-    pricings = {label: (p, False) for label, p in profiles.items()}
-    for label, p in profiles.items():
-        if p.measured and vk_cost.unfit_op_modes(p):
-            pricings[f"{label} (estimate)"] = (p, True)
-    return pricings
-
-
-def _operator_name(node: torch.fx.Node) -> str:
-    # "aten::linear" / "et_vk::conv_with_clamp" + overload, written as the runtime writes it
-    schema = node.target._schema
-    return f"{schema.name.replace('::', '.')}.{schema.overload_name or 'default'}"
-
-
-def _modelled(
-    graph_module: torch.fx.GraphModule,
-    profile: vk_cost.VulkanProfile | None,
-    profiles: dict[str, vk_cost.VulkanProfile] | None = None,
-) -> dict:
-    by_op = modelled_cost_by_op(graph_module, profile, estimate=True)
-    by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
-    return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
 
 
 def _detached_copy(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -211,18 +77,18 @@ class CountingTagMemoryMetaPass(TagMemoryMetaPass):
     cost_profiles: dict[str, vk_cost.VulkanProfile] | None = None  # also priced by each of these
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        before = {n for n in graph_module.graph.nodes if _is_clone(n)}
+        before = {n for n in graph_module.graph.nodes if is_clone(n)}
         start = time.perf_counter()
         result = super().call(graph_module)
         elapsed = time.perf_counter() - start
-        clones = [n for n in graph_module.graph.nodes if _is_clone(n) and n not in before]
+        clones = [n for n in graph_module.graph.nodes if is_clone(n) and n not in before]
         record(
             PassReport(
                 "stock",
                 pass_seconds=elapsed,
-                transitions=[_transition_record(c, self.cost_profile) for c in clones],
+                transitions=[transition_record(c, self.cost_profile) for c in clones],
                 tensors_by_repr=_tensors_by_repr(graph_module),
-                **_modelled(graph_module, self.cost_profile, self.cost_profiles),
+                **modelled(graph_module, self.cost_profile, self.cost_profiles),
             )
         )
         return result
@@ -287,12 +153,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         a saving the samples do not show: permute_layernorm's solver bought 16 transitions to leave
         channels-packed layer_norms the estimate prices 0.7 ms below the layout it bought (lavapipe).
         """
-        estimate = {name: v for name, v in _pricings({label: self.profiles[label]}).items() if v[1]}
+        estimate = {name: v for name, v in decision_pricings({label: self.profiles[label]}).items() if v[1]}
         if in_joint_lowering() or not estimate:
             return
         (name,) = estimate
-        stock = _total(self._stock_prices(self.graph_module, estimate)[name])
-        mine = _total(self._priced_copy(self.graph_module, self.built[label], solution, estimate)[name])
+        stock = total(self._stock_prices(self.graph_module, estimate)[name])
+        mine = total(self._priced_copy(self.graph_module, self.built[label], solution, estimate)[name])
         if mine > stock + robust.NOISE_US:
             self.decision["label"] = None
             self.decision["note"] = (
@@ -309,7 +175,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         start = time.perf_counter()
-        clones_before = {n for n in graph_module.graph.nodes if _is_clone(n)}
+        clones_before = {n for n in graph_module.graph.nodes if is_clone(n)}
         self.graph_module = graph_module
         self.profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
         self.built = {}
@@ -335,7 +201,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                     pass_seconds=time.perf_counter() - start,
                     notes=[str(exc)],
                     tensors_by_repr=_tensors_by_repr(graph_module),
-                    **_modelled(graph_module, self.cost_profile, self.cost_profiles),
+                    **modelled(graph_module, self.cost_profile, self.cost_profiles),
                 )
             )
             return result
@@ -343,15 +209,15 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         clones = [
             n
             for n in graph_module.graph.nodes
-            if _is_clone(n) and (n.meta.get("layout_solver_transition") or (kept_stock and n not in clones_before))
+            if is_clone(n) and (n.meta.get("layout_solver_transition") or (kept_stock and n not in clones_before))
         ]
         report = self.report = solver_report(
             run,
             time.perf_counter() - start,
-            transitions=[_transition_record(c, self.cost_profile) for c in clones],
+            transitions=[transition_record(c, self.cost_profile) for c in clones],
             tensors_by_repr=_tensors_by_repr(graph_module),
             kept_stock=kept_stock,
-            **_modelled(graph_module, self.cost_profile, self.cost_profiles),
+            **modelled(graph_module, self.cost_profile, self.cost_profiles),
         )
         if "note" in self.decision:
             report.notes.append(self.decision["note"])
@@ -365,9 +231,9 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
     def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:
         """Solve the candidates of `layout_solver.core.robust`, price each written layout and stock's with every
         profile, and record in `decision` which profile's problem writes the chosen one (label None: stock)."""
-        pricings = _pricings(profiles)
+        pricings = decision_pricings(profiles)
         stock_nodes = self._stock_prices(graph_module, pricings)
-        stock = {name: _total(nodes) for name, nodes in stock_nodes.items()}
+        stock = {name: total(nodes) for name, nodes in stock_nodes.items()}
         candidates: dict[str, tuple[str, Solution]] = {}
         labels = list(problems)
         try:
@@ -381,7 +247,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         margins: dict[str, dict[str, float]] = {}
         classes = {n.name: op_class(n) for n in graph_module.graph.nodes if n.op == "call_function"}
         # each pricing's error on one op, and which of its prices it does not stand behind: once per delegate
-        errors = {name: (_resolution(p), _unreliable(p, classes)) for name, (p, _) in pricings.items()}
+        errors = {name: (resolution(p), unreliable(p, classes)) for name, (p, _) in pricings.items()}
         seen: dict[tuple, str] = {}
 
         def price(names) -> None:
@@ -391,7 +257,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 if layout not in seen:  # the same layout as an earlier candidate has the same prices
                     seen[layout] = name
                     nodes = self._priced_copy(graph_module, problems[label], solution, pricings)
-                    prices[name] = {pricing: _total(n) for pricing, n in nodes.items()}
+                    prices[name] = {pricing: total(n) for pricing, n in nodes.items()}
                     margins[name] = {
                         pricing: robust.uncertainty(
                             stock_nodes[pricing], n, *errors[pricing], vk_cost.UNFIT_FACTOR - 1.0
@@ -416,14 +282,14 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         return solution
 
     def _stock_prices(self, graph_module, pricings) -> dict[str, dict]:
-        """Every pricing's (`_pricings`) prices of stock's own tagging of a copy of the graph, by node
+        """Every pricing's (`decision_pricings`) prices of stock's own tagging of a copy of the graph, by node
         (`modelled_cost_by_node`)."""
         stock_graph = _detached_copy(graph_module)
         TagMemoryMetaPass.call(self, stock_graph)
         return {name: modelled_cost_by_node(stock_graph, p, estimate) for name, (p, estimate) in pricings.items()}
 
     def _priced_copy(self, graph_module, vproblem, solution, pricings) -> dict[str, dict]:
-        """Every pricing's (`_pricings`) prices of `solution` written onto a copy of the graph, by node."""
+        """Every pricing's (`decision_pricings`) prices of `solution` written onto a copy of the graph, by node."""
         graph_copy = _detached_copy(graph_module)
         by_name = {n.name: n for n in graph_copy.graph.nodes}
         moved = dataclasses.replace(

@@ -30,6 +30,7 @@ from layout_solver.vulkan import (
 )
 from layout_solver.vulkan import hooks as vk_hooks
 from layout_solver.vulkan import passes as vk_passes
+from layout_solver.vulkan import pricing as vk_pricing
 
 TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
@@ -526,10 +527,10 @@ def test_the_default_margin_reads_how_far_prices_stray_in_whole_programs():
     lavapipe = vk_cost.load_profile("lavapipe")
     probes = vk_cost.mode_resolution(lavapipe)
     assert lavapipe.program_error > 0 and math.expm1(lavapipe.program_error) > probes
-    assert vk_passes._resolution(lavapipe) == pytest.approx(math.expm1(lavapipe.program_error))
+    assert vk_pricing.resolution(lavapipe) == pytest.approx(math.expm1(lavapipe.program_error))
     unmeasured = lavapipe.model_copy(update={"program_error": 0.0})
-    assert vk_passes._resolution(unmeasured) == pytest.approx(vk_cost.mode_resolution(unmeasured))
-    assert vk_passes._resolution(vk_cost.load_profile("mobile-gpu")) == 0.0  # assumed numbers: nothing to stray
+    assert vk_pricing.resolution(unmeasured) == pytest.approx(vk_cost.mode_resolution(unmeasured))
+    assert vk_pricing.resolution(vk_cost.load_profile("mobile-gpu")) == 0.0  # assumed numbers: nothing to stray
 
 
 def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_they_convert():
@@ -548,7 +549,7 @@ def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_
             copy = vk_passes._detached_copy(gm)  # untagged, as the solver pass copies the graph it is given
             result = super().call(gm)
             TagMemoryMetaPass.call(self, copy)
-            priced.extend(vk_passes.modelled_cost_by_node(g, lavapipe, estimate=True) for g in (gm, copy))
+            priced.extend(vk_pricing.modelled_cost_by_node(g, lavapipe, estimate=True) for g in (gm, copy))
             return result
 
     from layout_solver.zoo.models import build
