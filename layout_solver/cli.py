@@ -17,15 +17,18 @@ from pydantic import ValidationError
 
 from layout_solver.core.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
+from layout_solver.core.summary import format_summary
 from layout_solver.targets import (
     DEFAULT_ETHOS_U,
     DEFAULT_ZOO_TARGETS,
     TARGETS,
+    calibrated_targets,
     get_target,
     stray_options,
     stray_options_message,
     target_names,
 )
+from layout_solver.targets.base import int_list
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -43,31 +46,6 @@ def load_problem(path: Path) -> Problem:
     except OSError as exc:
         raise ProblemError(f"cannot read {path}: {exc.strerror}") from exc
     return parse_problem(raw, "stdin" if str(path) == "-" else str(path))
-
-
-def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
-    """A human-readable summary of a solution: status, objective, bound, gap, timings and the `top` most expensive
-    transitions.
-    """
-    lines = [
-        f"problem      {problem.name}: {len(problem.values)} values, {len(problem.ops)} ops",
-        f"status       {solution.status}",
-        f"objective    {solution.objective:,.2f}",
-        f"bound        {solution.bound:,.2f}",
-        f"gap          {solution.gap:.4%}",
-        (
-            f"components   {solution.components.count} ({solution.components.blocks} blocks, "
-            f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}"
-        ),
-        "timings      " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items()),
-        f"transitions  {len(solution.transitions)}, cost {sum(t.cost for t in solution.transitions):,.2f}",
-    ]
-    for t in sorted(solution.transitions, key=lambda t: -t.cost)[:top]:
-        lines.append(f"  {t.value}: {t.src} -> {t.dst}  cost {t.cost:,.2f}  for {', '.join(t.consumers)}")
-    if len(solution.transitions) > top:
-        lines.append(f"  ... {len(solution.transitions) - top} more")
-    lines.extend(f"note         {n}" for n in solution.notes)
-    return "\n".join(lines)
 
 
 def writable_target(path: str, *inputs: str) -> Path:
@@ -238,24 +216,6 @@ def _target_options(targets: list, args: argparse.Namespace) -> dict[str, dict]:
         raise ProblemError(str(exc)) from exc
 
 
-def _shapes(text: str) -> list[tuple[int, ...]]:
-    """`1x1x128,4x1x64` -> [(1, 1, 128), (4, 1, 64)]; every dim a positive integer."""
-    try:
-        shapes = [tuple(int(d) for d in item.split("x")) for item in text.split(",")]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected shapes like 1x1x128,4x1x64, got {text!r}") from exc
-    if any(not s or min(s) < 1 for s in shapes):
-        raise argparse.ArgumentTypeError(f"every dimension must be a positive integer: {text!r}")
-    return shapes
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-
-
 def cmd_cost(args: argparse.Namespace) -> int:
     """`layout-solver cost`: price one transpose or transition with the target's cost model (cost_models.query)."""
     from cost_models.query import TransposeQuery
@@ -365,16 +325,15 @@ def cmd_zoo(args: argparse.Namespace) -> int:
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
-RUNTIME_ENV = "LAYOUT_SOLVER_VULKAN_RUNTIME"
-
-
 def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--execute",
         action="store_true",
         help="Vulkan: run stock and solver programs on the Vulkan device against eager, and time them",
     )
-    p.add_argument("--vulkan-runtime", help=f"Vulkan: the runtime plugin libvkbackend.so (default ${RUNTIME_ENV})")
+    p.add_argument(
+        "--vulkan-runtime", help="Vulkan: the runtime plugin libvkbackend.so (default $LAYOUT_SOLVER_VULKAN_RUNTIME)"
+    )
     p.add_argument(
         "--cost-profile",
         help="Vulkan: cost profile, a built-in name (mobile-gpu, lavapipe) or a file written by `calibrate "
@@ -387,7 +346,7 @@ def _add_vulkan_arguments(p: argparse.ArgumentParser) -> None:
 def _add_xnnpack_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads",
-        type=_ints,
+        type=int_list,
         help="XNNPACK: thread counts to time both programs at, e.g. 1,2 (default 1,2; the first also prices the stage)",
     )
     p.add_argument(
@@ -396,15 +355,6 @@ def _add_xnnpack_arguments(p: argparse.ArgumentParser) -> None:
         help="XNNPACK: model (default): each delegate keeps stock's layout unless the profile prices the "
         "stage's cheaper; run: also time both programs during the lowering and keep the faster",
     )
-
-
-def _xnnpack_calibration(args: argparse.Namespace) -> dict:
-    return {
-        "threads": tuple(args.threads or (1, 2)),
-        "rounds": args.rounds,
-        "command": shlex.join(["layout-solver", *args.argv]),
-        "log": lambda line: print(line, file=sys.stderr, flush=True),
-    }
 
 
 def _add_ethos_u_arguments(p: argparse.ArgumentParser) -> None:
@@ -428,28 +378,15 @@ def _add_service_argument(p: argparse.ArgumentParser) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """`layout-solver calibrate TARGET`: measure the present device's costs for the target and write them."""
-    settings = args.settings(args) if getattr(args, "settings", None) else _vulkan_calibration(args)
+    target = get_target(args.kind)
+    settings = target.calibration_settings(args)
+    settings.update(command=shlex.join(["layout-solver", *args.argv]),
+                    log=lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
     try:
-        print(get_target(args.kind).calibrate(args.out, **settings))
+        print(target.calibrate(args.out, **settings))
     except ValueError as exc:
         raise ProblemError(str(exc)) from exc
     return 0
-
-
-def _vulkan_calibration(args: argparse.Namespace) -> dict:
-    return {
-        "runtime": args.vulkan_runtime,
-        "ops": [o.strip() for o in args.ops.split(",")] if args.ops else None,
-        "sizes": args.sizes,
-        "rounds": args.rounds,
-        "transitions": not args.no_transitions,
-        "shapes": args.shapes,
-        "extend": args.extend,
-        "rescale": args.rescale,
-        "by_class": args.by_class,
-        "command": shlex.join(["layout-solver", *args.argv]),
-        "log": lambda line: print(line, file=sys.stderr, flush=True),
-    }
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -545,8 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = kinds.add_parser("transpose", help="Ethos-U55 or XNNPACK transpose, or Vulkan transition (--src/--dst)")
     t.add_argument("--target", choices=target_names(), default=DEFAULT_ETHOS_U, metavar="TARGET",
                    help="vulkan or an Ethos-U configuration (default %(default)s)")  # fmt: skip
-    t.add_argument("--shape", type=_ints, required=True)
-    t.add_argument("--perm", type=_ints, help="Ethos-U55: the permutation")
+    t.add_argument("--shape", type=int_list, required=True)
+    t.add_argument("--perm", type=int_list, help="Ethos-U55: the permutation")
     t.add_argument("--src", help="Vulkan: source representation (default TEXTURE_3D:TENSOR_CHANNELS_PACKED)")
     t.add_argument("--dst", help="Vulkan: target representation (default TEXTURE_3D:TENSOR_WIDTH_PACKED)")
     t.add_argument("--dtype", help="default int8 (Ethos-U55), float32 (Vulkan)")
@@ -594,36 +531,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_zoo)
     p = sub.add_parser("calibrate", help="measure a device's cost profile")
     kinds = p.add_subparsers(dest="kind", required=True)
-    c = kinds.add_parser("vulkan", help="op-mode and transition costs on the present Vulkan device")
-    c.add_argument("--out", default="vulkan_profile.json", help="profile file to write (default %(default)s)")
-    c.add_argument("--vulkan-runtime", help=f"the Vulkan runtime plugin (default ${RUNTIME_ENV})")
-    c.add_argument("--ops", help="comma-separated op classes (default: all)")
-    c.add_argument("--sizes", type=int, default=3, help="tensor sizes per op class, 1-3 (default %(default)s)")
-    c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
-    c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
-    c.add_argument(
-        "--shapes",
-        type=_shapes,
-        help="measure at these shapes instead of the built-in ones, "
-        "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)",
-    )
-    c.add_argument("--extend", help="a measured profile: add the new points to its samples and refit what they touch")
-    c.add_argument(
-        "--rescale",
-        help="a measured profile: re-time its reference probes (one per op class, one clone) on the present "
-        "device and write it rescaled to today's speed (one factor: the median over them)",
-    )
-    c.add_argument(
-        "--by-class",
-        action="store_true",
-        help="with --rescale: one factor per op class in each storage (each rests on one sample of the profile)",
-    )
-    c.set_defaults(func=cmd_calibrate)
-    c = kinds.add_parser("xnnpack", help="XNNPACK conversion (transpose) costs on this CPU, timed by ETDump")
-    c.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
-    c.add_argument("--threads", type=_ints, help="thread counts to measure (default 1,2)")
-    c.add_argument("--rounds", type=int, default=60, help="timed runs per probe (default %(default)s)")
-    c.set_defaults(func=cmd_calibrate, settings=_xnnpack_calibration)
+    for target in calibrated_targets():  # each target that measures a cost profile says its own flags
+        c = kinds.add_parser(target.name, help=target.calibration_help)
+        target.add_calibration_arguments(c)
+        c.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")
     p.add_argument("--port", type=int, default=8731, help="default %(default)s; 0 picks a free port")

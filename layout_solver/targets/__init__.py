@@ -39,8 +39,22 @@ from layout_solver.targets.xnnpack import XnnpackTarget
 if TYPE_CHECKING:  # the comparisons import torch and executorch: each target imports its own when asked
     from layout_solver.compare.result import Comparison, MethodsComparison
 
-__all__ = ["FLAGS", "TARGETS", "EthosUTarget", "Target", "TosaTarget", "VulkanTarget", "XnnpackTarget", "compare",
-           "get_target", "register", "stray_options", "stray_options_message", "target_names"]  # fmt: skip
+__all__ = [
+    "FLAGS",
+    "TARGETS",
+    "EthosUTarget",
+    "Target",
+    "TosaTarget",
+    "VulkanTarget",
+    "XnnpackTarget",
+    "calibrated_targets",
+    "compare",
+    "get_target",
+    "register",
+    "stray_options",
+    "stray_options_message",
+    "target_names",
+]  # fmt: skip
 
 for _accelerator in vela_accelerators():
     register(EthosUTarget(_accelerator))
@@ -77,3 +91,13 @@ def compare(
     if isinstance(module, MultiMethodModel):
         return found.compare_methods(module, name, time_limit, **options)
     return found.compare(module, inputs, name, time_limit, service=service, **options)
+
+
+def calibrated_targets() -> list[Target]:
+    """The targets `layout-solver calibrate` measures a cost profile for (those with a `calibration_help`): one
+    per family, the first registered (xnnpack, not xnnpack-int8: one profile prices both)."""
+    first = {}
+    for t in TARGETS.values():
+        if t.calibration_help:
+            first.setdefault(t.family, t)
+    return list(first.values())

@@ -132,6 +132,15 @@ class Target:
         ValueError says what the query lacks for this target."""
         raise ValueError(f"{self.name}: no cost query")
 
+    calibration_help: ClassVar[str] = ""  # `layout-solver calibrate NAME`'s help; "" where nothing is measured
+
+    def add_calibration_arguments(self, parser) -> None:
+        """The flags of `layout-solver calibrate NAME` (an argparse parser): at least --out."""
+
+    def calibration_settings(self, args) -> dict:
+        """The keyword arguments of `calibrate` from the parsed flags (the CLI adds `command` and `log`)."""
+        return {}
+
     def calibrate(self, out, **settings) -> str:
         """Measure the present device's costs for this target and write them to `out`; returns a one-line
         summary. ValueError says what is wrong with the settings. Targets priced by their own compiler for
@@ -182,3 +191,26 @@ def stray_options_message(stray: list[str]) -> str:
 def target_names(family: str | None = None) -> list[str]:
     """Registered target names (of one family, if given)."""
     return [n for n, t in TARGETS.items() if family is None or t.family == family]
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """`1,2` -> (1, 2): a command-line flag's comma-separated integers."""
+    import argparse
+
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def shape_list(text: str) -> list[tuple[int, ...]]:
+    """`1x1x128,4x1x64` -> [(1, 1, 128), (4, 1, 64)]; every dim a positive integer."""
+    import argparse
+
+    try:
+        shapes = [tuple(int(d) for d in item.split("x")) for item in text.split(",")]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected shapes like 1x1x128,4x1x64, got {text!r}") from exc
+    if any(not s or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"every dimension must be a positive integer: {text!r}")
+    return shapes

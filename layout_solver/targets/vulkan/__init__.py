@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets.base import Plot, Target
+from layout_solver.targets.base import Plot, Target, shape_list
 
 if TYPE_CHECKING:
     from layout_solver.compare.result import Comparison
@@ -117,6 +117,52 @@ class VulkanTarget(Target):
         from cost_models.query import vulkan_transition
 
         return vulkan_transition(query)
+
+    calibration_help: ClassVar[str] = "op-mode and transition costs on the present Vulkan device"
+
+    def add_calibration_arguments(self, parser) -> None:
+        """--out, the runtime, which op classes at how many sizes or which shapes, and --extend / --rescale of a
+        measured profile."""
+        c = parser
+        c.add_argument("--out", default="vulkan_profile.json", help="profile file to write (default %(default)s)")
+        c.add_argument("--vulkan-runtime", help="the Vulkan runtime plugin (default $LAYOUT_SOLVER_VULKAN_RUNTIME)")
+        c.add_argument("--ops", help="comma-separated op classes (default: all)")
+        c.add_argument("--sizes", type=int, default=3, help="tensor sizes per op class, 1-3 (default %(default)s)")
+        c.add_argument("--rounds", type=int, default=9, help="timed rounds per program (default %(default)s)")
+        c.add_argument("--no-transitions", action="store_true", help="measure op modes only")
+        c.add_argument(
+            "--shapes",
+            type=shape_list,
+            help="measure at these shapes instead of the built-in ones, "
+            "e.g. 1x1x128,4x1x64 (each op class takes those it can run on)",
+        )
+        c.add_argument(
+            "--extend", help="a measured profile: add the new points to its samples and refit what they touch"
+        )
+        c.add_argument(
+            "--rescale",
+            help="a measured profile: re-time its reference probes (one per op class, one clone) on the present "
+            "device and write it rescaled to today's speed (one factor: the median over them)",
+        )
+        c.add_argument(
+            "--by-class",
+            action="store_true",
+            help="with --rescale: one factor per op class in each storage (each rests on one sample of the profile)",
+        )
+
+    def calibration_settings(self, args) -> dict:
+        """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
+        return {
+            "runtime": args.vulkan_runtime,
+            "ops": [o.strip() for o in args.ops.split(",")] if args.ops else None,
+            "sizes": args.sizes,
+            "rounds": args.rounds,
+            "transitions": not args.no_transitions,
+            "shapes": args.shapes,
+            "extend": args.extend,
+            "rescale": args.rescale,
+            "by_class": args.by_class,
+        }
 
     def calibrate(
         self,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
-from layout_solver.targets.base import Target
+from layout_solver.targets.base import Target, int_list
 
 DEFAULT_THREADS = (1, 2)
 
@@ -88,6 +88,18 @@ class XnnpackTarget(Target):
             "us": round(xnn_cost.conversion_us(profile, query.shape, dtype, query.perm, threads), 4),
             "profile": profile.device,
         }
+
+    calibration_help: ClassVar[str] = "XNNPACK conversion (transpose) costs on this CPU, timed by ETDump"
+
+    def add_calibration_arguments(self, parser) -> None:
+        """--out, the thread counts and the timed runs per probe."""
+        parser.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
+        parser.add_argument("--threads", type=int_list, help="thread counts to measure (default 1,2)")
+        parser.add_argument("--rounds", type=int, default=60, help="timed runs per probe (default %(default)s)")
+
+    def calibration_settings(self, args) -> dict:
+        """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
+        return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds}
 
     def calibrate(self, out, threads=(1, 2), rounds: int = 60, command: str = "", log=print, **_) -> str:
         """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`."""
