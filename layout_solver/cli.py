@@ -134,7 +134,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     target = get_target(args.target)
     options = _target_options([target], args)[target.name]
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ModelError, build
+    from layout_solver.zoo.models import ModelError, build
+    from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
 
     check_time_limit(args.time_limit)
     if args.model in MULTI_METHOD_ZOO:
@@ -269,7 +270,8 @@ def _source_models(source: str) -> list[str]:
 
 def cmd_zoo(args: argparse.Namespace) -> int:
     """`layout-solver zoo`: every model x target, stock versus solver, written as CSV, Markdown and plots."""
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO, expand_names
+    from layout_solver.zoo.models import ZOO, expand_names
+    from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
     from layout_solver.zoo.runner import run_zoo
 
     targets = [t.strip() for t in args.target.split(",") if t.strip()]

@@ -23,7 +23,7 @@ from pathlib import Path
 from benchmarks import harness
 from layout_solver.compare.methods import PROGRAM_FIGURES
 from layout_solver.targets import get_target
-from layout_solver.zoo.models import MULTI_METHOD_ZOO
+from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
 from layout_solver.zoo.runner import compare_named
 
 WHY = """## Why the joint and per-method answers coincide here

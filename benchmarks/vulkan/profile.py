@@ -19,7 +19,8 @@ from layout_solver.lowering.quiet import quiet
 from layout_solver.targets.vulkan.measure import lower_vulkan
 from layout_solver.targets.vulkan.runtime import profile
 from layout_solver.vulkan import solver_layouts, stock_layouts
-from layout_solver.zoo.models import MULTI_METHOD_ZOO, ZOO, build, build_methods
+from layout_solver.zoo.models import ZOO, build
+from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO, build_methods
 
 
 def _lower_methods(built, context) -> tuple[bytes, list]:

@@ -115,151 +115,222 @@ def _draw_input(rng: random.Random) -> tuple[int, ...]:
 
 def _draw_node(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int) -> Node | None:
     """A node of kind `op` reading value `x` (and possibly others), or None if x's shape cannot take it."""
-    s = shapes[x]
-    r = len(s)
-    if op == "conv2d":
-        if r != 4:
+    draw = _DRAWS.get(op)
+    if draw is None:
+        raise ValueError(f"unknown op kind {op!r}")
+    return draw(rng, op, shapes, x, shapes[x], len(shapes[x]))
+
+
+def _draw_conv2d(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r != 4:
+        return None
+    c = s[1]
+    kernel = rng.choice((1, 3, 3))
+    dilation = rng.choice((1, 1, 2)) if kernel == 3 else 1
+    stride = rng.choice((1, 1, 2))
+    style = rng.choice(("plain", "plain", "depthwise", "grouped"))
+    if style == "depthwise":
+        groups, out = c, c * rng.choice((1, 1, 2))
+    elif style == "grouped":
+        common = [g for g in _divisors(c) if 1 < g < c]
+        if not common:
             return None
-        c = s[1]
-        kernel = rng.choice((1, 3, 3))
-        dilation = rng.choice((1, 1, 2)) if kernel == 3 else 1
-        stride = rng.choice((1, 1, 2))
-        style = rng.choice(("plain", "plain", "depthwise", "grouped"))
-        if style == "depthwise":
-            groups, out = c, c * rng.choice((1, 1, 2))
-        elif style == "grouped":
-            common = [g for g in _divisors(c) if 1 < g < c]
-            if not common:
-                return None
-            groups = rng.choice(common)
-            out = groups * rng.choice((1, 2))
-        else:
-            groups, out = 1, rng.choice((4, 8, 16))
-        padding = dilation * (kernel // 2)
-        h, w = (_conv_out(d, kernel, stride, padding, dilation) for d in s[2:])
-        shape = (s[0], out, h, w)
-        return Node(op, (x,), (c, out, kernel, stride, padding, dilation, groups), shape) if _fits(shape) else None
-    if op == "conv_transpose2d":
-        if r != 4:
-            return None
-        out = rng.choice((4, 8))
-        shape = (s[0], out, s[2] * 2, s[3] * 2)
-        return Node(op, (x,), (s[1], out), shape) if _fits(shape) else None
-    if op == "conv1d":
-        if r != 3:
-            return None
-        kernel, out = rng.choice((1, 3)), rng.choice((4, 8, 16))
-        shape = (s[0], out, s[2])
-        return Node(op, (x,), (s[1], out, kernel), shape) if _fits(shape) else None
-    if op == "pool":
-        if r != 4:
-            return None
-        kind = rng.choice(("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"))
-        if kind == "adaptive_avg_pool2d":
-            return Node(op, (x,), (kind,), (s[0], s[1], 1, 1))
-        if min(s[2:]) < 2:
-            return None
-        return Node(op, (x,), (kind,), (s[0], s[1], s[2] // 2, s[3] // 2))
-    if op == "unary":
-        return Node(op, (x,), (rng.choice(UNARY),), s)
-    if op == "binary":
-        # Another value whose shape broadcasts to x's (same shape, or 1 where x is not), else a constant that does.
-        partners = [
-            i
-            for i, t in enumerate(shapes)
-            if i != x and len(t) <= r and all(a in (b, 1) for a, b in zip(t[::-1], s[::-1], strict=False))
-        ]
-        kind = rng.choice(BINARY)
-        if partners and rng.random() < 0.7:
-            return Node(op, (x, rng.choice(partners)), (kind, None), s)
-        const = tuple(d if rng.random() < 0.5 else 1 for d in s)
-        return Node(op, (x,), (kind, const), s)
-    if op == "merge_axes":
-        if r < 3:
-            return None
-        axis = rng.randrange(r - 1)
-        return Node(op, (x,), (axis,), s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2 :])
-    if op == "split_axis":
-        if r > 4:
-            return None
-        axis = rng.randrange(r)
-        factors = [d for d in _divisors(s[axis]) if 1 < d < s[axis]]
-        if not factors:
-            return None
-        f = rng.choice(factors)
-        return Node(op, (x,), (axis,), s[:axis] + (f, s[axis] // f) + s[axis + 1 :])
-    if op == "unsqueeze":
-        if r > 4:
-            return None
-        axis = rng.randrange(r + 1)
-        return Node(op, (x,), (axis,), s[:axis] + (1,) + s[axis:])
-    if op == "squeeze":
-        units = [a for a, d in enumerate(s) if d == 1]
-        if r < 3 or not units:
-            return None
-        axis = rng.choice(units)
-        return Node(op, (x,), (axis,), s[:axis] + s[axis + 1 :])
-    if op == "permute":
-        perm = list(range(r))
-        while perm == list(range(r)):
-            rng.shuffle(perm)
-        return Node(op, (x,), tuple(perm), tuple(s[p] for p in perm))
-    if op == "cat":
-        axis = rng.randrange(r)
-        partners = [i for i, t in enumerate(shapes) if len(t) == r and all(t[a] == s[a] for a in range(r) if a != axis)]
-        y = rng.choice(partners)  # x itself is always one
-        shape = s[:axis] + (s[axis] + shapes[y][axis],) + s[axis + 1 :]
-        return Node(op, (x, y), (axis,), shape) if _fits(shape) else None
-    if op == "slice":
-        axes = [a for a in range(r) if s[a] >= 2]
-        if not axes:
-            return None
-        axis = rng.choice(axes)
-        step = rng.choice((1, 1, 2))
-        start = rng.randrange(s[axis] // 2)
-        length = len(range(start, s[axis], step))
-        end = min(start + rng.randint(1, length) * step, s[axis])
-        size = len(range(start, end, step))
-        return Node(op, (x,), (axis, start, end, step), s[:axis] + (size,) + s[axis + 1 :])
-    if op == "pad":
-        if r < 3:
-            return None
-        pads = tuple(rng.choice((0, 1, 2)) for _ in range(4 if r >= 4 else 2))
-        if not any(pads):
-            return None
-        shape = list(s)
-        for k in range(len(pads) // 2):
-            shape[r - 1 - k] += pads[2 * k] + pads[2 * k + 1]
-        return Node(op, (x,), pads, tuple(shape)) if _fits(tuple(shape)) else None
-    if op == "reduce":
-        axis = rng.randrange(r)
-        keepdim = r <= 2 or rng.random() < 0.6
-        shape = s[:axis] + ((1,) if keepdim else ()) + s[axis + 1 :]
-        return Node(op, (x,), (rng.choice(REDUCTIONS), axis, keepdim), shape)
-    if op == "matmul":
-        m, k = s[-2], s[-1]
-        partners = [i for i, t in enumerate(shapes) if len(t) == r and t[:-2] == s[:-2] and t[-2] == k and i != x]
-        if partners and rng.random() < 0.6:
-            y = rng.choice(partners)
-            return Node(op, (x, y), (False,), s[:-1] + (shapes[y][-1],))
-        shape = s[:-1] + (m,)  # x @ x^T: attention scores
-        return Node(op, (x,), (True,), shape) if _fits(shape) else None
-    if op == "linear":
-        out = rng.choice((8, 16, 24))
-        shape = s[:-1] + (out,)
-        return Node(op, (x,), (s[-1], out), shape) if _fits(shape) else None
-    if op == "layer_norm":
-        return Node(op, (x,), (s[-1],), s)
-    if op == "group_norm":
-        if r not in (3, 4):
-            return None
-        groups = [g for g in _divisors(s[1]) if g < s[1]] or [1]
-        return Node(op, (x,), (rng.choice(groups), s[1]), s)
-    if op == "batch_norm":
-        return Node(op, (x,), (s[1],), s) if r == 4 else None
-    if op == "softmax":
-        return Node(op, (x,), (rng.randrange(r),), s)
-    raise ValueError(f"unknown op kind {op!r}")
+        groups = rng.choice(common)
+        out = groups * rng.choice((1, 2))
+    else:
+        groups, out = 1, rng.choice((4, 8, 16))
+    padding = dilation * (kernel // 2)
+    h, w = (_conv_out(d, kernel, stride, padding, dilation) for d in s[2:])
+    shape = (s[0], out, h, w)
+    return Node(op, (x,), (c, out, kernel, stride, padding, dilation, groups), shape) if _fits(shape) else None
+
+
+def _draw_conv_transpose2d(
+    rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int
+) -> Node | None:
+    if r != 4:
+        return None
+    out = rng.choice((4, 8))
+    shape = (s[0], out, s[2] * 2, s[3] * 2)
+    return Node(op, (x,), (s[1], out), shape) if _fits(shape) else None
+
+
+def _draw_conv1d(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r != 3:
+        return None
+    kernel, out = rng.choice((1, 3)), rng.choice((4, 8, 16))
+    shape = (s[0], out, s[2])
+    return Node(op, (x,), (s[1], out, kernel), shape) if _fits(shape) else None
+
+
+def _draw_pool(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r != 4:
+        return None
+    kind = rng.choice(("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"))
+    if kind == "adaptive_avg_pool2d":
+        return Node(op, (x,), (kind,), (s[0], s[1], 1, 1))
+    if min(s[2:]) < 2:
+        return None
+    return Node(op, (x,), (kind,), (s[0], s[1], s[2] // 2, s[3] // 2))
+
+
+def _draw_unary(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    return Node(op, (x,), (rng.choice(UNARY),), s)
+
+
+def _draw_binary(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    # Another value whose shape broadcasts to x's (same shape, or 1 where x is not), else a constant that does.
+    partners = [
+        i
+        for i, t in enumerate(shapes)
+        if i != x and len(t) <= r and all(a in (b, 1) for a, b in zip(t[::-1], s[::-1], strict=False))
+    ]
+    kind = rng.choice(BINARY)
+    if partners and rng.random() < 0.7:
+        return Node(op, (x, rng.choice(partners)), (kind, None), s)
+    const = tuple(d if rng.random() < 0.5 else 1 for d in s)
+    return Node(op, (x,), (kind, const), s)
+
+
+def _draw_merge_axes(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r < 3:
+        return None
+    axis = rng.randrange(r - 1)
+    return Node(op, (x,), (axis,), s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2 :])
+
+
+def _draw_split_axis(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r > 4:
+        return None
+    axis = rng.randrange(r)
+    factors = [d for d in _divisors(s[axis]) if 1 < d < s[axis]]
+    if not factors:
+        return None
+    f = rng.choice(factors)
+    return Node(op, (x,), (axis,), s[:axis] + (f, s[axis] // f) + s[axis + 1 :])
+
+
+def _draw_unsqueeze(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r > 4:
+        return None
+    axis = rng.randrange(r + 1)
+    return Node(op, (x,), (axis,), s[:axis] + (1,) + s[axis:])
+
+
+def _draw_squeeze(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    units = [a for a, d in enumerate(s) if d == 1]
+    if r < 3 or not units:
+        return None
+    axis = rng.choice(units)
+    return Node(op, (x,), (axis,), s[:axis] + s[axis + 1 :])
+
+
+def _draw_permute(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    perm = list(range(r))
+    while perm == list(range(r)):
+        rng.shuffle(perm)
+    return Node(op, (x,), tuple(perm), tuple(s[p] for p in perm))
+
+
+def _draw_cat(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    axis = rng.randrange(r)
+    partners = [i for i, t in enumerate(shapes) if len(t) == r and all(t[a] == s[a] for a in range(r) if a != axis)]
+    y = rng.choice(partners)  # x itself is always one
+    shape = s[:axis] + (s[axis] + shapes[y][axis],) + s[axis + 1 :]
+    return Node(op, (x, y), (axis,), shape) if _fits(shape) else None
+
+
+def _draw_slice(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    axes = [a for a in range(r) if s[a] >= 2]
+    if not axes:
+        return None
+    axis = rng.choice(axes)
+    step = rng.choice((1, 1, 2))
+    start = rng.randrange(s[axis] // 2)
+    length = len(range(start, s[axis], step))
+    end = min(start + rng.randint(1, length) * step, s[axis])
+    size = len(range(start, end, step))
+    return Node(op, (x,), (axis, start, end, step), s[:axis] + (size,) + s[axis + 1 :])
+
+
+def _draw_pad(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r < 3:
+        return None
+    pads = tuple(rng.choice((0, 1, 2)) for _ in range(4 if r >= 4 else 2))
+    if not any(pads):
+        return None
+    shape = list(s)
+    for k in range(len(pads) // 2):
+        shape[r - 1 - k] += pads[2 * k] + pads[2 * k + 1]
+    return Node(op, (x,), pads, tuple(shape)) if _fits(tuple(shape)) else None
+
+
+def _draw_reduce(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    axis = rng.randrange(r)
+    keepdim = r <= 2 or rng.random() < 0.6
+    shape = s[:axis] + ((1,) if keepdim else ()) + s[axis + 1 :]
+    return Node(op, (x,), (rng.choice(REDUCTIONS), axis, keepdim), shape)
+
+
+def _draw_matmul(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    m, k = s[-2], s[-1]
+    partners = [i for i, t in enumerate(shapes) if len(t) == r and t[:-2] == s[:-2] and t[-2] == k and i != x]
+    if partners and rng.random() < 0.6:
+        y = rng.choice(partners)
+        return Node(op, (x, y), (False,), s[:-1] + (shapes[y][-1],))
+    shape = s[:-1] + (m,)  # x @ x^T: attention scores
+    return Node(op, (x,), (True,), shape) if _fits(shape) else None
+
+
+def _draw_linear(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    out = rng.choice((8, 16, 24))
+    shape = s[:-1] + (out,)
+    return Node(op, (x,), (s[-1], out), shape) if _fits(shape) else None
+
+
+def _draw_layer_norm(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    return Node(op, (x,), (s[-1],), s)
+
+
+def _draw_group_norm(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    if r not in (3, 4):
+        return None
+    groups = [g for g in _divisors(s[1]) if g < s[1]] or [1]
+    return Node(op, (x,), (rng.choice(groups), s[1]), s)
+
+
+def _draw_batch_norm(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    return Node(op, (x,), (s[1],), s) if r == 4 else None
+
+
+def _draw_softmax(rng: random.Random, op: str, shapes: list[tuple[int, ...]], x: int, s, r: int) -> Node | None:
+    return Node(op, (x,), (rng.randrange(r),), s)
+
+
+# One drawing function per op kind: each reads x's shape `s` (rank `r`) and draws the rest from `rng`.
+_DRAWS = {
+    "conv2d": _draw_conv2d,
+    "conv_transpose2d": _draw_conv_transpose2d,
+    "conv1d": _draw_conv1d,
+    "pool": _draw_pool,
+    "unary": _draw_unary,
+    "binary": _draw_binary,
+    "merge_axes": _draw_merge_axes,
+    "split_axis": _draw_split_axis,
+    "unsqueeze": _draw_unsqueeze,
+    "squeeze": _draw_squeeze,
+    "permute": _draw_permute,
+    "cat": _draw_cat,
+    "slice": _draw_slice,
+    "pad": _draw_pad,
+    "reduce": _draw_reduce,
+    "matmul": _draw_matmul,
+    "linear": _draw_linear,
+    "layer_norm": _draw_layer_norm,
+    "group_norm": _draw_group_norm,
+    "batch_norm": _draw_batch_norm,
+    "softmax": _draw_softmax,
+}
 
 
 def random_graph(seed: int, min_nodes: int = 3, max_nodes: int = 10) -> GraphSpec:

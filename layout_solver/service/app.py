@@ -297,6 +297,30 @@ def _checked_time_limit(value: float | None, settings: ServiceSettings) -> float
     return value
 
 
+def _answer_errors_as_json(app: FastAPI) -> None:
+    """Every error as a JSON body {"detail": ...} with its status: the service's own, an invalid request (422), an
+    unknown route (404, naming it) and anything unexpected (500; the traceback stays in the log)."""
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": exc.message, **exc.extra}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = "; ".join(f"{' '.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)  # the traceback stays here
+        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
 def create_app(settings: ServiceSettings | None = None) -> FastAPI:
     """The ASGI application; the worker pool starts with the app's lifespan."""
     settings = settings or ServiceSettings()
@@ -321,24 +345,7 @@ def create_app(settings: ServiceSettings | None = None) -> FastAPI:
 
     app.add_middleware(GuardAndMeasure, settings=settings, metrics=metrics)
 
-    @app.exception_handler(ServiceError)
-    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message, **exc.extra}, status_code=exc.status)
-
-    @app.exception_handler(RequestValidationError)
-    async def request_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        detail = "; ".join(f"{' '.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        return JSONResponse({"detail": detail}, status_code=422)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        detail = exc.detail if exc.status_code != 404 else f"no route {request.method} {request.url.path}"
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)  # the traceback stays here
-        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+    _answer_errors_as_json(app)
 
     @app.post(
         "/v1/solve",

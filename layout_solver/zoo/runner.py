@@ -87,7 +87,8 @@ def compare_named(name: str, target: str, **options):
     multi-method models get their three-sided comparison (graph inputs as their methods declare them, solved
     in-process, so `input_order` and `service` do not apply). Raises ModelError for a model that cannot be built."""
     from layout_solver.targets import compare
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO, build, build_methods
+    from layout_solver.zoo.models import build
+    from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO, build_methods
 
     if name in MULTI_METHOD_ZOO:
         options = {k: v for k, v in options.items() if k not in ("input_order", "service")}
@@ -251,7 +252,7 @@ def run_zoo(
     tool versions, models or targets), and say how many."""
     from tqdm import tqdm
 
-    from layout_solver.zoo.models import MULTI_METHOD_ZOO
+    from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
 
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("executorch.backends.vulkan")
 
 from layout_solver.targets import get_target
-from layout_solver.zoo.models import CachedDecoder, MultiMethodModel
+from layout_solver.zoo.multi_method import CachedDecoder, MultiMethodModel
 
 
 def tiny_decoder() -> MultiMethodModel:
