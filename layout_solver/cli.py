@@ -320,7 +320,7 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             )
     results = run_zoo(
         models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address, options=options,
-        prune=args.prune,
+        prune=args.prune, archive=args.archive,
     )  # fmt: skip
     print((out / "report.md").read_text())
     print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
@@ -525,6 +525,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after the run, delete the results in OUT/cache this run did not use (other code, tools, models or "
         "targets)",
+    )
+    p.add_argument(
+        "--archive",
+        action="store_true",
+        help="after the run, write OUT/cache as one compressed file, OUT/cache.jsonl.gz (what a repository keeps; "
+        "a later run with the same OUT reads it as its cache)",
     )
     _add_service_argument(p)
     _add_vulkan_arguments(p)

@@ -246,16 +246,21 @@ def run_zoo(
     log: Callable[[str], None] = print,
     options: dict[str, dict] | None = None,
     prune: bool = False,
+    archive: bool = False,
 ) -> list[dict]:
     """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare().
     `prune`: afterwards, delete the results in `out/cache` this run did not read or write (results of other code,
-    tool versions, models or targets), and say how many."""
+    tool versions, models or targets), and say how many. Results archived in `out/cache.jsonl.gz` count as cached
+    (`layout_solver.zoo.archive`); `archive` writes the cache there after the run."""
     from tqdm import tqdm
 
+    from layout_solver.zoo import archive as archived
     from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
 
     cache = out / "cache"
     cache.mkdir(parents=True, exist_ok=True)
+    if restored := archived.restore(out):
+        log(f"{restored} results from {out / archived.ARCHIVE}")
     todo, results = [], []
     paths: dict[Job, Path] = {}  # keyed once: a saved program's key reads its file
     for model in models:
@@ -293,6 +298,8 @@ def run_zoo(
         for path in stale:
             path.unlink()
         log(f"pruned {len(stale)} results this run did not use from {cache}")
+    if archive:
+        log(f"results archived in {archived.pack(out)}")
     results.sort(key=lambda r: (r["model"], r["target"]))
     from layout_solver.zoo.report import write_outputs  # here, never in a worker: no result's digest has it
 
