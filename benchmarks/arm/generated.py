@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m benchmarks.arm.generated [--seeds 0-199] [--targets ethos-u55-128,ethos-u85-256]
             [--alternate] [--jobs 2] [--work zoo-out/arm_generated] [--shrink] [--out benchmarks/results/arm_generated.md]
 
-Each seed is one graph of `layout_solver.arm.generated` (`layout-solver compare generated:SEED` shows one); each
+Each seed is one graph of `layout_solver.zoo.generated` (`layout-solver compare generated:SEED` shows one); each
 (graph, target) is a `zoo` job (worker processes, results cached under --work, so a rerun resumes). The checks
 are `layout_solver.zoo.differential`'s: the solver side never fails where stock lowers, the two programs give
 identical int8 outputs on the TOSA reference model, and Vela's total cycles of the solver's program are <= stock's.
@@ -19,8 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchmarks import harness
-from layout_solver.arm import generated
-from layout_solver.zoo import differential
+from layout_solver.zoo import differential, generated
 from layout_solver.zoo.models import expand_names
 from layout_solver.zoo.runner import run_zoo
 

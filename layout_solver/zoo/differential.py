@@ -12,9 +12,9 @@ A graph stock itself cannot lower is recorded as such and not held against the s
 
 from __future__ import annotations
 
-from layout_solver.arm import generated
 from layout_solver.targets import DEFAULT_ETHOS_U
 from layout_solver.targets.ethos_u import compare_ethos_u
+from layout_solver.zoo import generated
 
 CYCLE_TOLERANCE = 0.001  # relative
 # What a record can say about the stage (violations first).

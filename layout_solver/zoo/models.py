@@ -361,8 +361,8 @@ def expand_names(names: list[str]) -> list[str]:
 
 
 def _generated_factory(name: str) -> Factory:
-    """`generated:SEED`: the seeded random Arm test graph of layout_solver.arm.generated."""
-    from layout_solver.arm import generated
+    """`generated:SEED`: the seeded random Arm test graph of layout_solver.zoo.generated."""
+    from layout_solver.zoo import generated
 
     seed = name.removeprefix(GENERATED)
     if not seed.isdigit():

@@ -1,4 +1,4 @@
-"""Differential testing of the Arm stage on generated graphs (layout_solver.arm.generated / .differential).
+"""Differential testing of the Arm stage on generated graphs (layout_solver.zoo.generated / .differential).
 
 CI lowers the first 80 seeded graphs, alternating the targets, stock against the stage; `benchmarks/arm/generated.py`
 runs hundreds (results in benchmarks/results/arm_generated.md). The generator's own properties are checked on many
@@ -10,8 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from layout_solver.arm import generated
-from layout_solver.zoo import differential
+from layout_solver.zoo import differential, generated
 from layout_solver.zoo.models import ModelError, build, expand_names
 
 # Seeds lowered in CI (stock and solver on one target each): the first 80 seeds, alternating the targets (8 to 50 s a

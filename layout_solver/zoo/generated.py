@@ -455,7 +455,7 @@ def source(spec: GraphSpec) -> str:
     ]
     inputs = ", ".join(f"torch.randn{s}" for s in spec.inputs) + ("," if len(spec.inputs) == 1 else "")
     lines = [
-        f'"""Generated Arm test graph (layout_solver.arm.generated, seed {spec.seed}, {len(spec.nodes)} nodes)."""',
+        f'"""Generated Arm test graph (layout_solver.zoo.generated, seed {spec.seed}, {len(spec.nodes)} nodes)."""',
         "",
         "import torch",
         "from torch import nn",
