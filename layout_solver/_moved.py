@@ -25,6 +25,7 @@ MOVED: dict[str, str] = {
        for m in ("solver_pass", "joint_lowering", "client", "provenance", "quiet")},
     "layout_solver.report": "layout_solver.lowering.pass_report",
     "layout_solver.arm.generated": "layout_solver.zoo.generated",
+    **{f"layout_solver.{b}.rules": f"layout_solver.{b}.problem_builder" for b in ("arm", "vulkan", "xnnpack")},
     **{f"layout_solver.arm.{m}": f"layout_solver.targets.ethos_u.{m}" for m in ("measure", "equivalence", "conformance")},
     **{f"layout_solver.vulkan.{m}": f"layout_solver.targets.vulkan.{m}" for m in ("measure", "runtime", "calibrate")},
 }  # fmt: skip

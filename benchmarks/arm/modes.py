@@ -16,7 +16,7 @@ U55 flags), next to what the graph does today, on the attention shapes of layout
 * Fully-connected orientation: executorch lowers a linear layer to a 1x1 CONV2D, which writes its output
   channels innermost; the other orientation (y^T = W x^T) could only be a MATMUL with the weight as A.
 * Slice fusion: Vela reads a SLICE straight into an elementwise consumer but copies it out before a
-  TRANSPOSE; the solver prices that copy on a transition after a SLICE (layout_solver.arm.rules).
+  TRANSPOSE; the solver prices that copy on a transition after a SLICE (layout_solver.arm.problem_builder).
 * Head split as data movement: the (T, h, d) -> (h, T, d) TRANSPOSE written as h SLICEs + a CONCAT on a new
   outer axis (one move serving each head) against the TRANSPOSE.
 * Two transposes in a row (what the write-back does now, cost_models.ethos_u55.two_step_transposes): Swin's

@@ -4,7 +4,7 @@
     with solver_layouts() as reports:
         program = to_edge_transform_and_lower(quantized_ep, partitioner=[EthosUPartitioner(spec)])
 
-Where things are: `op_rules` (what each op allows), `rules` (graph -> problem), `admission` (graphs the stage
+Where things are: `op_rules` (what each op allows), `problem_builder` (graph -> problem), `admission` (graphs the stage
 declines whole), `pricing` / `probes` (Vela's prices), `passes` (the solver pass and solution -> write-back
 plan), `verify` (the stage's delegate against stock's, by Vela), `hooks` (every scoped change to ExecuTorch),
 `canonical` (cheapest transpose forms); measurement, not lowering: `measure`, `equivalence`, `conformance`,

@@ -5,7 +5,7 @@ flow, whose branch and loop bodies are graphs of their own that read their opera
 symbolic shapes, which the rewrite would freeze to their example sizes; zero-sized tensors; ranks above
 TOSA's six) is not changed at all: `solver_layouts()` runs stock's whole pass pipeline for it (stock's permute
 propagation included, not the views-only variant) and says why, naming the node. Ops the rules merely do not
-know are not declined: they are pinned to the identity order (`layout_solver.arm.rules.build_problem`).
+know are not declined: they are pinned to the identity order (`layout_solver.arm.problem_builder.build_problem`).
 """
 
 from __future__ import annotations

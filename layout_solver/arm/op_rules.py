@@ -11,7 +11,7 @@ Every rule answers the same four questions, the way executorch's Vulkan
 * `remaps`: which arguments speak about axes and so follow the result's
   stored order in the write-back (`graph_io.arm.ArgRemap`).
 
-`build_problem` (rules.py) and the write-back (passes.py) iterate this
+`build_problem` (problem_builder.py) and the write-back (passes.py) iterate this
 registry and nothing else; adding an op is one `@register(...)` here. At this
 stage of the Arm pipeline, layout-sensitive TOSA ops (CONV2D, pooling, ...)
 already read NHWC *logical* tensors wrapped by permute_copy pairs, so a

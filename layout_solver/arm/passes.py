@@ -22,7 +22,7 @@ from cost_models.store import JsonStore, default_store
 from graph_io.arm import ArmRewritePlan, NodeRewrite, apply_plan, cancel_inverse_permutes, fold_constant_permutes
 from layout_solver.arm.orders import label_order
 from layout_solver.arm.pricing import ArmPricing, MovedBytesPricing, constant_values, pricing_for
-from layout_solver.arm.rules import ArmProblem, build_problem
+from layout_solver.arm.problem_builder import ArmProblem, build_problem
 from layout_solver.arm.validate import GraphSnapshot, snapshot, validate
 from layout_solver.core.problem import Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT

@@ -38,7 +38,8 @@ class ProbeWriter(Protocol):
     builder: ProbeBuilder
     written: dict
 
-    def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int: ...
+    def tensor(self, node: torch.fx.Node, order: Order | None = None) -> int:
+        """The probe tensor of `node` stored in `order` (default: identity)."""
 
 
 class Unpriced(Exception):

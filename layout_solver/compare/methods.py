@@ -86,6 +86,7 @@ def joint_fields(reports) -> dict:
 
 
 def weighted(per_method: dict[str, dict], weights: dict[str, float], key: str) -> float | None:
+    """The methods' `key` weighted by `weights` and summed; None where a method lacks it."""
     values = [per_method[m].get(key) for m in weights]
     if any(v is None for v in values):
         return None

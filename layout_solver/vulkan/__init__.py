@@ -4,7 +4,7 @@
     with solver_layouts() as reports:
         program = to_edge_transform_and_lower(ep, partitioner=[VulkanPartitioner()])
 
-Where things are: `rules` (graph -> problem, from executorch's op registry), `passes` (the solver and
+Where things are: `problem_builder` (graph -> problem, from executorch's op registry), `passes` (the solver and
 counting passes, the write-back), `validate` (the post-condition, read from the runtime's rules), `hooks`
 (the scoped swap of the stock pass), `runtime` / `calibrate` (the device).
 """

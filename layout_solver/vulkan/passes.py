@@ -40,7 +40,7 @@ from layout_solver.vulkan.pricing import (
     transition_record,
     unreliable,
 )
-from layout_solver.vulkan.rules import build_problem, is_constant_tensor, op_class
+from layout_solver.vulkan.problem_builder import build_problem, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)

@@ -17,15 +17,17 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name, shape_of
 from graph_io.vulkan import repr_label
-from layout_solver.vulkan.rules import contraction, is_constant_tensor, op_class
+from layout_solver.vulkan.problem_builder import contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import reprs_of
 
 
 def is_clone(node: torch.fx.Node) -> bool:
+    """Whether `node` is a clone: how the Vulkan delegate writes a transition."""
     return node.op == "call_function" and node.target == exir_ops.edge.aten.clone.default
 
 
 def transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | None) -> dict:
+    """One transition as a pass report lists it: the clone's value, representations and modelled cost."""
     source = clone.args[0]
     src = utils.get_node_repr(source)
     src_label = repr_label(src) if isinstance(src, utils.TensorRepr) else repr_label(src.vals[0])
@@ -155,6 +157,7 @@ def modelled(
     profile: vk_cost.VulkanProfile | None,
     profiles: dict[str, vk_cost.VulkanProfile] | None = None,
 ) -> dict:
+    """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of `profiles`."""
     by_op = modelled_cost_by_op(graph_module, profile, estimate=True)
     by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
     return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}

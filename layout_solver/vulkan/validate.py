@@ -1,7 +1,7 @@
 """Post-condition of every Vulkan tagging pass: the tagged graph is one the runtime can run.
 
 This is a second reading of the rules, kept apart from the problem builder
-(`rules.py`) so that one blind spot cannot hide in both:
+(`problem_builder.py`) so that one blind spot cannot hide in both:
 
 * the registry, read node by node (`make_op_repsets`): representations inside
   the registered sets, synced tensors agreeing;

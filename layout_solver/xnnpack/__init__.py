@@ -4,7 +4,7 @@
     with solver_layouts() as reports:
         program = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
 
-Where things are: `op_rules` (what each op allows, registered once), `rules` (graph -> problem), `passes` (the
+Where things are: `op_rules` (what each op allows, registered once), `problem_builder` (graph -> problem), `passes` (the
 solver and counting passes, the write-back), `pricing` (a tagged graph's conversions, both sides),
 `validate` (the post-condition), `visitors` (the permute serializer that reads both orders), `hooks` (every
 scoped change to executorch).

@@ -27,8 +27,8 @@ from layout_solver.lowering.pass_report import PassReport, record
 from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
 from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
+from layout_solver.xnnpack.problem_builder import SECOND_ORDER_REFUSED, BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.program import has_symbolic_shapes
-from layout_solver.xnnpack.rules import SECOND_ORDER_REFUSED, BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.runtime_model import delegate_run_ops
 from layout_solver.xnnpack.validate import stored_outputs, validate
 from layout_solver.xnnpack.visitors import set_label

@@ -36,7 +36,7 @@ from layout_solver.xnnpack.op_rules import (
     rule_for,
     short_target,
 )
-from layout_solver.xnnpack.rules import (
+from layout_solver.xnnpack.problem_builder import (
     conversion_prices,
     op_modes,
     orders_distinct,

@@ -128,7 +128,7 @@ def find(name: str) -> Entry:
     raise ValueError(f"{name!r} is not in the transformers catalog (installed transformers {transformers_version()})")
 
 
-def build(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+def build_entry(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     """(module, inputs) of a catalog model, random weights, in eval mode."""
     import transformers
 

@@ -24,7 +24,7 @@ VIOLATIONS = ("crashed", "solver_failed", "not_equivalent", "dearer")
 
 def run_case(spec: generated.GraphSpec, target: str = DEFAULT_ETHOS_U, verify: str = "vela") -> dict:
     """One generated graph, stock against the stage on `target`: the comparison's figures and its verdicts."""
-    module, inputs = generated.build(spec)
+    module, inputs = generated.build_module(spec)
     result = compare_ethos_u(module, inputs, name=f"generated:{spec.seed}", target=target, verify=verify)
     return record(result.to_json())
 

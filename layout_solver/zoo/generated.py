@@ -3,7 +3,7 @@
 A graph is a `GraphSpec`: its inputs' shapes and a list of `Node`s, each an op on earlier values (graph inputs
 first, then node results, numbered in that order), with the op's parameters and its result's shape worked out
 when the node is drawn. Values that nothing reads are the graph's outputs. `source(spec)` writes the graph as a
-small self-contained Python module (a `Generated` nn.Module and `example_inputs()`); `build(spec)` runs that very
+small self-contained Python module (a `Generated` nn.Module and `example_inputs()`); `build_module(spec)` runs that very
 source, so a failing case printed for a regression test is exactly the program that failed.
 
 What the generator draws is what moves layouts around in TOSA: convolutions (plain, depthwise, grouped, dilated,
@@ -485,7 +485,7 @@ def source(spec: GraphSpec) -> str:
     return "\n".join(lines)
 
 
-def build(spec: GraphSpec):
+def build_module(spec: GraphSpec):
     """(module in eval mode, example inputs), by running `source(spec)`."""
     namespace: dict = {}
     exec(compile(source(spec), f"<generated seed {spec.seed}>", "exec"), namespace)  # noqa: S102 - our own source

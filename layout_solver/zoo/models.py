@@ -304,7 +304,7 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple[torch.Tensor, ...]
         factory = ZOO[name]
     elif name.startswith(catalog.PREFIX):
         try:
-            return catalog.build(name)
+            return catalog.build_entry(name)
         except Exception as exc:  # an architecture the rule cannot build is that model's error
             raise ModelError(f"model {name!r}: {type(exc).__name__}: {str(exc)[:300]}") from exc
     elif saved.is_saved_program(name):
@@ -367,7 +367,7 @@ def _generated_factory(name: str) -> Factory:
     seed = name.removeprefix(GENERATED)
     if not seed.isdigit():
         raise ModelError(f"model {name!r}: a generated graph is named generated:SEED (a non-negative integer)")
-    return lambda: generated.build(generated.random_graph(int(seed)))
+    return lambda: generated.build_module(generated.random_graph(int(seed)))
 
 
 def _outside_factory(name: str) -> Factory:

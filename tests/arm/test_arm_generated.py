@@ -42,7 +42,7 @@ def test_same_seed_same_graph_and_the_source_builds_it():
     assert generated.random_graph(11) == generated.random_graph(11)
     assert generated.random_graph(11) != generated.random_graph(12)
     spec = generated.random_graph(11)
-    (module_a, inputs_a), (module_b, inputs_b) = generated.build(spec), generated.build(spec)
+    (module_a, inputs_a), (module_b, inputs_b) = generated.build_module(spec), generated.build_module(spec)
     for a, b in zip(module_a(*inputs_a), module_b(*inputs_b), strict=True):
         assert torch.equal(a, b)
 
@@ -65,7 +65,7 @@ def test_graphs_cover_what_the_issue_asks_and_their_shapes_are_right():
         reads = Counter(i for n in spec.nodes for i in n.inputs)
         fan_out += any(count > 1 for count in reads.values())
         if seed % 3 == 0:  # the shapes the generator worked out are the ones torch computes
-            module, inputs = generated.build(spec)
+            module, inputs = generated.build_module(spec)
             outputs = module(*inputs)
             assert [tuple(o.shape) for o in outputs] == [spec.shapes()[i] for i in spec.outputs()], seed
     missing = set(generated.OP_WEIGHTS) - set(ops)
@@ -80,12 +80,12 @@ def test_shrink_keeps_the_failure_and_drops_the_rest():
     spec = next(s for s in map(generated.random_graph, range(100)) if len(s.nodes) >= 8 and "permute" in s.ops())
 
     def has_permute(candidate):
-        generated.build(candidate)  # every candidate is a graph torch can run
+        generated.build_module(candidate)  # every candidate is a graph torch can run
         return "permute" in candidate.ops()
 
     smallest = generated.shrink(spec, has_permute)
     assert smallest.ops() == ["permute"] or len(smallest.nodes) <= 2 and "permute" in smallest.ops()
-    module, inputs = generated.build(smallest)
+    module, inputs = generated.build_module(smallest)
     module(*inputs)
     assert "class Generated(nn.Module)" in generated.source(smallest)
 

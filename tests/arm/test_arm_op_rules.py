@@ -15,7 +15,7 @@ from graph_io.arm import ArgRemap, ArmRewritePlan, NodeRewrite, apply_plan
 from layout_solver.arm import op_rules
 from layout_solver.arm.passes import rewrite_plan
 from layout_solver.arm.pricing import default_vela_pricing
-from layout_solver.arm.rules import build_problem
+from layout_solver.arm.problem_builder import build_problem
 from layout_solver.core.solve import solve
 
 aten = exir_ops.edge.aten

@@ -23,7 +23,6 @@ from layout_solver.core.problem import ProblemError
 from layout_solver.lowering.pass_report import collecting_reports
 from layout_solver.vulkan import (
     LayoutValidationError,
-    rules,
     solver_layouts,
     stock_layouts,
     validate,
@@ -31,6 +30,7 @@ from layout_solver.vulkan import (
 from layout_solver.vulkan import hooks as vk_hooks
 from layout_solver.vulkan import passes as vk_passes
 from layout_solver.vulkan import pricing as vk_pricing
+from layout_solver.vulkan import problem_builder as rules
 
 TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
@@ -570,7 +570,7 @@ def test_a_division_leaves_the_texture_where_the_measured_profile_prices_it_slow
     stock's layout (the assumed mobile-GPU numbers price buffers and clones dearer)."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
-    from layout_solver.vulkan.rules import OP_CLASSES
+    from layout_solver.vulkan.problem_builder import OP_CLASSES
 
     assert OP_CLASSES[exir_ops.edge.aten.div.Tensor] == "divide"
     stock_reports, _ = _lower("divided_gate", lambda: stock_layouts("lavapipe"))

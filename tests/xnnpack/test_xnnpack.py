@@ -157,7 +157,7 @@ def test_the_program_pass_reads_gates_outputs_and_1d_convolutions_and_the_progra
 def test_a_tensor_crosses_a_program_boundary_channels_last_only_where_every_reader_tells_the_orders_apart():
     from executorch.exir.tensor import TensorSpec
 
-    from layout_solver.xnnpack.rules import orders_distinct
+    from layout_solver.xnnpack.problem_builder import orders_distinct
 
     for shape in [(1, 16, 1, 1), (1, 1, 4, 4), (1, 16, 4, 4), (2, 8, 1, 5)]:
         emitted = tuple(TensorSpec.from_tensor(torch.empty(shape).to(memory_format=torch.channels_last)).dim_order)

@@ -87,7 +87,7 @@ def test_a_backends_change_moves_its_own_digest_and_not_the_others(tmp_path, mon
         return {backend: digest(backend) for backend in (None, "arm", "vulkan")}
 
     before = digests()
-    with (tmp_path / "layout_solver/vulkan/rules.py").open("a") as rules:
+    with (tmp_path / "layout_solver/vulkan/problem_builder.py").open("a") as rules:
         rules.write("# a Vulkan rule changed\n")
     after_vulkan = digests()
     assert after_vulkan["arm"] == before["arm"]
@@ -122,6 +122,6 @@ def test_a_zoo_job_reads_none_of_the_code_its_digest_leaves_out(target, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     read = json.loads(done.stdout.strip().splitlines()[-1])
     assert _inside("layout_solver/zoo/runner.py", read)  # the hook saw the project's files
-    assert _inside(f"layout_solver/{backend}/rules.py", read)
+    assert _inside(f"layout_solver/{backend}/problem_builder.py", read)
     leaked = [path for path in read if _inside(path, foreign_code(backend))]
     assert not leaked, f"a zoo job on {target} reads code its source digest leaves out: {leaked}"
