@@ -74,3 +74,21 @@ def install() -> None:
     if not any(isinstance(f, MovedModules) for f in sys.meta_path):
         sys.meta_path.insert(0, MovedModules())
     sys.modules.setdefault("layout_solver.solve", importlib.import_module("layout_solver.core.solve"))
+
+
+def moved_attributes(old_module: str, moved: dict[str, str]):
+    """A module `__getattr__` for names that moved out of `old_module`: `moved` maps each old name to
+    "new.module" or "new.module:new_name"; reading one warns (DeprecationWarning) and returns the object."""
+
+    def __getattr__(name: str):
+        if name not in moved:
+            raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
+        module, _, new = moved[name].partition(":")
+        warnings.warn(
+            f"{old_module}.{name} moved to {module}.{new or name}; the old name goes in the next release",
+            DeprecationWarning,
+            2,
+        )
+        return getattr(importlib.import_module(module), new or name)
+
+    return __getattr__

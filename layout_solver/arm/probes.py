@@ -25,6 +25,7 @@ import torch
 
 from cost_models.tosa_probe import ProbeBuilder, ProbeGraph, clamp_through
 from graph_io.fx import tensor_of
+from layout_solver._moved import moved_attributes
 from layout_solver.arm.op_rules import WINDOW_OPS, MatMul, SameOrder, rule_for, short_target
 from layout_solver.arm.orders import Order, compose, inverse, units_in_place, view_output_order
 from layout_solver.arm.tosa_translations import TRANSLATIONS, Unpriced, out_shape, probe_dtype
@@ -438,3 +439,13 @@ def read_transpose_probe(shape, perm, dtype: str, value: torch.fx.Node, context:
         return None
     graph = w.builder.build()
     return graph, graph.tosa_index(index)
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "translates": "layout_solver.arm.tosa_translations",
+        "Translation": "layout_solver.arm.tosa_translations",
+    },
+)

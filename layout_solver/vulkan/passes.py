@@ -24,6 +24,7 @@ from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
+from layout_solver._moved import moved_attributes
 from layout_solver.core import robust
 from layout_solver.core.problem import ProblemError, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
@@ -332,3 +333,14 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             plans.append(TransitionPlan(vproblem.value_node[t.value], t.dst, uses, via))
         for clone in insert_transitions(graph_module, plans):
             clone.meta["layout_solver_transition"] = True
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "modelled_cost": "layout_solver.vulkan.pricing",
+        "modelled_cost_by_op": "layout_solver.vulkan.pricing",
+        "modelled_cost_by_node": "layout_solver.vulkan.pricing",
+    },
+)

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from layout_solver._moved import moved_attributes
+
 PREFIX = "transformers:"
 MODALITIES = ("vision", "audio", "text")
 # (modality, task, transformers auto-mapping, auto model class)
@@ -317,3 +319,12 @@ def transformers_version() -> str:
     import transformers
 
     return transformers.__version__
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "build": "layout_solver.zoo.catalog:build_entry",
+    },
+)

@@ -19,6 +19,8 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 
+from layout_solver._moved import moved_attributes
+
 MAX_ELEMENTS = 4096  # per value: Vela compiles stay fast and every shape fits the NPU's SRAM
 MAX_DIM = 64
 UNARY = ("relu", "sigmoid", "tanh", "gelu", "hardswish", "clamp")
@@ -554,3 +556,12 @@ def shrink(spec: GraphSpec, still_fails, progress=None) -> GraphSpec:
             if changed:
                 break
     return current
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "build": "layout_solver.zoo.generated:build_module",
+    },
+)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from layout_solver._moved import moved_attributes
 from layout_solver.zoo import catalog, saved
 
 Factory = Callable[[], tuple[nn.Module, tuple[torch.Tensor, ...]]]
@@ -526,3 +527,18 @@ TRANSFORMERS = ["vit_small", "edgetam_like", "convnext_stack", "decoder_stack", 
 # The Ethos-U55 issue's zoo, and the models its transpose-cycle target is summed over.
 ARM_TRANSFORMERS = ["vit_small", "edgetam_like", "convnext_stack"]
 ARM_ZOO = CNNS + ARM_TRANSFORMERS
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "MULTI_METHOD_ZOO": "layout_solver.zoo.multi_method",
+        "build_methods": "layout_solver.zoo.multi_method",
+        "CachedDecoder": "layout_solver.zoo.multi_method",
+        "CachedAttention": "layout_solver.zoo.multi_method",
+        "decoder_kv": "layout_solver.zoo.multi_method",
+        "convnext_two_res": "layout_solver.zoo.multi_method",
+        "MultiMethodModel": "layout_solver.zoo.multi_method",
+    },
+)

@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from layout_solver._moved import moved_attributes
 from layout_solver.targets import get_target
 
 VERDICTS = (
@@ -366,3 +367,14 @@ def totals_vs_transposes(table: list[dict], target: str, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "EAGER_ATOL": "layout_solver.targets.vulkan",
+        "EAGER_SLACK": "layout_solver.targets.vulkan",
+        "dearer_op_classes": "layout_solver.targets.ethos_u.report",
+    },
+)

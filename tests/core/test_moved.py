@@ -46,3 +46,15 @@ def test_the_public_solve_stays_a_function():
 def test_names_that_did_not_move_are_left_to_the_import_system():
     assert new_name("layout_solver.cli") is None and new_name("layout_solver.solvers_x") is None
     assert new_name("layout_solver.solvers.lns") == "layout_solver.core.solvers.lns"
+
+
+def test_names_that_moved_out_of_a_module_are_read_there_with_a_warning():
+    from layout_solver._moved import moved_attributes
+
+    getter = moved_attributes("old.place", {"rounded": "builtins:round", "sqrt": "math"})
+    with pytest.warns(DeprecationWarning, match=r"old\.place\.rounded moved to builtins\.round"):
+        assert getter("rounded") is round
+    with pytest.warns(DeprecationWarning, match=r"math\.sqrt"):
+        assert getter("sqrt")(4.0) == 2.0
+    with pytest.raises(AttributeError, match="no attribute 'other'"):
+        getter("other")

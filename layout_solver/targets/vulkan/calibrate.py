@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from cost_models import vulkan as vk_cost
+from layout_solver._moved import moved_attributes
 from layout_solver.core.problem import ProblemError
 from layout_solver.targets.vulkan.probing import (
     BATCHED_3D,
@@ -198,3 +199,26 @@ def _extended(
             ],
         }
     )
+
+
+# Names that moved elsewhere, kept here one release (with a DeprecationWarning).
+__getattr__ = moved_attributes(
+    __name__,
+    {
+        "rescale": "layout_solver.targets.vulkan.rescale",
+        "rescaled": "layout_solver.targets.vulkan.rescale",
+        "rescale_factors": "layout_solver.targets.vulkan.rescale",
+        "reference_plan": "layout_solver.targets.vulkan.rescale",
+        "REFERENCE_PASSES": "layout_solver.targets.vulkan.rescale",
+        "REFERENCE_LAYOUT": "layout_solver.targets.vulkan.rescale",
+        "REFERENCE_TRANSITION": "layout_solver.targets.vulkan.rescale",
+        "lower_pinned": "layout_solver.targets.vulkan.probing",
+        "read_probe": "layout_solver.targets.vulkan.probing",
+        "dispatch_label": "layout_solver.targets.vulkan.probing",
+        "ProbeSpec": "layout_solver.targets.vulkan.probing",
+        "STAGING": "layout_solver.targets.vulkan.probing",
+        "SQUARE_4D": "layout_solver.targets.vulkan.probing",
+        "DEEP_4D": "layout_solver.targets.vulkan.probing",
+        "TOKENS_3D": "layout_solver.targets.vulkan.probing",
+    },
+)
