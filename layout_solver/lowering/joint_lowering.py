@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from layout_solver.core.multimethod import JointResult, PartitionProblem, SubproblemCache, solve_jointly
 from layout_solver.core.problem import Problem, Solution, problem_digest
+from layout_solver.lowering.pass_report import PARTITION, current_partition
 from layout_solver.lowering.provenance import tensor_bytes
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,6 @@ class _Session:
 
 
 _session: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("layout_solver_joint", default=None)
-_partition: contextvars.ContextVar[str] = contextvars.ContextVar("layout_solver_partition", default="")
-
-
-def current_partition() -> str:
-    """`method#index` of the partition being preprocessed in a multi-method lowering (joint, or inside
-    `naming_partitions`), else ""."""
-    return _partition.get()
 
 
 def _each_partition(cls, edge_programs, compile_specs, preprocess=None) -> dict:
@@ -73,11 +67,11 @@ def _each_partition(cls, edge_programs, compile_specs, preprocess=None) -> dict:
     for method, programs in edge_programs.items():
         out[method] = []
         for index, (program, spec) in enumerate(zip(programs, compile_specs[method], strict=True)):
-            token = _partition.set(f"{method}#{index}")
+            token = PARTITION.set(f"{method}#{index}")
             try:
                 out[method].append((preprocess or cls.preprocess)(program, spec))
             finally:
-                _partition.reset(token)
+                PARTITION.reset(token)
     return out
 
 
@@ -107,7 +101,7 @@ def program_links(program, names: set[str]) -> dict[str, str]:
 def in_joint_lowering() -> bool:
     """Whether a joint multi-method lowering is collecting or applying partition problems right now."""
     session = _session.get()
-    return session is not None and session.phase in ("collect", "apply") and bool(_partition.get())
+    return session is not None and session.phase in ("collect", "apply") and bool(current_partition())
 
 
 def solve_partition(
@@ -122,7 +116,7 @@ def solve_partition(
     this partition, or `solve_fn(problem)` (with a note) if the pass built a
     different problem than it did when collecting.
     """
-    session, key = _session.get(), _partition.get()
+    session, key = _session.get(), current_partition()
     if session is None or session.phase not in ("collect", "apply") or not key:
         return solve_fn(problem)
     if session.phase == "collect":

@@ -14,7 +14,15 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from layout_solver.lowering.joint_lowering import current_partition
+# `method#index` of the partition being preprocessed in a multi-method lowering (set by
+# `layout_solver.lowering.joint_lowering` while it preprocesses one), else "".
+PARTITION: contextvars.ContextVar[str] = contextvars.ContextVar("layout_solver_partition", default="")
+
+
+def current_partition() -> str:
+    """`method#index` of the partition being preprocessed in a multi-method lowering (joint, or inside
+    `naming_partitions`), else ""."""
+    return PARTITION.get()
 
 
 @dataclass
