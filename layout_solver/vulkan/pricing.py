@@ -123,7 +123,7 @@ def resolution(profile: vk_cost.VulkanProfile) -> float:
     2.5-3.1 ms (`benchmarks/results/vulkan_runtime.md`)."""
     if not profile.measured:
         return 0.0
-    return max(vk_cost.moderesolution(profile), math.expm1(profile.program_error))
+    return max(vk_cost.mode_resolution(profile), math.expm1(profile.program_error))
 
 
 def unreliable(profile: vk_cost.VulkanProfile, classes: dict[str, str | None]):
