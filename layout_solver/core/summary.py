@@ -20,7 +20,9 @@ def format_summary(problem: Problem, solution: Solution, top: int = 10) -> str:
             f"components   {solution.components.count} ({solution.components.blocks} blocks, "
             f"{solution.components.memo_hits} memo hits) by method {solution.components.by_method}"
         ),
-        "timings      " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items()),
+        "timings      "
+        + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in solution.timings.items() if k != "work_units")
+        + (f"; {solution.timings['work_units']:.3f} work units" if "work_units" in solution.timings else ""),
         f"transitions  {len(solution.transitions)}, cost {sum(t.cost for t in solution.transitions):,.2f}",
     ]
     for t in sorted(solution.transitions, key=lambda t: -t.cost)[:top]:
