@@ -101,7 +101,7 @@ class EthosUTarget(Target):
         from layout_solver.compare.methods import compare_methods
         from layout_solver.targets.ethos_u.methods import methods_sides
 
-        self.check_options(options, frozenset({"input_order"} if options.get("input_order") == "nchw" else ()))
+        self.check_options(options, frozenset())  # the CLI passes input_order only when not nchw
         return compare_methods(
             built, self.name, lambda b, w: methods_sides(b, w, time_limit, self.name, cache_dir, verify), name, weights
         )

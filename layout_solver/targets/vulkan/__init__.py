@@ -248,7 +248,7 @@ class VulkanTarget(Target):
         from layout_solver.compare.methods import compare_methods
         from layout_solver.targets.vulkan.methods import methods_sides
 
-        self.check_options(options, frozenset({"input_order"} if options.get("input_order") == "nchw" else ()))
+        self.check_options(options, frozenset())  # the CLI passes input_order only when not nchw
         return compare_methods(
             built,
             self.name,
