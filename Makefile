@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	# torch first, pinned: anything unpinned would pull the multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,service,zoo]'
+	$(PY) -m pip install -q -e '.[test,service,zoo,explain]'
 	@touch $(STAMP)
 
 # A quick zoo on three targets, stock versus solver, side by side: two small CNNs, where the stage saves 2-3% of
@@ -21,10 +21,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/layout-solver zoo --models ds_cnn,mobilenet_v1_025,convnext_stack --target ethos-u55-128,vulkan,xnnpack --jobs 2 --out zoo-out/demo
 
-# Lint and format check first (ruff, pinned in the test extra), then the suite. The Vulkan execution tests need a driver (installed here when root on Debian) and
+# Lint and format check first (ruff, pinned in the test extra), then the suite. The browser test needs Debian's chromium
+# and the Vulkan execution tests a driver (both installed here when root on Debian); the Vulkan tests also need
 # the ExecuTorch Vulkan runtime plugin, found through LAYOUT_SOLVER_VULKAN_RUNTIME.
 test: $(STAMP)
 	@scripts/ensure_vulkan_driver.sh
+	@scripts/ensure_chromium.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup

@@ -494,6 +494,7 @@ class TosaOp:
     dtype: str  # of the first input
     perm: tuple[int, ...] = ()  # TRANSPOSE
     axis: int = 0  # REDUCE_SUM
+    output_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,3 +55,33 @@ def create_like(
         node = graph.create_node("call_function", target, args, dict(kwargs or {}))
     node.meta = {k: v for k, v in template.meta.items() if keep_val or k not in ("val", "tensor_meta")}
     return node
+
+
+def graph_snapshot(
+    graph_module: torch.fx.GraphModule, layout_of, cost_of, is_conversion, is_constant=lambda node: False
+) -> list[dict]:
+    """The graph as plain records, one per input, op and output, in graph order: id, op, the ids it reads,
+    shape, dtype, `layout_of(node)`, `cost_of(node)` (None where unpriced) and `is_conversion(node)`; nodes
+    `is_constant` says are weights are left out. What a viewer needs of a tagged graph, detached from torch
+    (`layout_solver.explain` draws it)."""
+    records = []
+    kept = set()
+    for node in graph_module.graph.nodes:
+        if node.op not in ("placeholder", "call_function", "output") or is_constant(node):
+            continue
+        kept.add(node)
+        val = tensor_of(node)
+        target = node.target if node.op == "call_function" else node.op
+        records.append(
+            {
+                "id": node.name,
+                "op": getattr(target, "__name__", str(target)),
+                "inputs": [n.name for n in node.all_input_nodes if n in kept],
+                "shape": shape_of(val) if val is not None else [],
+                "dtype": dtype_name(val) if val is not None else "",
+                "layout": layout_of(node) if node.op != "output" else "",
+                "conversion": bool(node.op == "call_function" and is_conversion(node)),
+                "cost": cost_of(node) if node.op == "call_function" else None,
+            }
+        )
+    return records

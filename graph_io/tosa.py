@@ -48,11 +48,11 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
             for o in range(block.OperatorsLength()):
                 op = block.Operators(o)
                 inputs = tuple(text(op.Inputs(i)) for i in range(op.InputsLength()))
-                shapes = tuple(
+                outputs = tuple(text(op.Outputs(i)) for i in range(op.OutputsLength()))
+                shape = lambda t, tensors=tensors: (
                     tuple(int(d) for d in tensors[t].ShapeAsNumpy())
                     if t in tensors and not tensors[t].ShapeIsNone()
                     else ()
-                    for t in inputs
                 )
                 first = tensors.get(inputs[0]) if inputs else None
                 extra = {}
@@ -68,9 +68,10 @@ def tosa_ops(tosa: bytes) -> list[ethos_u55.TosaOp]:
                     ethos_u55.TosaOp(
                         names.get(op.Op(), str(op.Op())),
                         inputs,
-                        tuple(text(op.Outputs(i)) for i in range(op.OutputsLength())),
-                        shapes,
+                        outputs,
+                        tuple(shape(t) for t in inputs),
                         dtypes.get(first.Type(), "other") if first is not None else "other",
+                        output_shapes=tuple(shape(t) for t in outputs),
                         **extra,
                     )
                 )

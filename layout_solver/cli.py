@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from layout_solver.core.problem import InfeasibleError, Problem, ProblemError, Solution, parse_problem
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, check_time_limit, solve
 from layout_solver.core.summary import format_summary
+from layout_solver.service.command import cmd_serve
 from layout_solver.targets import (
     DEFAULT_ETHOS_U,
     DEFAULT_ZOO_TARGETS,
@@ -151,6 +152,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ProblemError(str(exc)) from exc
     _print_comparison(comparison, args.json, {side: {"transition_list", "traceback"} for side in ("stock", "solver")})
     return 1 if target.failed(comparison, options) else 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    """`layout-solver explain MODEL --target T`: stock and solver once, each side's program as Model Explorer files
+    (graphs with layouts, conversions and per-op prices) in --out; with --open, a loopback Model Explorer on them."""
+    from layout_solver.zoo.models import ModelError, build
+    from layout_solver.zoo.runner import explain_named
+
+    target = get_target(args.target)
+    options = _target_options([target], args)[target.name]
+    check_time_limit(args.time_limit)
+    out = Path(args.out or Path("zoo-out") / "explain" / f"{Path(args.model).stem}-{target.name}")
+    try:
+        build(args.model)  # a broken model is the user's error: said before any lowering
+        explanation = explain_named(args.model, target.name, out, time_limit=args.time_limit, service=args.service,
+                                    **options)  # fmt: skip
+    except (ModelError, ValueError) as exc:
+        raise ProblemError(str(exc)) from exc
+    print(explanation.summary())
+    print(f"Model Explorer files in {out} (explain.json lists them)")
+    if args.open:
+        from layout_solver.explain import model_explorer
+
+        model_explorer.serve_until_interrupted(explanation.files, args.port)
+    return 0
 
 
 def _compare_methods(args: argparse.Namespace, options: dict) -> int:
@@ -391,47 +417,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    """`layout-solver serve`: run the solver as an HTTP service."""
-    import os
-
-    try:
-        from layout_solver.lowering.client import TOKEN_ENV
-        from layout_solver.service.app import ServiceSettings, serve
-    except ImportError as exc:
-        raise ProblemError(f"the service needs its extra: pip install 'layout-solver[service]' ({exc})") from exc
-    token = args.token or os.environ.get(TOKEN_ENV) or None
-    fields = {
-        "host": args.host,
-        "port": args.port,
-        "workers": args.workers,
-        "cache_dir": args.cache,
-        "cache_bytes": int(args.cache_size_mb * (1 << 20)),
-        "max_body_bytes": int(args.max_body_mb * (1 << 20)),
-        "token": token,
-    }
-    try:
-        settings = ServiceSettings.model_validate({k: v for k, v in fields.items() if v is not None})
-        settings.resolved_cache_dir().mkdir(parents=True, exist_ok=True)
-    except ValidationError as exc:
-        raise ProblemError("; ".join(f"--{e['loc'][0]}: {e['msg']}".replace("_", "-") for e in exc.errors())) from exc
-    except OSError as exc:
-        raise ProblemError(f"cannot use cache directory {settings.resolved_cache_dir()}: {exc.strerror}") from exc
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not token:
-        print(
-            f"layout-solver: serving on {settings.host} without a token: anyone who can reach it may use it",
-            file=sys.stderr,
-        )
-    print(
-        f"layout-solver service on http://{settings.host}:{settings.port} ({settings.workers} workers, cache "
-        f"{settings.resolved_cache_dir()}); docs at /docs",
-        file=sys.stderr,
-        flush=True,
-    )
-    serve(settings, log_level=args.log_level)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="layout-solver", description=__doc__)
@@ -479,6 +464,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ethos_u_arguments(p)
     _add_xnnpack_arguments(p)
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("explain", help="draw stock's and the solver's layouts as Model Explorer files")
+    p.add_argument("model", help="built-in zoo name, path/to/file.py:factory, model.pt2 or transformers:NAME")
+    p.add_argument("--target", choices=target_names(), required=True, metavar="TARGET",
+                   help="vulkan, xnnpack, xnnpack-int8 or an Ethos-U configuration")  # fmt: skip
+    p.add_argument("--out", help="directory for the files (default zoo-out/explain/MODEL-TARGET)")
+    p.add_argument("--open", action="store_true", help="serve Model Explorer on loopback and print the addresses")
+    p.add_argument("--port", type=int, default=0, help="--open: the server's port (default: a free one)")
+    p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
+    _add_service_argument(p)
+    _add_vulkan_arguments(p)
+    _add_ethos_u_arguments(p)
+    _add_xnnpack_arguments(p)
+    p.set_defaults(func=cmd_explain)
     p = sub.add_parser("cost", help="price one layout change with a target's cost model")
     kinds = p.add_subparsers(dest="kind", required=True)
     t = kinds.add_parser("transpose", help="Ethos-U55 or XNNPACK transpose, or Vulkan transition (--src/--dst)")

@@ -71,6 +71,9 @@ class PassReport:
     predicted_by_op: Counter = field(default_factory=Counter)  # the objective by operator class (Vela's names)
     # XNNPACK: what the delegate runs (cost_models.xnnpack.PredictedOp), which the run-time prediction prices.
     run_ops: list = field(default_factory=list)
+    # While `explaining()`: the delegate's graph as the pass left it (`graph_io.fx.graph_snapshot`: one record per
+    # op with its layout, whether it is a conversion, and its modelled price), for `layout_solver.explain`.
+    graph: list[dict] | None = None
 
     @property
     def solve_seconds(self) -> float:
@@ -81,6 +84,25 @@ class PassReport:
     def transition_cost(self) -> float:
         """The summed cost of the recorded transitions."""
         return sum(t["cost"] for t in self.transitions)
+
+
+_explaining: contextvars.ContextVar[bool] = contextvars.ContextVar("layout_solver_explaining", default=False)
+
+
+@contextlib.contextmanager
+def explaining() -> Iterator[None]:
+    """Inside the block the layout passes keep their delegate's graph in their reports (`PassReport.graph`): a
+    snapshot costs a walk of the graph, paid only when someone will look at it."""
+    token = _explaining.set(True)
+    try:
+        yield
+    finally:
+        _explaining.reset(token)
+
+
+def is_explaining() -> bool:
+    """Whether the passes should snapshot their graphs (inside `explaining()`)."""
+    return _explaining.get()
 
 
 _sink: contextvars.ContextVar[list | None] = contextvars.ContextVar("layout_solver_reports", default=None)

@@ -151,6 +151,23 @@ class Target:
         """Stock versus solver for one module (layout_solver.compare.result.Comparison)."""
         raise NotImplementedError
 
+    # `explain`: the unit a side's graphs are priced in, and the comparison's figure their prices add up to.
+    explain_unit: ClassVar[str] = ""
+    explain_total: ClassVar[str] = "modelled_us"
+
+    def explained_graphs(self, kept) -> list:
+        """One side's program as `graph_io.layout_graph.LayoutGraph`s from what its comparison kept
+        (`layout_solver.compare.artifacts`): here, each pass report's graph snapshot, one graph per delegate."""
+        from graph_io.layout_graph import LayoutGraph
+
+        return [
+            LayoutGraph.from_snapshot(
+                f"delegate {i}" + (f" ({r.partition})" if r.partition else ""), self.explain_unit, r.graph
+            )
+            for i, r in enumerate(kept)
+            if r.graph is not None
+        ]
+
     def compare_methods(self, built, name=None, time_limit: float = DEFAULT_TIME_LIMIT, **options):
         """Stock versus per-method versus joint for a multi-method model (MethodsComparison)."""
         raise NotImplementedError

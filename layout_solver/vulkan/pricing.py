@@ -15,8 +15,9 @@ from executorch.backends.vulkan.op_registry import has_impl
 from executorch.exir.dialects._ops import ops as exir_ops
 
 from cost_models import vulkan as vk_cost
-from graph_io.fx import dtype_name, shape_of
+from graph_io.fx import dtype_name, graph_snapshot, shape_of
 from graph_io.vulkan import repr_label
+from layout_solver.lowering.pass_report import is_explaining
 from layout_solver.vulkan.problem_builder import contraction, is_constant_tensor, op_class
 from layout_solver.vulkan.validate import reprs_of
 
@@ -157,7 +158,30 @@ def modelled(
     profile: vk_cost.VulkanProfile | None,
     profiles: dict[str, vk_cost.VulkanProfile] | None = None,
 ) -> dict:
-    """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of `profiles`."""
+    """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of
+    `profiles`; while explaining, the graph with its prices too (`graph_with_prices`)."""
     by_op = modelled_cost_by_op(graph_module, profile, estimate=True)
     by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
-    return {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
+    fields = {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
+    if is_explaining():
+        fields["graph"] = graph_with_prices(graph_module, profile)
+    return fields
+
+
+def graph_with_prices(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> list[dict]:
+    """The tagged graph as `graph_io.fx.graph_snapshot` records: each tensor's representation (storage and
+    packing), clones marked as transitions, each op at the price `modelled` sums (the best estimate), so a
+    viewer's per-op prices add up to the report's `modelled_us`."""
+    priced = modelled_cost_by_node(graph_module, profile, estimate=True)
+    by_name = {name: record[2] for name, record in priced.items() if not name.startswith("transition of ")}
+
+    def cost_of(node):
+        if is_clone(node):
+            return transition_record(node, profile)["cost"]
+        return by_name.get(node.name)
+
+    def layout_of(node):
+        reprs = reprs_of(node) if utils.is_tensor_node(node) else None
+        return ", ".join(repr_label(r) for r in reprs) if reprs else ""
+
+    return graph_snapshot(graph_module, layout_of, cost_of, is_clone, is_constant_tensor)

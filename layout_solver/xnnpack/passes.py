@@ -23,10 +23,10 @@ from executorch.exir.pass_base import PassResult
 from cost_models import xnnpack as xnn_cost
 from layout_solver.core.problem import ProblemError, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
-from layout_solver.lowering.pass_report import PassReport, record
+from layout_solver.lowering.pass_report import PassReport, is_explaining, record
 from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.xnnpack.op_rules import CHANNELS_LAST, rank
-from layout_solver.xnnpack.pricing import LayoutCost, layout_cost
+from layout_solver.xnnpack.pricing import LayoutCost, graph_with_prices, layout_cost
 from layout_solver.xnnpack.problem_builder import SECOND_ORDER_REFUSED, BuiltProblem, build_problem, stored_label
 from layout_solver.xnnpack.program import has_symbolic_shapes
 from layout_solver.xnnpack.runtime_model import delegate_run_ops
@@ -40,13 +40,16 @@ MIN_SAVING_US = 1.0
 MIN_SAVING_SHARE = 0.1
 
 
-def _report_fields(cost: LayoutCost) -> dict:
-    return {
+def _report_fields(cost: LayoutCost, graph_module=None, exported_program=None) -> dict:
+    fields = {
         "transitions": [c.record() for c in cost.conversions],
         "transitions_written": cost.transposes,
         "modelled_us": round(cost.us, 4),
         "pricing": "xnnpack",
     }
+    if graph_module is not None and is_explaining():
+        fields["graph"] = graph_with_prices(graph_module, cost, exported_program)
+    return fields
 
 
 class CountingChannelsLastTaggedReshapePass(ChannelsLastTaggedReshapePass):
@@ -60,7 +63,11 @@ class CountingChannelsLastTaggedReshapePass(ChannelsLastTaggedReshapePass):
         result = super().call(graph_module)
         profile = self.profile or xnn_cost.load_profile()
         cost = layout_cost(result.graph_module, profile, self.threads)
-        report = PassReport("stock", pass_seconds=time.perf_counter() - started, **_report_fields(cost))
+        report = PassReport(
+            "stock",
+            pass_seconds=time.perf_counter() - started,
+            **_report_fields(cost, result.graph_module, self.exported_program),
+        )
         report.run_ops = delegate_run_ops(result.graph_module, cost)
         record(report)
         return result
@@ -101,7 +108,9 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         if cost.us > stock_cost.us - max(MIN_SAVING_US, MIN_SAVING_SHARE * stock_cost.us):
             self.run = None
             return self._keep_stock(stock_graph, stock_cost, started, "stock kept: the stage's layout is not cheaper")
-        report = solver_report(run, time.perf_counter() - started, **_report_fields(cost))
+        report = solver_report(
+            run, time.perf_counter() - started, **_report_fields(cost, solved.graph_module, self.exported_program)
+        )
         report.run_ops = delegate_run_ops(solved.graph_module, cost)
         report.stock_cost = round(stock_cost.us, 4)
         self.report = report
@@ -110,7 +119,10 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
 
     def _keep_stock(self, stock_graph, stock_cost: LayoutCost, started: float, note: str) -> PassResult:
         report = PassReport(
-            "stock-fallback", pass_seconds=time.perf_counter() - started, notes=[note], **_report_fields(stock_cost)
+            "stock-fallback",
+            pass_seconds=time.perf_counter() - started,
+            notes=[note],
+            **_report_fields(stock_cost, stock_graph.graph_module, self.exported_program),
         )
         report.stock_cost = round(stock_cost.us, 4)
         report.kept_stock = True

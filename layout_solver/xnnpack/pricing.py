@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cost_models import xnnpack as xnn_cost
-from graph_io.fx import tensor_of
+from graph_io.fx import graph_snapshot, tensor_of
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
@@ -112,3 +112,20 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
                        int(torch.Size(shape).numel()) * elem, xnn_cost.conversion_us(profile, shape, elem, perm, threads))
         )  # fmt: skip
     return out
+
+
+def graph_with_prices(graph_module, cost: LayoutCost, exported_program) -> list[dict]:
+    """The tagged graph as `graph_io.fx.graph_snapshot` records: each tensor's dim order (read off its tag), the
+    conversions the program will run marked and priced as `cost` prices them (their sum is the report's
+    `modelled_us`; other ops are not priced by the layout model: their time is the same in either program
+    except where their order changes, which the run-time prediction and ETDump show)."""
+    from executorch.backends.xnnpack.utils.utils import is_param_node
+
+    converting = {c.node: c.us for c in cost.conversions}
+    return graph_snapshot(
+        graph_module,
+        lambda node: label_of(node) if tensor_of(node) is not None else "",
+        lambda node: converting.get(node.name),
+        lambda node: node.name in converting,
+        lambda node: node.op == "placeholder" and is_param_node(exported_program, node),
+    )

@@ -97,6 +97,18 @@ def compare_named(name: str, target: str, **options):
     return compare(module, inputs, target, name=name, **options)
 
 
+def explain_named(model: str, target: str, out=None, **options):
+    """`layout_solver.explain` on a zoo model by name (or `path/to/file.py:factory`, `transformers:NAME`, ...):
+    stock and solver once, both sides drawn (into `out` if given). Multi-method models are not drawn: ValueError."""
+    from layout_solver.explain import explain_comparison
+    from layout_solver.targets import get_target
+    from layout_solver.zoo.multi_method import MULTI_METHOD_ZOO
+
+    if model in MULTI_METHOD_ZOO:
+        raise ValueError(f"explain draws single-method models; {model!r} has several methods")
+    return explain_comparison(lambda: compare_named(model, target, **options), model, get_target(target), out)
+
+
 def run_job(job: Job) -> dict:
     """Runs in a worker: never raises, a failure becomes a record."""
     from layout_solver.compare.result import error_record

@@ -30,11 +30,19 @@ class EthosUTarget(Target):
     family_name: ClassVar[str] = "Ethos-U"
     headline: ClassVar[tuple[str, ...]] = ("vela_total_cycles",)  # deterministic: within 0.1% is unchanged
     headline_name: ClassVar[str] = "Vela total cycles"
+    explain_unit: ClassVar[str] = "NPU cycles (Vela)"
+    explain_total: ClassVar[str] = "vela_total_cycles"
     row_fields: ClassVar[tuple[str, ...]] = (
         "tosa_transposes", "vela_transpose_cycles", "vela_total_cycles", "predicted_total_cycles", "npu_ops",
         "cpu_ops", "lower_seconds", "eager_within_tolerance",
     )  # fmt: skip
     example: ClassVar[str] = "--target ethos-u55-128, ethos-u85-256, ..."
+
+    def explained_graphs(self, kept) -> list:
+        """Each delegate's TOSA graph, its tensors' dim orders and Vela's cycles per op (`ethos_u.explain`)."""
+        from layout_solver.targets.ethos_u.explain import tosa_graphs
+
+        return tosa_graphs(kept, self.explain_unit)
 
     @property
     def description(self) -> str:
@@ -146,6 +154,7 @@ def compare_ethos_u(
 
 def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, verify) -> dict:
     from layout_solver.arm.hooks import solver_layouts
+    from layout_solver.compare.artifacts import keep
     from layout_solver.compare.result import error_record, not_compared, not_lowered
     from layout_solver.targets.ethos_u.equivalence import stock_against_solver, versus_quantized_eager
     from layout_solver.targets.ethos_u.measure import declare_input_order, lower_ethos_u, quantize_for, solver_metrics
@@ -180,6 +189,7 @@ def _compare_ethos_u(module, inputs, time_limit, target, service, input_order, v
             except Exception as exc:  # noqa: BLE001 - recorded, not fatal
                 result[side] = error_record(exc)
                 continue
+            keep(side, lowerings[side])
             metrics = lowerings[side].metrics()
             # Each program on its own against the quantized eager model, so a side the other cannot be
             # compared with (the reference model rejected it) is still checked.

@@ -77,6 +77,7 @@ class EthosULowering:
     tosa_files: list[Path] = field(default_factory=list)
     tosa_ops: list[list] = field(default_factory=list)  # per delegate: its TOSA operators, read back
     program: object = None  # the EdgeProgramManager (to run it against the quantized eager model)
+    vela_rows_by_delegate: list[list[dict]] = field(default_factory=list)  # vela_rows, delegate by delegate
     lower_cpu_seconds: float = 0.0  # CPU time of the lowering, all of this process's threads
 
     @property
@@ -194,16 +195,17 @@ def lower_ethos_u(
         )
         rows = []
         files = sorted(Path(tmp).glob("output*.tosa"), key=_delegate_order)
-        kept, graphs = [], []
+        kept, graphs, rows_by_delegate = [], [], []
         for tosa in files:
             graphs.append(tosa_ops(tosa.read_bytes()))
             with tempfile.TemporaryDirectory() as work:
-                rows += run_vela(tosa.read_bytes(), Path(work), tuple(spec.compiler_flags))
+                rows_by_delegate.append(run_vela(tosa.read_bytes(), Path(work), tuple(spec.compiler_flags)))
+                rows += rows_by_delegate[-1]
             if keep_tosa is not None:
                 keep_tosa.mkdir(parents=True, exist_ok=True)
                 kept.append(keep_tosa / tosa.name)
                 kept[-1].write_bytes(tosa.read_bytes())
-        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program, lower_cpu_seconds=cpu)
+        return EthosULowering(elapsed, list(transposes), rows, cpu_ops, kept, graphs, program, rows_by_delegate, cpu)
 
 
 INPUT_ORDERS = ("nchw", "nhwc")

@@ -35,6 +35,7 @@ class VulkanTarget(Target):
     family_name: ClassVar[str] = "Vulkan"
     headline: ClassVar[tuple[str, ...]] = ("run_ms", "modelled_us")
     headline_name: ClassVar[str] = "run time (or modelled cost)"
+    explain_unit: ClassVar[str] = "us (modelled)"
     row_fields: ClassVar[tuple[str, ...]] = (
         "transitions", "transition_cost", "lower_seconds", "pass_seconds", "modelled_us", "executed",
         "max_abs_diff_vs_eager", "run_ms",
@@ -284,6 +285,7 @@ def compare_vulkan(
 
 
 def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_profile, rounds, service) -> Comparison:
+    from layout_solver.compare.artifacts import keep
     from layout_solver.compare.result import Comparison, Side, error_record
     from layout_solver.targets.vulkan.measure import execute_on_device, lower_vulkan
     from layout_solver.targets.vulkan.runtime import probe
@@ -301,6 +303,7 @@ def _compare_vulkan(module, inputs, name, time_limit, execute, runtime, cost_pro
         start = time.perf_counter()
         try:
             buffers[side], reports = lower_vulkan(module, inputs, context)
+            keep(side, reports)
         except Exception as exc:  # noqa: BLE001 - recorded, not fatal: e.g. upstream fake-mode failures
             sides[side] = error_record(exc)
             continue

@@ -29,6 +29,7 @@ class XnnpackTarget(Target):
     family_name: ClassVar[str] = "XNNPACK"
     headline: ClassVar[tuple[str, ...]] = ("run_ms",)
     headline_name: ClassVar[str] = "run time on this CPU"
+    explain_unit: ClassVar[str] = "us (modelled layout conversions)"
     row_fields: ClassVar[tuple[str, ...]] = (
         "transitions", "modelled_us", "lower_seconds", "pass_seconds", "run_ms", "conversion_share",
         "predicted_conversion_ms", "max_abs_diff_vs_eager",

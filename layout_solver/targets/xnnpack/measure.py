@@ -116,6 +116,7 @@ def compare_xnnpack(
     """Stock versus solver on XNNPACK (see the module docstring); `verify="run"` keeps, on the solver side, the
     faster of the two programs by a paired timing at the first thread count."""
     from cost_models import xnnpack as xnn_cost
+    from layout_solver.compare.artifacts import keep
     from layout_solver.compare.result import Comparison, Side, error_record, not_lowered
     from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.cpu_ops import CpuOpTimes
@@ -126,6 +127,7 @@ def compare_xnnpack(
     cpu_times = CpuOpTimes()
     sides: dict[str, dict] = {}
     buffers: dict[str, bytes] = {}
+    reports_by_side: dict[str, list] = {}
     with quiet():
         program_module = quantize(module, inputs) if quantized else module
         contexts = (
@@ -139,6 +141,7 @@ def compare_xnnpack(
                 sides[side] = error_record(exc)
                 continue
             buffers[side] = lowered.buffer
+            keep(side, reports_by_side.setdefault(side, lowered.reports))
             sides[side] = side_record(lowered.buffer, lowered.reports, lowered.seconds, side == "solver")
             predicted = {str(n): predicted_run(lowered, profile, n, cpu_times) for n in threads}
             if all(predicted.values()):
@@ -156,6 +159,7 @@ def compare_xnnpack(
             sides["solver"].update(kept=kept, verify_run_ms={"stock": round(timing.medians[0], 4),
                                                             "solver": round(timing.medians[1], 4)})  # fmt: skip
             buffers["solver"] = buffers[kept]
+            keep("solver", reports_by_side[kept])
             if kept == "stock":  # the solver side is stock's program now: priced as such
                 for key in ("modelled_us", "predicted_run_ms_by_threads", "predicted_run_us_by_part"):
                     sides["solver"][key] = sides["stock"].get(key)
