@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 # the NPU's cycles, and a ConvNeXt stack, where its layout saves 11% of them and, on XNNPACK, the transposes around
 # its CPU LayerNorms.
 demo: $(STAMP)
-	$(VENV)/bin/layout-solver zoo --models ds_cnn,mobilenet_v1_025,convnext_stack --target ethos-u55-128,vulkan,xnnpack --jobs 2 --out zoo-out/demo
+	$(VENV)/bin/layout-solver zoo --models convnext_stack,ds_cnn,mobilenet_v1_025 --target ethos-u55-128,vulkan,xnnpack --jobs 2 --explain --out zoo-out/demo
 
 # Lint and format check first (ruff, pinned in the test extra), then the suite. The browser test needs Debian's chromium
 # and the Vulkan execution tests a driver (both installed here when root on Debian); the Vulkan tests also need

@@ -346,10 +346,11 @@ def cmd_zoo(args: argparse.Namespace) -> int:
             )
     results = run_zoo(
         models, targets, out, jobs=args.jobs, executor=args.executor, address=args.address, options=options,
-        prune=args.prune, archive=args.archive,
+        prune=args.prune, archive=args.archive, explain=args.explain,
     )  # fmt: skip
-    print((out / "report.md").read_text())
-    print(f"results: {out / 'results.csv'}, {out / 'report.md'}, plots in {out}")
+    from layout_solver.zoo.report import console_summary
+
+    print(console_summary(results, out))
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
@@ -524,6 +525,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="after the run, delete the results in OUT/cache this run did not use (other code, tools, models or "
         "targets)",
     )
+    p.add_argument("--explain", action="store_true",
+                   help="draw both sides of every model as Model Explorer files in OUT/explain (see `explain`)")  # fmt: skip
     p.add_argument(
         "--archive",
         action="store_true",

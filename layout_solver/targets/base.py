@@ -54,6 +54,9 @@ class Target:
     example: ClassVar[str] = ""  # how a user names a target of this family, for error messages
     times_programs: ClassVar[bool] = False  # every comparison times both programs on this machine's CPU
     plot_marker: ClassVar[str] = "o"  # its points on the zoo report's solve-time plot
+    # How long one comparison takes against other targets' (Ethos-U: Vela and the reference model on both
+    # sides): the zoo starts the longest jobs first, so the last job to finish is a short one.
+    job_weight: ClassVar[float] = 1.0
 
     @property
     def description(self) -> str:

@@ -10,6 +10,7 @@ the models where the solver is dearer with the operator classes that made the di
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -170,8 +171,66 @@ def write_outputs(results: list[dict], out: Path) -> None:
         lines = log.read_text(errors="replace").splitlines()
         report += (f"\nThe workers' own output (native libraries' warnings, {len(lines)} lines, "
                    f"{len(set(lines))} distinct) is in `{log}`, not on the console.\n")  # fmt: skip
+    report += explained_section(out)
     (out / "report.md").write_text(report)
     plot(table, out)
+
+
+def explained_section(out: Path) -> str:
+    """report.md's links to the Model Explorer files a run with --explain drew (`out/explain/*/explain.json`)."""
+    drawn = sorted((out / "explain").glob("*/explain.json"))
+    if not drawn:
+        return ""
+    lines = ["", "## Layouts in Model Explorer", "",
+             ("Each model's stock and solver programs, drawn by `layout-solver explain`: one graph per delegate, each "
+             "tensor's layout, each conversion and its price (overlays). Open one with Model Explorer's own command, "
+             "e.g. `model-explorer DIR/solver.graphs.json --node_data_paths=DIR/solver.cost.json,"
+             "DIR/solver.layout.json,DIR/solver.conversions.json`, or `layout-solver explain MODEL --target T --open`."),
+             "", "| model | target | unit | conversions stock / solver | total stock / solver | files |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for path in drawn:
+        explained = json.loads(path.read_text())
+        count = {side: len(explained["conversions"].get(side, [])) for side in ("stock", "solver")}
+        total = {side: (explained["totals"].get(side) or {}).get("overlay") for side in ("stock", "solver")}
+        shown = " / ".join("" if total[s] is None else f"{total[s]:,.6g}" for s in ("stock", "solver"))
+        lines.append(f"| {explained['model']} | {explained['target']} | {explained['unit']} | "
+                     f"{count['stock']} / {count['solver']} | {shown} | [{path.parent.name}]({path.parent.relative_to(out)}) |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def console_summary(results: list[dict], out: Path) -> str:
+    """What a zoo run prints at its end: per target one line of verdicts and one per model (verdict, ratio,
+    the headline measure both ways, conversions both ways), then where the report and the files are."""
+    table = rows(results)
+    lines = []
+    for target in dict.fromkeys(r["target"] for r in table):
+        mine = [r for r in table if r["target"] == target]
+        counts = Counter(r["verdict"] for r in mine)
+        ratios = [r["ratio"] for r in mine if isinstance(r["ratio"], (int, float)) and r["ratio"] > 0]
+        geomean = f", geomean ratio {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}" if ratios else ""
+        described = get_target(target)
+        lines.append(f"{target} ({described.headline_name}): "
+                     + ", ".join(f"{n} {v}" for v, n in counts.most_common()) + geomean)  # fmt: skip
+        explained = _explained_conversions(out, target)
+        for r in mine:
+            ratio_ = f"{r['ratio']:.3f}" if isinstance(r["ratio"], (int, float)) else "-"
+            conversions = explained.get(r["model"], "")
+            lines.append(f"  {r['model']:28} {r['verdict']:22} ratio {ratio_:>6}{conversions}")
+    lines.append(f"report: {out / 'report.md'}; table: {out / 'results.csv'}; plots in {out}")
+    if (out / "explain").is_dir():
+        lines.append(f"layouts per op (Model Explorer files): {out / 'explain'} (report.md says how to open them)")
+    return "\n".join(lines)
+
+
+def _explained_conversions(out: Path, target: str) -> dict[str, str]:
+    """ ", conversions N -> M" per model a run with --explain drew on `target`."""
+    found = {}
+    for path in (out / "explain").glob(f"*-{target}/explain.json"):
+        explained = json.loads(path.read_text())
+        if explained["target"] == target:
+            counts = [len(explained["conversions"].get(side, [])) for side in ("stock", "solver")]
+            found[explained["model"]] = f", layout conversions {counts[0]} -> {counts[1]}"
+    return found
 
 
 def report_markdown(table: list[dict]) -> str:

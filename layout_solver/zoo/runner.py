@@ -36,6 +36,7 @@ class Job:
     model: str
     target: str
     options: tuple[tuple[str, object], ...] = ()  # keyword options of compare() for this target
+    explain_dir: str = ""  # where to draw both sides as Model Explorer files (`explain`); "" not drawn
 
 
 def job_key(job: Job) -> str:
@@ -109,20 +110,23 @@ def explain_named(model: str, target: str, out=None, **options):
     return explain_comparison(lambda: compare_named(model, target, **options), model, get_target(target), out)
 
 
+def explain_dir(out: Path, model: str, target: str) -> Path:
+    """Where a zoo run with --explain draws `model` on `target`."""
+    return out / "explain" / f"{Path(model).stem.replace(':', '_').replace('/', '_')}-{target}"
+
+
 def run_job(job: Job) -> dict:
     """Runs in a worker: never raises, a failure becomes a record."""
     from layout_solver.compare.result import error_record
 
     start = time.perf_counter()
     try:
-        comparison = compare_named(job.model, job.target, **dict(job.options))
-        failed = [
-            s
-            for s in ("stock", "solver", "per_method", "joint")
-            if getattr(getattr(comparison, s, None), "error", None)
-        ]
+        if job.explain_dir:
+            result = explain_named(job.model, job.target, Path(job.explain_dir), **dict(job.options)).comparison
+        else:
+            result = compare_named(job.model, job.target, **dict(job.options)).to_json()
+        failed = [s for s in ("stock", "solver", "per_method", "joint") if (result.get(s) or {}).get("error")]
         status = "ok" if not failed else f"{'+'.join(failed)} failed"
-        result = comparison.to_json()
     except Exception as exc:  # noqa: BLE001 - any failure is recorded for this program, the rest go on
         result = {
             "model": job.model,
@@ -259,11 +263,14 @@ def run_zoo(
     options: dict[str, dict] | None = None,
     prune: bool = False,
     archive: bool = False,
+    explain: bool = False,
 ) -> list[dict]:
     """Every model x target, stock versus solver; `options` maps a target to keyword options of its compare().
     `prune`: afterwards, delete the results in `out/cache` this run did not read or write (results of other code,
     tool versions, models or targets), and say how many. Results archived in `out/cache.jsonl.gz` count as cached
-    (`layout_solver.zoo.archive`); `archive` writes the cache there after the run."""
+    (`layout_solver.zoo.archive`); `archive` writes the cache there after the run. `explain`: draw both sides of every
+    single-method model as Model Explorer files in `out/explain/MODEL-TARGET` (`layout_solver.explain`); a cached
+    result whose files are not there is lowered again to draw them."""
     from tqdm import tqdm
 
     from layout_solver.zoo import archive as archived
@@ -282,15 +289,19 @@ def run_zoo(
                 # compare_methods solves in-process and takes graph inputs as the methods declare them
                 chosen = {k: v for k, v in chosen.items() if k not in ("service", "input_order")}
                 chosen["cache_dir"] = str(out / "subproblems")
-            job = Job(model, target, tuple(sorted(chosen.items())))
+            drawn = explain and model not in MULTI_METHOD_ZOO
+            job = Job(
+                model, target, tuple(sorted(chosen.items())), str(explain_dir(out, model, target)) if drawn else ""
+            )
             path = paths[job] = cache / f"{job_key(job)}.json"
-            if path.exists():
+            if path.exists() and (not drawn or (Path(job.explain_dir) / "explain.json").exists()):
                 results.append(json.loads(path.read_text()))
                 log(f"[cached] {model} on {target}: {results[-1]['status']}")
             else:
                 todo.append(job)
     from layout_solver.zoo.report import THIRD_PARTY_LOG  # here, as write_outputs: no worker's digest has it
 
+    todo.sort(key=lambda job: -get_target(job.target).job_weight)  # the longest first (stable: else as listed)
     third_party = out / THIRD_PARTY_LOG
     if todo:  # this run's output only
         third_party.write_text("")
