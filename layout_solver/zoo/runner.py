@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import signal
 import sys
 import threading
@@ -112,7 +113,9 @@ def explain_named(model: str, target: str, out=None, **options):
 
 def explain_dir(out: Path, model: str, target: str) -> Path:
     """Where a zoo run with --explain draws `model` on `target`."""
-    return out / "explain" / f"{Path(model).stem.replace(':', '_').replace('/', '_')}-{target}"
+    local = model.endswith(".pt2") or model.partition(":")[0].endswith(".py")  # a file: named by its name
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name if local else model)
+    return out / "explain" / f"{name}-{target}"
 
 
 def run_job(job: Job) -> dict:

@@ -264,3 +264,31 @@ def test_the_workers_native_output_goes_to_the_log_not_the_console(tmp_path, cap
         pool.shutdown()
     assert log.read_text() == "WARNING: Different TOSA spec\nnative stdout\n"
     assert "TOSA" not in capfd.readouterr().err
+
+
+def test_zoo_explain_draws_each_model_links_it_and_redraws_a_cached_result_without_files(tmp_path, capsys):
+    """`zoo --explain`: Model Explorer files per model beside the report, linked from it; the console gets one
+    line per target and per model; a cached result whose drawing is gone is lowered again to draw it."""
+    import json
+
+    from layout_solver.cli import main
+
+    argv = ["zoo", "--models", f"{TINY}:residual", "--target", "vulkan", "--jobs", "1", "--explain",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].startswith("vulkan (") and "residual" in printed[1] and "layout conversions" in printed[1]
+    assert len(printed) <= 8  # one screen: no report table on the console
+    drawn = tmp_path / "explain" / "tiny.py_residual-vulkan" / "explain.json"
+    explained = json.loads(drawn.read_text())
+    assert explained["totals"]["solver"]["overlay"] == pytest.approx(
+        explained["totals"]["solver"]["reported"], abs=1e-3
+    )
+    assert "## Layouts in Model Explorer" in (tmp_path / "report.md").read_text()
+    logged = []
+    run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=1, log=logged.append, explain=True)
+    assert logged == [f"[cached] {TINY}:residual on vulkan: ok"]
+    drawn.unlink()
+    logged = []
+    run_zoo([f"{TINY}:residual"], ["vulkan"], tmp_path, jobs=1, log=logged.append, explain=True)
+    assert logged == [] and drawn.exists()  # lowered again, drawn again
