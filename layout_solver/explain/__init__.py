@@ -61,6 +61,12 @@ class Explanation:
                 f"{len(self.conversions(side))} conversions; overlay total {total['overlay']:,.6g}"
                 + (f", compare's {self.total_field} {reported:,.6g}" if reported is not None else "")
             )
+        for side in SIDES:
+            error = (self.comparison.get(side) or {}).get("error")
+            if error:
+                lines.append(f"  {side} failed, not drawn: {error}")
+            elif side not in self.graphs:
+                lines.append(f"  {side}: not drawn ({self.target}'s comparison keeps no program to draw)")
         for side, paths in self.files.items():
             lines.append(f"  {side}: {paths['graphs']}")
         return "\n".join(lines)
