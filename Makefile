@@ -8,10 +8,10 @@ TEST_WORKERS ?= 2
 
 .PHONY: demo test bench clean
 
+# torch first, pinned: anything unpinned would pull the multi-GB CUDA build. pip's own warnings (an index location
+# this machine lacks, ...) go to the install log, shown only if the install fails.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	# torch first, pinned: anything unpinned would pull the multi-GB CUDA build. pip's own warnings (an index
-	# location this machine lacks, ...) go to the install log, shown only if the install fails.
 	@echo "installing into $(VENV) (log: $(VENV)/install.log)"
 	@$(PY) -m pip install -q torch==2.13.0 > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@$(PY) -m pip install -q -e '.[test,service,zoo,explain]' >> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
