@@ -65,16 +65,16 @@ def test_cost_deltas_price_new_ops_whole_and_kept_ops_by_difference():
     assert cost_deltas(stock, solver) == {"d": {"a": -1.0, "n": 1.0}}
 
 
-@pytest.mark.parametrize(
-    ("model", "target", "options"),
-    [
-        ("ds_cnn", "ethos-u55-128", {}),
-        ("convnext_stack", "vulkan", {}),
-        ("convnext_stack", "xnnpack", {"threads": (1,), "rounds": 3}),
-    ],
-)
-def test_overlay_prices_add_up_to_the_comparisons_totals(model, target, options, tmp_path):
-    explanation = explain_named(model, target, tmp_path, time_limit=10, **options)
+SHARED = pytest.mark.xdist_group("explained_convnext_xnnpack")  # one lowering for this and the browser test
+
+
+@pytest.mark.parametrize(("model", "target"), [("ds_cnn", "ethos-u55-128"), ("convnext_stack", "vulkan"),
+                                                pytest.param("convnext_stack", "xnnpack", marks=SHARED)])  # fmt: skip
+def test_overlay_prices_add_up_to_the_comparisons_totals(model, target, tmp_path, request):
+    if target == "xnnpack":
+        explanation, tmp_path = request.getfixturevalue("explained_convnext_xnnpack")
+    else:
+        explanation = explain_named(model, target, tmp_path, time_limit=10)
     for side, total in explanation.totals.items():
         assert total["reported"] is not None, side
         assert total["overlay"] == pytest.approx(total["reported"], rel=1e-6, abs=1e-3), side

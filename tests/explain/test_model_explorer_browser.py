@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from layout_solver.explain import model_explorer
-from layout_solver.zoo.runner import explain_named
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Chromium as root on a closed network: no sandbox, no background connections, software WebGL.
@@ -31,8 +30,9 @@ def browser():
         browser.close()
 
 
-def test_model_explorer_renders_the_solvers_graph_and_its_overlay(browser, tmp_path):
-    explanation = explain_named("convnext_stack", "xnnpack", tmp_path, time_limit=10, threads=(1,), rounds=3)
+@pytest.mark.xdist_group("explained_convnext_xnnpack")  # the overlay test's lowering, shared
+def test_model_explorer_renders_the_solvers_graph_and_its_overlay(browser, explained_convnext_xnnpack, tmp_path):
+    explanation, _ = explained_convnext_xnnpack
     files = explanation.files["solver"]
     process, port = model_explorer.serve()
     try:
