@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         f"`.venv/bin/python -m benchmarks.zoo.explain --targets {args.targets} --jobs {args.jobs}` "
         f"({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:,.0f} s): {added_up} of {len(rows)} "
         "model x target drawings add up on both sides (overlay total = the comparison's figure: Vela's "
-        "`vela_total_cycles` on Ethos-U, `modelled_us` on Vulkan).",
+        "`vela_total_cycles` on Ethos-U, `modelled_us` on Vulkan and XNNPACK).",
         "",
         *lines,
         "",
