@@ -29,8 +29,8 @@ def _agrees(total: dict) -> bool:
 def table(out: Path, models: list[str], targets: list[str], results: list[dict]) -> list[str]:
     """The markdown rows of the run in `out`."""
     status = {(r["model"], r["target"]): r["status"] for r in results}
-    lines = ["| model | target | status | graphs stock / solver | ops stock / solver | conversions stock / solver | "
-             "total stock (overlay = compare) | total solver (overlay = compare) | adds up |",
+    lines = [("| model | target | status | graphs stock / solver | ops stock / solver | conversions stock / solver | "
+             "total stock (overlay = compare) | total solver (overlay = compare) | adds up |"),
              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for target in targets:
         for model in models:
@@ -67,15 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     results = run_zoo(models, targets, out, jobs=args.jobs, explain=True)
     lines = table(out, models, targets, results)
-    rows = [line for line in lines[2:]]
+    rows = lines[2:]
     added_up = sum(line.endswith("| yes |") for line in rows)
     report = [
         "# explain on the zoo: every model drawn, the overlays adding up to compare's totals",
         "",
-        f"`.venv/bin/python -m benchmarks.zoo.explain --targets {args.targets} --jobs {args.jobs}` "
-        f"({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:,.0f} s): {added_up} of {len(rows)} "
-        "model x target drawings add up on both sides (overlay total = the comparison's figure: Vela's "
-        "`vela_total_cycles` on Ethos-U, `modelled_us` on Vulkan and XNNPACK).",
+        (
+            f"`.venv/bin/python -m benchmarks.zoo.explain --targets {args.targets} --jobs {args.jobs}` "
+            f"({time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:,.0f} s): {added_up} of {len(rows)} "
+            "model x target drawings add up on both sides (overlay total = the comparison's figure: Vela's "
+            "`vela_total_cycles` on Ethos-U, `modelled_us` on Vulkan and XNNPACK)."
+        ),
         "",
         *lines,
         "",
