@@ -157,6 +157,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     """`layout-solver explain MODEL --target T`: stock and solver once, each side's program as Model Explorer files
     (graphs with layouts, conversions and per-op prices) in --out; with --open, a loopback Model Explorer on them."""
+    from layout_solver.lowering.quiet import output_to
     from layout_solver.zoo.models import ModelError, build
     from layout_solver.zoo.runner import explain_named
 
@@ -164,14 +165,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     options = _target_options([target], args)[target.name]
     check_time_limit(args.time_limit)
     out = Path(args.out or Path("zoo-out") / "explain" / f"{Path(args.model).stem}-{target.name}")
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "third_party.log"  # what the lowering's libraries print, not the console's
     try:
         build(args.model)  # a broken model is the user's error: said before any lowering
-        explanation = explain_named(args.model, target.name, out, time_limit=args.time_limit, service=args.service,
-                                    **options)  # fmt: skip
+        with output_to(log):
+            explanation = explain_named(args.model, target.name, out, time_limit=args.time_limit,
+                                        service=args.service, **options)  # fmt: skip
     except (ModelError, ValueError) as exc:
         raise ProblemError(str(exc)) from exc
     print(explanation.summary())
-    print(f"Model Explorer files in {out} (explain.json lists them)")
+    print(f"Model Explorer files in {out} (explain.json lists them); the libraries' own output in {log}")
     if args.open:
         from layout_solver.explain import model_explorer
 

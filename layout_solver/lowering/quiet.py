@@ -28,3 +28,34 @@ def quiet() -> Iterator[None]:
             yield
         finally:
             root.setLevel(level)
+
+
+@contextlib.contextmanager
+def output_to(log_path) -> Iterator[None]:
+    """Inside the block whatever is printed (file descriptors 1 and 2: Python prints, native libraries' warnings
+    such as the TOSA serializer's) goes to `log_path` (appended), not the console, and Python warnings and
+    library logs below ERROR are off (as in the zoo's workers); all restored on exit (exceptions included). For a
+    command whose console shows only its own summary, the rest kept where the summary names it."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    disabled = logging.root.manager.disable
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        logging.disable(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for descriptor in (fd, *saved):
+            os.close(descriptor)
+        logging.disable(disabled)
