@@ -48,7 +48,13 @@ def output_to(log_path) -> Iterator[None]:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         logging.disable(logging.WARNING)
-        with warnings.catch_warnings():
+        # Python's own streams too, where something replaced them (pytest's capture, a notebook)
+        with (
+            open(os.dup(fd), "a", buffering=1, closefd=True) as stream,
+            contextlib.redirect_stdout(stream),
+            contextlib.redirect_stderr(stream),
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
