@@ -2,6 +2,7 @@
 what the comparison reports for the same lowering, and Ethos-U's dim orders read off the TOSA graph."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,15 @@ def test_overlay_prices_add_up_to_the_comparisons_totals(model, target, tmp_path
         conversions = json.loads((tmp_path / f"{side}.conversions.json").read_text())
         assert sum(len(g["results"]) for g in conversions.values()) == len(explanation.conversions(side))
     assert (tmp_path / "solver.delta.json").exists()
+
+
+def test_the_explain_command_prints_its_summary_and_keeps_the_libraries_output_in_a_log(tmp_path, capfd):
+    from layout_solver.cli import main
+
+    tiny = f"{Path(__file__).parents[1] / 'models' / 'tiny.py'}:residual"
+    assert main(["explain", tiny, "--target", "vulkan", "--out", str(tmp_path)]) == 0
+    captured = capfd.readouterr()
+    assert captured.err == ""  # executorch's INFO lines and the like are in the log, not on the console
+    lines = captured.out.splitlines()
+    assert lines[0].startswith(f"{tiny} on vulkan") and "third_party.log" in lines[-1]
+    assert (tmp_path / "explain.json").exists() and (tmp_path / "third_party.log").exists()
