@@ -159,12 +159,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     (graphs with layouts, conversions and per-op prices) in --out; with --open, a loopback Model Explorer on them."""
     from layout_solver.lowering.quiet import output_to
     from layout_solver.zoo.models import ModelError, build
-    from layout_solver.zoo.runner import explain_named
+    from layout_solver.zoo.runner import explain_dir, explain_named
 
     target = get_target(args.target)
     options = _target_options([target], args)[target.name]
     check_time_limit(args.time_limit)
-    out = Path(args.out or Path("zoo-out") / "explain" / f"{Path(args.model).stem}-{target.name}")
+    out = Path(args.out) if args.out else explain_dir(Path("zoo-out"), args.model, target.name)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "third_party.log"  # what the lowering's libraries print, not the console's
     try:

@@ -89,10 +89,10 @@ def layout_legend(graphs: list[LayoutGraph]) -> dict[str, int]:
 def write(side: str, graphs: list[LayoutGraph], out: Path, legend: dict[str, int], title: str) -> dict[str, Path]:
     """`out/{side}.graphs.json` (a graph collection labelled "`title` (`side`)") and its overlays (cost, layout,
     conversions); the paths by kind."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"graphs": out / f"{side}.graphs.json"}
     from model_explorer import graph_builder as gb
 
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"graphs": out / f"{side}.graphs.json"}
     collection = gb.GraphCollection(label=f"{title} ({side})", graphs=[_graph(g) for g in graphs])
     paths["graphs"].write_text(json.dumps(asdict(collection), indent=1))
     unit = graphs[0].unit if graphs else ""

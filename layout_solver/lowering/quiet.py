@@ -1,9 +1,12 @@
-"""`quiet()`: silence executorch's per-transition INFO logs and torch's noisy warnings, inside a block only."""
+"""`quiet()`: silence executorch's per-transition INFO logs and torch's noisy warnings, inside a block only; `output_to()`
+(and `console_to()`, the zoo workers' for good): what is printed goes to a log file, not the console."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -30,27 +33,32 @@ def quiet() -> Iterator[None]:
             root.setLevel(level)
 
 
+def console_to(log_path) -> tuple[int, int]:
+    """Point file descriptors 1 and 2 (what Python and native code print) at `log_path` (appended); returns
+    duplicates of the two as they were, for a caller that puts them back."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    fd = os.open(os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    return saved
+
+
 @contextlib.contextmanager
 def output_to(log_path) -> Iterator[None]:
     """Inside the block whatever is printed (file descriptors 1 and 2: Python prints, native libraries' warnings
     such as the TOSA serializer's) goes to `log_path` (appended), not the console, and Python warnings and
     library logs below ERROR are off (as in the zoo's workers); all restored on exit (exceptions included). For a
     command whose console shows only its own summary, the rest kept where the summary names it."""
-    import os
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    fd = os.open(os.fspath(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     disabled = logging.root.manager.disable
+    saved = console_to(log_path)
     try:
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
         logging.disable(logging.WARNING)
         # Python's own streams too, where something replaced them (pytest's capture, a notebook)
         with (
-            open(os.dup(fd), "a", buffering=1, closefd=True) as stream,
+            open(os.dup(1), "a", buffering=1, closefd=True) as stream,
             contextlib.redirect_stdout(stream),
             contextlib.redirect_stderr(stream),
             warnings.catch_warnings(),
@@ -62,6 +70,6 @@ def output_to(log_path) -> Iterator[None]:
         sys.stderr.flush()
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
-        for descriptor in (fd, *saved):
+        for descriptor in saved:
             os.close(descriptor)
         logging.disable(disabled)

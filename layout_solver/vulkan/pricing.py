@@ -64,8 +64,12 @@ def modelled_cost_by_op(
 ) -> Counter:
     """`modelled_cost` split by operator name ("aten.clone.default" holds the transitions), the names the
     runtime's dispatch profile uses, so each op's price can be held against its measured time."""
+    return _by_op(modelled_cost_by_node(graph_module, profile, estimate))
+
+
+def _by_op(priced: dict[str, tuple[str, tuple[str, ...], float]]) -> Counter:
     total: Counter = Counter()
-    for operator_name, _, price in modelled_cost_by_node(graph_module, profile, estimate).values():
+    for operator_name, _, price in priced.values():
         total[operator_name] += price
     return total
 
@@ -160,19 +164,21 @@ def modelled(
 ) -> dict:
     """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of
     `profiles`; while explaining, the graph with its prices too (`graph_with_prices`)."""
-    by_op = modelled_cost_by_op(graph_module, profile, estimate=True)
+    priced = modelled_cost_by_node(graph_module, profile, estimate=True)
+    by_op = _by_op(priced)
     by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
     fields = {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
     if is_explaining():
-        fields["graph"] = graph_with_prices(graph_module, profile)
+        fields["graph"] = graph_with_prices(graph_module, profile, priced)
     return fields
 
 
-def graph_with_prices(graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None) -> list[dict]:
+def graph_with_prices(
+    graph_module: torch.fx.GraphModule, profile: vk_cost.VulkanProfile | None, priced: dict[str, tuple]
+) -> list[dict]:
     """The tagged graph as `graph_io.fx.graph_snapshot` records: each tensor's representation (storage and
-    packing), clones marked as transitions, each op at the price `modelled` sums (the best estimate), so a
-    viewer's per-op prices add up to the report's `modelled_us`."""
-    priced = modelled_cost_by_node(graph_module, profile, estimate=True)
+    packing), clones marked as transitions, each op at its price in `priced` (`modelled_cost_by_node`, the best
+    estimate, as `modelled` sums it), so a viewer's per-op prices add up to the report's `modelled_us`."""
     by_name = {name: record[2] for name, record in priced.items() if not name.startswith("transition of ")}
 
     def cost_of(node):

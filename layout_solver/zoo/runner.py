@@ -150,15 +150,13 @@ def _worker_init(log_path: str | None = None) -> None:
     import os
     import warnings
 
+    from layout_solver.lowering.quiet import console_to
+
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    if log_path:
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+    if log_path:  # for the worker's life: the saved descriptors are not needed
+        for saved in console_to(log_path):
+            os.close(saved)
 
 
 def _pool(workers: int, log_path: Path | None = None) -> ProcessPoolExecutor:
