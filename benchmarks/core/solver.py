@@ -14,7 +14,8 @@ Run: make bench   (or .venv/bin/python -m benchmarks.core.solver [--quick] [--su
 
 Targets (solver-core issues): repeated blocks gap 0 (1,200 ops <= 50 ms, 100k <= 5 s);
 --time-limit 2 on irregular 1,200-op problems answers within 2.5 s; within 10 s on 1,200 ops
-window-40 gap <= 2% and uniform random gap <= 10%; 100k ops within 1.5 GB.
+window-40 gap <= 2% and uniform random gap <= 10%; 100k ops within 1.5 GB (issue 69: 2 GB, every
+100k family within 10% at 10 s, 10k window-40 within 1%).
 """
 
 from __future__ import annotations
@@ -97,12 +98,14 @@ def suite_blocks(sizes: list[int], time_limit: float, emit) -> None:
     emit("")
 
 
-def _irregular_case(ops: int, window: int | None, time_limit: float, workers: int, trace_to: str | None) -> dict:
+def _irregular_case(
+    ops: int, window: int | None, time_limit: float, workers: int, trace_to: str | None, deterministic: bool = False
+) -> dict:
     """Runs in a fresh process, so its peak RSS is this case's alone."""
     problem = window_problem(ops, window or ops, n_labels=4, seed=1)
     trace: list | None = [] if trace_to else None
     start = time.perf_counter()
-    solution = solve(problem, time_limit=time_limit, workers=workers, trace=trace, deterministic=False)
+    solution = solve(problem, time_limit=time_limit, workers=workers, trace=trace, deterministic=deterministic)
     wall = time.perf_counter() - start
     if trace_to:
         with open(trace_to, "w", newline="") as f:
@@ -117,6 +120,7 @@ def _irregular_case(ops: int, window: int | None, time_limit: float, workers: in
         "methods": dict(solution.components.by_method),
         "objective": solution.objective,
         "peak_mb": peak_rss_mb(),
+        "notes": solution.notes,
     }
 
 
@@ -138,37 +142,48 @@ def suite_irregular(sizes: list[int], time_limit: float, workers: int, emit) -> 
     emit(
         "## Irregular graphs (4 labels, seed 1)",
         "",
-        f"Each case in a fresh process, `solve(time_limit, workers={workers})`; time is the whole call.",
+        f"Each case in a fresh process, `solve(time_limit, workers={workers})`; time is the whole call (compiling, "
+        'solving, the independent evaluation of the answer). "clock": the search stops at the time limit '
+        '(`deterministic=False`); "work": the default, a work budget of a quarter unit per second of the limit, the '
+        "clock only a safety net (notes say when it fired). The largest graphs also at 30 s: where the 10 s figure "
+        "is this machine's speed rather than the method's.",
         "",
     )
-    header = ("graph", "ops", "time limit s", "time s", "status", "gap", "methods", "peak MB")
+    header = ("graph", "ops", "time limit s", "stops on", "time s", "status", "gap", "methods", "peak MB", "note")
+    cases = []
+    for ops in sizes:
+        limits = [2.0, time_limit] if ops <= 1200 else [time_limit] + ([30.0] if ops >= 100_000 else [])
+        for limit in limits:
+            for window in WINDOWS:
+                cases.append((ops, window, limit, False))
+        if ops >= 10_000:
+            cases.extend((ops, window, time_limit, True) for window in WINDOWS)
     rows = []
     traces = []
-    for limit in sorted({2.0, time_limit}):
-        for ops in sizes:
-            if limit == 2.0 and ops != 1200:
-                continue
-            for window in WINDOWS:
-                name = f"window {window}" if window else "uniform random"
-                trace_to = None
-                if window == 40 and ops <= 10_000 and limit == time_limit:
-                    trace_to = str(RESULTS / f"solver_trace_window40_{ops}.csv")
-                    traces.append((f"{name}, {ops:,} ops", trace_to))
-                r = in_fresh_process(_irregular_case, ops, window, limit, workers, trace_to)
-                methods = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items()))
-                rows.append(
-                    (
-                        name,
-                        f"{r['ops']:,}",
-                        f"{limit:g}",
-                        f"{r['wall']:.2f}",
-                        r["status"],
-                        f"{r['gap']:.2%}",
-                        methods,
-                        f"{r['peak_mb']:.0f}",
-                    )
-                )
-                print(f"  {rows[-1]}", flush=True)
+    for ops, window, limit, deterministic in cases:
+        name = f"window {window}" if window else "uniform random"
+        trace_to = None
+        if window == 40 and ops <= 10_000 and limit == time_limit and not deterministic:
+            trace_to = str(RESULTS / f"solver_trace_window40_{ops}.csv")
+            traces.append((f"{name}, {ops:,} ops", trace_to))
+        r = in_fresh_process(_irregular_case, ops, window, limit, workers, trace_to, deterministic)
+        methods = ", ".join(f"{k} {v}" for k, v in sorted(r["methods"].items()))
+        note = r["notes"][0].split(":")[0] if r["notes"] else ""
+        rows.append(
+            (
+                name,
+                f"{r['ops']:,}",
+                f"{limit:g}",
+                "work" if deterministic else "clock",
+                f"{r['wall']:.2f}",
+                r["status"],
+                f"{r['gap']:.2%}",
+                methods,
+                f"{r['peak_mb']:.0f}",
+                note,
+            )
+        )
+        print(f"  {rows[-1]}", flush=True)
     emit(*table(header, rows), "")
     if traces:
         plot_traces(traces, RESULTS / "solver_trace.png")

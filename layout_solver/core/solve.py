@@ -15,6 +15,7 @@ from layout_solver.core.problem import ComponentStats, Problem, ProblemError, So
 from layout_solver.core.solvers.budget import UNITS_PER_SECOND, WorkBudget
 from layout_solver.core.solvers.decompose import Decomposer
 from layout_solver.core.solvers.greedy import greedy
+from layout_solver.core.solvers.portfolio import RELATIVE_GAP
 from layout_solver.core.solvers.subproblem import restrict
 
 DEFAULT_TIME_LIMIT = 10.0
@@ -126,6 +127,9 @@ def _solve(
         notes.append(f"time limit reached ({time_limit:g} s, the wall-clock safety net) before the work budget "
                      f"({budget.units:g} units): returning the best answer found, which may differ from run to "
                      "run; see gap")  # fmt: skip
+    elif not stats.proven and stats.settled:
+        notes.append(f"settled: every piece not proven optimal is proven within {RELATIVE_GAP:.0%} of its optimum "
+                     "(the LP relaxation's bound); see gap")  # fmt: skip
     elif not stats.proven and not out_of_time:
         # The search stopped early: never hand back worse than the greedy answer (itself deterministic).
         whole = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})

@@ -234,3 +234,88 @@ def test_time_limit_must_be_positive_and_finite():
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ProblemError, match="positive finite"):
             solve(cnn_like(2), time_limit=bad)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lp_relaxation_bounds_and_rounds_legally(seed):
+    """Pieces of LP_PIECE_VARS or more get the relaxation first; a shrunk threshold drives it on small problems.
+    Its bound never exceeds the optimum, its answer is priced exactly, and a piece it settles is within the gap."""
+    from layout_solver.core.solvers import portfolio
+
+    problem = random_problem(seed, n_ops=9, n_labels=3, p_fixed=0.05)
+    try:
+        optimum = brute_force(problem)[0]
+    except InfeasibleError:
+        return
+    saved = portfolio.LP_PIECE_VARS
+    portfolio.LP_PIECE_VARS = 1
+    try:
+        solution = solve(problem, enumeration_limit=0, elimination_limit=0, use_blocks=False, engines=("lp",))
+    finally:
+        portfolio.LP_PIECE_VARS = saved
+    assert solution.objective >= optimum - 1e-6 and solution.bound <= optimum + 1e-6
+    again = evaluate(problem, solution.modes, solution.labels)
+    assert again.objective == pytest.approx(solution.objective)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_relaxation_bound_is_below_every_piece_optimum(seed):
+    from layout_solver.core.solvers.exhaustive import enumerate_all
+    from layout_solver.core.solvers.relaxation import relax
+
+    try:
+        compiled = compile_problem(random_problem(seed, n_ops=7, n_labels=4, p_fixed=0.05))
+    except InfeasibleError:
+        return
+    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+    if not sub.n_vars:
+        return
+    bound, point = relax(sub)
+    assert bound <= enumerate_all(sub).value + 1e-6
+    assert point.min() >= -1e-9 and point.max() <= 1 + 1e-9
+
+
+def test_relaxation_settles_a_wide_irregular_piece_within_the_gap():
+    """An irregular graph whose widest piece is past LP_PIECE_VARS: the relaxation's rounded answer, proven within
+    RELATIVE_GAP, in a fraction of what SCIP needs (benchmarks/results/solver.md has the 10,000-op case)."""
+    from layout_solver.core.solvers.portfolio import LP_PIECE_VARS, RELATIVE_GAP
+    from layout_solver.core.synthetic import window_problem
+
+    problem = window_problem(4000, window=40, seed=1)
+    compiled = compile_problem(problem)
+    from layout_solver.core.solvers.decompose import Decomposer
+
+    assert max(len(v) for v, _ in Decomposer(compiled, deadline=float("inf")).components()) >= LP_PIECE_VARS
+    solution = solve(problem, time_limit=30)
+    assert {"lp", "lp-round"} & set(solution.components.by_method)
+    assert solution.gap <= RELATIVE_GAP and solution.bound <= solution.objective
+    assert solution.status == "optimal" or any(note.startswith("settled") for note in solution.notes)
+    assert evaluate(problem, solution.modes, solution.labels).objective == pytest.approx(solution.objective)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cost_tables_price_as_factor_cost(seed):
+    """The looped and vectorised table builders and the local search's flat tables against `factor_cost`."""
+    import itertools
+    import random
+
+    from layout_solver.core.solvers import tables
+
+    try:
+        compiled = compile_problem(random_problem(seed, n_ops=8, n_labels=4, p_fixed=0.05))
+    except InfeasibleError:
+        return
+    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+    flat = tables.FlatTables(sub)
+    rng = random.Random(seed)
+    for fi, f in enumerate(sub.factors):
+        shape = tuple(sub.n_options[v] for v in f.scope)
+        looped = tables.factor_table(sub, f)
+        vectorised = tables._vectorised_table(sub, f, shape)
+        for index in itertools.product(*(range(n) for n in shape)):
+            options = [rng.randrange(n) for n in sub.n_options]
+            for v, o in zip(f.scope, index):
+                options[v] = o
+            expected = sub.factor_cost(f, options)
+            assert looped[index] == pytest.approx(expected) and vectorised[index] == pytest.approx(expected)
+            assert flat.cost(fi, options) == pytest.approx(expected)

@@ -3,7 +3,7 @@ same problem gets the same answer on any machine under any load. The wall-clock 
 that says so when it fires (solve.py).
 
 A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
-at NODES_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
+at NODES_PER_UNIT, HiGHS's simplex iterations at ITERATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
 solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
 """
 
@@ -14,6 +14,9 @@ from dataclasses import dataclass
 # SCIP nodes per unit: layout problems mostly close at the root LP, so the node limit binds only on the hard
 # pieces, where a unit's worth keeps a 10 s wall limit out of reach on this project's 2-core machine.
 NODES_PER_UNIT = 2000
+# HiGHS dual simplex iterations per unit (the LP relaxation, relaxation.py): about a second of one core's pivoting
+# on pieces of 10,000-60,000 variables here (10,000-25,000 iterations a second).
+ITERATIONS_PER_UNIT = 20000
 # What one large-neighbourhood window costs whatever its search spends (its model building and LP), so a sweep
 # of windows that each close at the root still ends.
 WINDOW_UNITS = 0.05

@@ -32,15 +32,17 @@ from scipy.sparse.csgraph import connected_components
 from layout_solver.core.model import CompiledProblem, Factor
 from layout_solver.core.solvers.budget import WorkBudget
 from layout_solver.core.solvers.cpsat import Trace
-from layout_solver.core.solvers.elimination import MAX_TABLE, solve_by_elimination
+from layout_solver.core.solvers.elimination import MAX_TABLE, elimination_order, solve_by_elimination
 from layout_solver.core.solvers.exhaustive import ENUMERATION_LIMIT, can_enumerate, enumerate_all
 from layout_solver.core.solvers.mincut import solve_mincut
-from layout_solver.core.solvers.portfolio import ENGINES, proven, solve_hard
+from layout_solver.core.solvers.portfolio import ENGINES, RELATIVE_GAP, proven, solve_hard, within
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restrict
 
 # Above this many articulation assignments a block is not tabulated; its
 # whole component goes to one solver call instead.
 MAX_INTERFACE = 256
+# Components up to this many variables that exact elimination takes whole are not split into blocks.
+DIRECT_VARS = 1000
 
 
 @dataclass
@@ -52,6 +54,8 @@ class SolveStats:
     memo_hits: int = 0
     by_method: Counter = field(default_factory=Counter)
     proven: bool = True
+    # Every piece not proven optimal is proven within RELATIVE_GAP of its optimum (where the search settles).
+    settled: bool = True
 
 
 @dataclass
@@ -141,6 +145,8 @@ class Decomposer:
         self.stats.by_method[result.method] += 1
         if not proven(result):
             self.stats.proven = False
+            if not within(result, RELATIVE_GAP):
+                self.stats.settled = False
 
     # -- components -----------------------------------------------------------
 
@@ -190,13 +196,22 @@ class Decomposer:
 
     def solve_component(self, variables: list[int], factors: list[Factor]) -> tuple[list[int], float]:
         """Solve one component, by blocks when it splits at articulation variables."""
-        if self.use_blocks and len(variables) > 2:
+        if self.use_blocks and len(variables) > 2 and not self._narrow(variables, factors):
             blocks = self._blocks(variables, factors)
             if blocks is not None:
                 return self._block_dp(variables, factors, *blocks)
         table = self._tabulate(variables, [], factors)
         self.stats.blocks += 1
         return table.internal[0], float(table.bound.reshape(-1)[0])
+
+    def _narrow(self, variables: list[int], factors: list[Factor]) -> bool:
+        """Whether exact elimination takes the whole component at once (up to DIRECT_VARS variables, no table
+        above the elimination limit): one pass over it costs less than tabulating each block per articulation
+        assignment (measured: 66,000 variables in 7,000 irregular components, 2.9 s against over 8 s)."""
+        if len(variables) > DIRECT_VARS or not self.elimination_limit:
+            return False
+        sub = restrict(self.c, variables, factors, {})
+        return can_enumerate(sub, self.enumeration_limit) or elimination_order(sub, self.elimination_limit) is not None
 
     # -- blocks ---------------------------------------------------------------
 

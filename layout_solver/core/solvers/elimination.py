@@ -18,46 +18,9 @@ import time
 import numpy as np
 
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.tables import factor_table
 
 MAX_TABLE = 1 << 14
-
-
-def _factor_table(sub: Subproblem, f) -> tuple[tuple[int, ...], np.ndarray]:
-    """Dense cost table of one factor over its scope, vectorised with label bitmasks.
-
-    Each consumer option contributes the bitmask of labels it reads; the
-    union over the scope is a broadcast OR, and the cost sums, per target
-    label present, the price from the value's own label.
-    """
-    scope = f.scope
-    ndim = len(scope)
-    targets = sorted(set(f.const_req).union(*(r for reqs in f.cons_reqs for r in reqs)))
-    bit = {label: np.uint64(1) << np.uint64(i) for i, label in enumerate(targets)}
-
-    def along(axis: int, array: np.ndarray) -> np.ndarray:
-        shape = [1] * ndim
-        shape[axis] = -1
-        return array.reshape(shape)
-
-    mask = np.zeros([1] * ndim, dtype=np.uint64)
-    for label in f.const_req:
-        mask |= bit[label]
-    offset = 1 if f.src_var >= 0 else 0
-    for k, reqs in enumerate(f.cons_reqs):
-        per_option = np.array([sum((bit[label] for label in r), np.uint64(0)) for r in reqs], dtype=np.uint64)
-        mask = mask | along(k + offset, per_option)
-    sources = list(f.src_labels)
-    price = np.array([[sub.cost(f.value, a, b) if a != b else 0.0 for b in targets] for a in sources])
-    if f.src_var >= 0:
-        src_index = along(0, np.arange(len(sources)))
-    else:
-        src_index = np.zeros([1] * ndim, dtype=int)
-    shape = tuple(sub.n_options[v] for v in scope)
-    table = np.zeros(shape, dtype=float)
-    for i in range(len(targets)):
-        present = ((mask >> np.uint64(i)) & np.uint64(1)).astype(bool)
-        table = table + np.where(present, price[src_index, i], 0.0)
-    return scope, np.broadcast_to(table, shape).copy()
 
 
 def _aligned(scope: tuple[int, ...], table: np.ndarray, union: list[int]) -> np.ndarray:
@@ -139,7 +102,7 @@ def solve_by_elimination(
     for v in range(n):
         add((v,), np.asarray(sub.unary[v], dtype=float))
     for f in sub.factors:
-        add(*_factor_table(sub, f))
+        add(f.scope, factor_table(sub, f))
     constant = sub.offset
     for v in order:
         if deadline is not None and time.perf_counter() > deadline:
