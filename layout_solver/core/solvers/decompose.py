@@ -41,8 +41,9 @@ from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restric
 # Above this many articulation assignments a block is not tabulated; its
 # whole component goes to one solver call instead.
 MAX_INTERFACE = 256
-# Components up to this many variables that exact elimination takes whole are not split into blocks.
-DIRECT_VARS = 1000
+# Components up to this many variables that exact elimination takes whole are not split into blocks (an irregular
+# graph's components; a model's one long component keeps the blocks, whose memo solves a repeated block once).
+DIRECT_VARS = 600
 
 
 @dataclass
@@ -195,12 +196,14 @@ class Decomposer:
         return options, bound
 
     def solve_component(self, variables: list[int], factors: list[Factor]) -> tuple[list[int], float]:
-        """Solve one component, by blocks when it splits at articulation variables."""
-        if self.use_blocks and len(variables) > 2 and not self._narrow(variables, factors):
+        """Solve one component, by blocks when it splits at articulation variables (unless an identical component
+        was solved whole already, or elimination takes it whole)."""
+        key = self._signature(variables, [], factors)
+        if key not in self.memo and self.use_blocks and len(variables) > 2 and not self._narrow(variables, factors):
             blocks = self._blocks(variables, factors)
             if blocks is not None:
                 return self._block_dp(variables, factors, *blocks)
-        table = self._tabulate(variables, [], factors)
+        table = self._tabulate(variables, [], factors, key)
         self.stats.blocks += 1
         return table.internal[0], float(table.bound.reshape(-1)[0])
 
@@ -329,9 +332,11 @@ class Decomposer:
                 chosen[v] = o
         return [chosen[v] for v in variables], root_lb
 
-    def _tabulate(self, internal: list[int], arts: list[int], factors: list[Factor]) -> _Table:
-        """Cost of the block for every assignment of its articulation variables."""
-        key = self._signature(internal, arts, factors)
+    def _tabulate(
+        self, internal: list[int], arts: list[int], factors: list[Factor], key: tuple | None = None
+    ) -> _Table:
+        """Cost of the block for every assignment of its articulation variables (`key`: its signature, if known)."""
+        key = key or self._signature(internal, arts, factors)
         hit = self.memo.get(key)
         if hit is not None:
             self.stats.memo_hits += 1
