@@ -39,7 +39,7 @@ from layout_solver.core.synthetic import cnn_like, transformer_like, window_prob
 CNN_OPS_PER_BLOCK = 6.75
 TRANSFORMER_OPS_PER_BLOCK = 15
 WINDOWS = (4, 12, 40, None)  # None: uniform random DAG
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def block_graphs(sizes: list[int]):
