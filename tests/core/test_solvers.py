@@ -270,7 +270,7 @@ def test_relaxation_bound_is_below_every_piece_optimum(seed):
     sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
     if not sub.n_vars:
         return
-    bound, point = relax(sub)
+    bound, point, _ = relax(sub)
     assert bound <= enumerate_all(sub).value + 1e-6
     assert point.min() >= -1e-9 and point.max() <= 1 + 1e-9
 
@@ -319,3 +319,25 @@ def test_cost_tables_price_as_factor_cost(seed):
             expected = sub.factor_cost(f, options)
             assert looped[index] == pytest.approx(expected) and vectorised[index] == pytest.approx(expected)
             assert flat.cost(fi, options) == pytest.approx(expected)
+
+
+def test_first_order_relaxation_is_deterministic_and_bounds():
+    """Above FIRST_ORDER_BOOLS the relaxation is PDLP's: under a work budget (passes over the matrix) the same
+    bound and point twice, the bound below the simplex's exact LP optimum and close to it."""
+    from layout_solver.core.solvers import relaxation
+    from layout_solver.core.solvers.budget import WorkBudget
+    from layout_solver.core.synthetic import window_problem
+
+    compiled = compile_problem(window_problem(3000, window=40, seed=4))
+    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+    exact, _, vertex = relaxation.relax(sub)
+    assert vertex
+    saved = relaxation.FIRST_ORDER_BOOLS
+    relaxation.FIRST_ORDER_BOOLS = 0
+    try:
+        runs = [relaxation.relax(sub, budget=WorkBudget(0.5), workers=2) for _ in range(2)]
+    finally:
+        relaxation.FIRST_ORDER_BOOLS = saved
+    (first, point, vertex), (second, again, _) = runs
+    assert not vertex and first == second and (point == again).all()
+    assert exact - 0.01 * abs(exact) <= first <= exact + 1e-6

@@ -17,6 +17,9 @@ NODES_PER_UNIT = 2000
 # HiGHS dual simplex iterations per unit (the LP relaxation, relaxation.py): about a second of one core's pivoting
 # on pieces of 10,000-60,000 variables here (10,000-25,000 iterations a second).
 ITERATIONS_PER_UNIT = 20000
+# Nonzeros of the constraint matrix multiplied per unit by PDLP (the first-order LP method for the largest
+# relaxations; it counts its passes over the matrix): about a second of one core here.
+NONZEROS_PER_UNIT = 6e7
 # What one large-neighbourhood window costs whatever its search spends (its model building and LP), so a sweep
 # of windows that each close at the root still ends.
 WINDOW_UNITS = 0.05

@@ -27,7 +27,7 @@ from layout_solver.core.solvers.cpsat import Trace, solve_cpsat
 from layout_solver.core.solvers.greedy import greedy
 from layout_solver.core.solvers.lns import solve_large
 from layout_solver.core.solvers.mip import solve_mip
-from layout_solver.core.solvers.relaxation import solve_by_relaxation
+from layout_solver.core.solvers.relaxation import FIRST_ORDER_BOOLS, solve_by_relaxation
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 
 ENGINES = ("lp", "mip", "cpsat")
@@ -44,6 +44,8 @@ LP_PIECE_VARS = 1000
 ITERATIONS_PER_BOOLEAN = 0.4
 # Simplex iterations a second on this project's 2-core machine, for the same decision against the clock.
 ITERATIONS_PER_SECOND = 10000
+# The least budget a first-order relaxation is started with (a few hundred passes over a 100k-op graph's matrix).
+FIRST_ORDER_MIN_UNITS = 0.25
 # A relaxed piece proven this close to its optimum is done: SCIP would spend the rest of the time limit on root
 # processing to close the last fraction of a percent (8 s at 6,300 variables, measured), a tenth of what the cost
 # models themselves are off by (the shipped profiles' prediction errors are 10% and more).
@@ -73,7 +75,7 @@ def solve_hard(
     start = None
     if "lp" in engines and sub.n_vars >= LP_PIECE_VARS and _relaxation_fits(sub, deadline, budget):
         # The relaxation's rounded answer comes first; the greedy one only if the relaxation stops short.
-        relaxed = solve_by_relaxation(sub, None, deadline, _exact_repair(deadline, budget), budget)
+        relaxed = solve_by_relaxation(sub, None, deadline, _exact_repair(deadline, budget), budget, workers)
         if relaxed is not None:
             if trace is not None:
                 trace("lp", relaxed.value, relaxed.bound)
@@ -109,9 +111,15 @@ def solve_hard(
 
 
 def _relaxation_fits(sub: Subproblem, deadline: float, budget: WorkBudget | None) -> bool:
-    """Whether the relaxation is expected to finish on what is left: the budget's iterations (deterministic), or
-    else the clock's."""
-    needed = ITERATIONS_PER_BOOLEAN * (sum(sub.n_options) + 2 * len(sub.factors))
+    """Whether the relaxation is expected to finish on what is left: the dual simplex's iterations against the
+    budget (deterministic) or else the clock; the first-order method has a bound wherever it stops, so it needs
+    only FIRST_ORDER_MIN_UNITS (or a second)."""
+    booleans = sum(sub.n_options) + 2 * len(sub.factors)
+    if booleans > FIRST_ORDER_BOOLS:
+        if budget is not None:
+            return budget.left >= FIRST_ORDER_MIN_UNITS
+        return deadline - time.perf_counter() >= 1.0
+    needed = ITERATIONS_PER_BOOLEAN * booleans
     if budget is not None:
         return needed <= budget.left * ITERATIONS_PER_UNIT
     return needed <= (deadline - time.perf_counter()) * ITERATIONS_PER_SECOND
