@@ -24,6 +24,7 @@ from layout_solver.xnnpack.op_rules import (
     OpRule,
     conversion_us,
     elem_bytes,
+    is_dequantize,
     is_quantize,
     labels_for,
     rank,
@@ -170,9 +171,10 @@ def _within(mode: dict, node, operands, domains) -> bool:
 
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
     """Converting an activation between the orders costs one XNNPACK transpose of its bytes (a 4-D one by
-    stock's stub, a 3-D one by an identity permute between two tags); a constant, and a value a quantize reads
-    (stock converts a quantized tensor after its dequantize), and a dynamic q / dq's value never take a second
-    order."""
+    stock's stub, a 3-D one by an identity permute between two tags); a constant, a value a quantize reads and a
+    quantized value a dequantize reads (stock converts a quantized tensor after its dequantize: its
+    `is_nhwc_node` reads a dequantize's order through to the tensor before the quantize, so a conversion in
+    front of the dequantize is never seen), and a dynamic q / dq's value never take a second order."""
     from executorch.backends.xnnpack.utils.quant_utils import is_dynamic_qdq
 
     out = []
@@ -184,7 +186,11 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
                 if src == dst:
                     continue
                 node = nodes[vid]
-                if value.kind == "constant" or is_dynamic_qdq(node) or any(is_quantize(u) for u in node.users):
+                if (
+                    value.kind == "constant"
+                    or is_dynamic_qdq(node)
+                    or any(is_quantize(u) or is_dequantize(u) for u in node.users)
+                ):
                     cost = SECOND_ORDER_REFUSED
                 else:
                     cost = conversion_us(price, value.shape, elem_bytes(node), [0, 1, 2, 3], src, dst)
