@@ -171,10 +171,10 @@ def _within(mode: dict, node, operands, domains) -> bool:
 
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
     """Converting an activation between the orders costs one XNNPACK transpose of its bytes (a 4-D one by
-    stock's stub, a 3-D one by an identity permute between two tags); a constant, a value a quantize reads and a
-    quantized value a dequantize reads (stock converts a quantized tensor after its dequantize: its
-    `is_nhwc_node` reads a dequantize's order through to the tensor before the quantize, so a conversion in
-    front of the dequantize is never seen), and a dynamic q / dq's value never take a second order."""
+    stock's stub, a 3-D one by an identity permute between two tags); a constant, a value a quantize reads, a
+    quantized delegate input a dequantize reads (stock's `is_nhwc_node` reads such a dequantize's order from the
+    placeholder's own strides, so a conversion in front of it is never seen: stock converts after the
+    dequantize), and a dynamic q / dq's value never take a second order."""
     from executorch.backends.xnnpack.utils.quant_utils import is_dynamic_qdq
 
     out = []
@@ -189,7 +189,8 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
                 if (
                     value.kind == "constant"
                     or is_dynamic_qdq(node)
-                    or any(is_quantize(u) or is_dequantize(u) for u in node.users)
+                    or any(is_quantize(u) for u in node.users)
+                    or (value.kind == "input" and any(is_dequantize(u) for u in node.users))
                 ):
                     cost = SECOND_ORDER_REFUSED
                 else:

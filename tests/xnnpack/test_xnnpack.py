@@ -244,10 +244,10 @@ def test_the_command_line_prices_an_xnnpack_conversion_and_refuses_bad_arguments
     assert "--threads: XNNPACK options" in capsys.readouterr().err
 
 
-def test_a_quantized_value_a_dequantize_reads_never_takes_a_second_order(monkeypatch):
-    """Stock's `is_nhwc_node` reads a dequantize's order through to the tensor before its quantize, so a
-    conversion written in front of a dequantize is never seen: the problem must refuse it and convert after the
-    dequantize. (An equal-cost tie once let the solver pick the refused one on mobilevit_like int8, and the
+def test_a_quantized_delegate_input_a_dequantize_reads_never_takes_a_second_order(monkeypatch):
+    """Stock's `is_nhwc_node` reads the order of a dequantize of a delegate input from the placeholder's own
+    strides, so a conversion written in front of that dequantize is never seen: the problem must refuse it and
+    convert after the dequantize. (An equal-cost tie once let the solver pick the refused one on mobilevit_like int8, and the
     post-condition rejected the program.) Checked on every delegate of an int8 program cut by CPU layer norms."""
     from layout_solver.xnnpack import passes
     from layout_solver.xnnpack.op_rules import is_dequantize
@@ -258,6 +258,7 @@ def test_a_quantized_value_a_dequantize_reads_never_takes_a_second_order(monkeyp
     monkeypatch.setattr(passes, "build_problem", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
     module, inputs = LayerNormCNN().eval(), (torch.randn(1, 3, 32, 32),)
     _lowered(quantize(module, inputs), inputs, solver_layouts)
+    kinds = {v.id: v.kind for b in built for v in b.problem.values}
     read_by_dequantize = [
         t for b in built for t in b.problem.transition_costs if any(is_dequantize(u) for u in b.nodes[t.value].users)
     ]
