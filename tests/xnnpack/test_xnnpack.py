@@ -248,7 +248,7 @@ def test_a_quantized_delegate_input_a_dequantize_reads_never_takes_a_second_orde
     """Stock's `is_nhwc_node` reads the order of a dequantize of a delegate input from the placeholder's own
     strides, so a conversion written in front of that dequantize is never seen: the problem must refuse it and
     convert after the dequantize. (An equal-cost tie once let the solver pick the refused one on mobilevit_like int8, and the
-    post-condition rejected the program.) Checked on every delegate of an int8 program cut by CPU layer norms."""
+    post-condition rejected the program.) Checked on that model's every delegate."""
     from layout_solver.xnnpack import passes
     from layout_solver.xnnpack.op_rules import is_dequantize
     from layout_solver.xnnpack.problem_builder import SECOND_ORDER_REFUSED
@@ -256,14 +256,17 @@ def test_a_quantized_delegate_input_a_dequantize_reads_never_takes_a_second_orde
     built = []
     real = passes.build_problem
     monkeypatch.setattr(passes, "build_problem", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
-    module, inputs = LayerNormCNN().eval(), (torch.randn(1, 3, 32, 32),)
-    _lowered(quantize(module, inputs), inputs, solver_layouts)
-    kinds = {v.id: v.kind for b in built for v in b.problem.values}
-    read_by_dequantize = [
-        t
-        for b in built
-        for t in b.problem.transition_costs
-        if kinds[t.value] == "input" and any(is_dequantize(u) for u in b.nodes[t.value].users)
-    ]
+    from layout_solver.zoo.models import build
+
+    module, inputs = build("mobilevit_like")
+    _lowered(quantize(module, inputs), inputs, solver_layouts)  # validated: it raised here before the fix
+    read_by_dequantize = []
+    for b in built:  # value ids repeat across delegates: each problem's own kinds
+        kinds = {v.id: v.kind for v in b.problem.values}
+        read_by_dequantize += [
+            t
+            for t in b.problem.transition_costs
+            if kinds[t.value] == "input" and any(is_dequantize(u) for u in b.nodes[t.value].users)
+        ]
     assert read_by_dequantize, "the model should have delegate inputs that a dequantize reads"
     assert all(t.cost >= SECOND_ORDER_REFUSED for t in read_by_dequantize)
