@@ -258,17 +258,22 @@ def test_lp_relaxation_bounds_and_rounds_legally(seed):
     assert again.objective == pytest.approx(solution.objective)
 
 
+def _whole_piece(problem):
+    """The whole compiled problem as one piece, or None when it is infeasible."""
+    try:
+        compiled = compile_problem(problem)
+    except InfeasibleError:
+        return None
+    return restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_relaxation_bound_is_below_every_piece_optimum(seed):
     from layout_solver.core.solvers.exhaustive import enumerate_all
     from layout_solver.core.solvers.relaxation import relax
 
-    try:
-        compiled = compile_problem(random_problem(seed, n_ops=7, n_labels=4, p_fixed=0.05))
-    except InfeasibleError:
-        return
-    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
-    if not sub.n_vars:
+    sub = _whole_piece(random_problem(seed, n_ops=7, n_labels=4, p_fixed=0.05))
+    if sub is None or not sub.n_vars:
         return
     bound, point, _ = relax(sub)
     assert bound <= enumerate_all(sub).value + 1e-6
@@ -301,11 +306,9 @@ def test_cost_tables_price_as_factor_cost(seed):
 
     from layout_solver.core.solvers import tables
 
-    try:
-        compiled = compile_problem(random_problem(seed, n_ops=8, n_labels=4, p_fixed=0.05))
-    except InfeasibleError:
+    sub = _whole_piece(random_problem(seed, n_ops=8, n_labels=4, p_fixed=0.05))
+    if sub is None:
         return
-    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
     flat = tables.FlatTables(sub)
     rng = random.Random(seed)
     for fi, f in enumerate(sub.factors):
@@ -328,8 +331,7 @@ def test_first_order_relaxation_is_deterministic_and_bounds():
     from layout_solver.core.solvers.budget import WorkBudget
     from layout_solver.core.synthetic import window_problem
 
-    compiled = compile_problem(window_problem(3000, window=40, seed=4))
-    sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+    sub = _whole_piece(window_problem(3000, window=40, seed=4))
     exact, _, vertex = relaxation.relax(sub)
     assert vertex
     saved = relaxation.FIRST_ORDER_BOOLS

@@ -35,8 +35,8 @@ from layout_solver.core.solvers.cpsat import Trace
 from layout_solver.core.solvers.elimination import MAX_TABLE, elimination_order, solve_by_elimination
 from layout_solver.core.solvers.exhaustive import ENUMERATION_LIMIT, can_enumerate, enumerate_all
 from layout_solver.core.solvers.mincut import solve_mincut
-from layout_solver.core.solvers.portfolio import ENGINES, RELATIVE_GAP, proven, solve_hard, within
-from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restrict
+from layout_solver.core.solvers.portfolio import ENGINES, RELATIVE_GAP, solve_hard
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, proven, restrict, within
 
 # Above this many articulation assignments a block is not tabulated; its
 # whole component goes to one solver call instead.

@@ -28,7 +28,7 @@ from layout_solver.core.solvers.greedy import greedy
 from layout_solver.core.solvers.lns import solve_large
 from layout_solver.core.solvers.mip import solve_mip
 from layout_solver.core.solvers.relaxation import FIRST_ORDER_BOOLS, solve_by_relaxation
-from layout_solver.core.solvers.subproblem import Subproblem, SubResult
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, proven, within
 
 ENGINES = ("lp", "mip", "cpsat")
 # Above this many variables a whole-piece model costs more memory and building time than it
@@ -50,16 +50,6 @@ FIRST_ORDER_MIN_UNITS = 0.25
 # processing to close the last fraction of a percent (8 s at 6,300 variables, measured), a tenth of what the cost
 # models themselves are off by (the shipped profiles' prediction errors are 10% and more).
 RELATIVE_GAP = 0.01
-
-
-def proven(result: SubResult) -> bool:
-    """True if `result` is proven optimal (its bound meets its value)."""
-    return result.bound >= result.value - 1e-9 * max(1.0, abs(result.value))
-
-
-def within(result: SubResult, relative_gap: float) -> bool:
-    """True if `result`'s value is proven within `relative_gap` of the optimum."""
-    return result.value - result.bound <= relative_gap * max(abs(result.value), 1e-12)
 
 
 def solve_hard(

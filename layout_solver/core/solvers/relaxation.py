@@ -31,7 +31,7 @@ from scipy.sparse import csr_array, vstack
 from layout_solver.core.solvers.budget import ITERATIONS_PER_UNIT, NONZEROS_PER_UNIT, WorkBudget
 from layout_solver.core.solvers.formulation import LinearModel, formulate
 from layout_solver.core.solvers.greedy import improve
-from layout_solver.core.solvers.subproblem import Subproblem, SubResult, restrict
+from layout_solver.core.solvers.subproblem import Subproblem, SubResult, proven, restrict
 
 # An LP value this close to 1 counts as integral: the option is the LP's, and the variable stays fixed.
 INTEGRAL = 1.0 - 1e-6
@@ -181,4 +181,7 @@ def solve_by_relaxation(
     if start is not None and start.value < value:
         options, value = list(start.options), start.value
     bound = min(bound if start is None else max(bound, start.bound), value)
-    return SubResult(options, value, bound, "lp" if bound >= value - 1e-9 * max(1.0, abs(value)) else "lp-round")
+    result = SubResult(options, value, bound, "lp-round")
+    if proven(result):
+        result.method = "lp"
+    return result

@@ -25,6 +25,16 @@ class SubResult:
     method: str
 
 
+def proven(result: SubResult) -> bool:
+    """True if `result` is proven optimal (its bound meets its value)."""
+    return result.bound >= result.value - 1e-9 * max(1.0, abs(result.value))
+
+
+def within(result: SubResult, relative_gap: float) -> bool:
+    """True if `result`'s value is proven within `relative_gap` of the optimum."""
+    return result.value - result.bound <= relative_gap * max(abs(result.value), 1e-12)
+
+
 @dataclass
 class Subproblem:
     """A connected piece of a compiled problem: its variables' options, unary costs and factors, renumbered from 0."""
