@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 # A quick zoo on three targets, stock versus solver, side by side: two small CNNs, where the stage saves 2-3% of
 # the NPU's cycles, and a ConvNeXt stack, where its layout saves 11% of them and, on XNNPACK, the transposes around
 # its CPU LayerNorms.
+# Where the Vulkan runtime plugin is named (LAYOUT_SOLVER_VULKAN_RUNTIME) the Vulkan rows also run both programs on
+# the device (lavapipe without a GPU) and show their run times.
 demo: $(STAMP)
-	$(VENV)/bin/layout-solver zoo --models convnext_stack,ds_cnn,mobilenet_v1_025 --target ethos-u55-128,vulkan,xnnpack --jobs 2 --explain --out zoo-out/demo
+	$(VENV)/bin/layout-solver zoo --models convnext_stack,ds_cnn,mobilenet_v1_025 --target ethos-u55-128,vulkan,xnnpack --jobs 2 --explain --out zoo-out/demo $(if $(LAYOUT_SOLVER_VULKAN_RUNTIME),--execute)
 
 # Lint and format check first (ruff, pinned in the test extra), then the suite. The browser test needs Debian's chromium
 # and the Vulkan execution tests a driver (both installed here when root on Debian); the Vulkan tests also need

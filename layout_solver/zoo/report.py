@@ -215,7 +215,9 @@ def console_summary(results: list[dict], out: Path) -> str:
         for r in mine:
             ratio_ = f"{r['ratio']:.3f}" if isinstance(r["ratio"], (int, float)) else "-"
             conversions = explained.get(r["model"], "")
-            lines.append(f"  {r['model']:28} {r['verdict']:22} ratio {ratio_:>6}{conversions}")
+            changed = equal_price_change(r)
+            at_equal_price = f"; the program differs from stock's at an equal price ({changed})" if changed else ""
+            lines.append(f"  {r['model']:28} {r['verdict']:22} ratio {ratio_:>6}{conversions}{at_equal_price}")
     lines.append(f"report: {out / 'report.md'}; table: {out / 'results.csv'}; plots in {out}")
     if (out / "explain").is_dir():
         lines.append(f"layouts per op (Model Explorer files): {out / 'explain'} (report.md says how to open them)")
@@ -283,16 +285,26 @@ def report_markdown(table: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def equal_price_change(row: dict) -> str | None:
+    """What changed in an "unchanged" row whose solver program is not stock's ("transitions 1 -> 0", or other
+    bytes with the same transitions), else None: a change at a price within the target's tolerance."""
+    if row["verdict"] != "unchanged":
+        return None
+    a, b = row.get("stock_transitions", ""), row.get("solver_transitions", "")
+    counted = isinstance(a, (int, float)) and isinstance(b, (int, float))
+    if counted and a != b:
+        return f"transitions {a} -> {b}"
+    return "other bytes, the same transitions" if row.get("same_program") is False else None
+
+
 def _changed_at_equal_price(table: list[dict], target: str) -> list[str]:
     """The "unchanged" models whose solver program is not stock's: a transition added or dropped (or other bytes)
     at a price within the target's tolerance. Said, so a reader does not take 1 -> 0 transitions beside
     "unchanged" for a report that missed the change."""
     changed = []
-    for r in (r for r in table if r["target"] == target and r["verdict"] == "unchanged"):
-        a, b = r.get("stock_transitions", ""), r.get("solver_transitions", "")
-        counted = isinstance(a, (int, float)) and isinstance(b, (int, float))
-        if (counted and a != b) or r.get("same_program") is False:
-            what = f"transitions {a} -> {b}" if counted and a != b else "other bytes, the same transitions"
+    for r in (r for r in table if r["target"] == target):
+        what = equal_price_change(r)
+        if what:
             changed.append(f"{r['model']} ({what}, ratio {r['ratio']})")
     if not changed:
         return []

@@ -213,10 +213,10 @@ def test_the_report_reads_its_timing_noise_off_the_identical_pairs():
     assert "d 1.05 1.01 0.99 1.02 0.98 -> 1.01" in report
 
 
-def test_the_report_says_where_an_unchanged_verdict_hides_a_changed_program():
+def test_the_report_says_where_an_unchanged_verdict_hides_a_changed_program(tmp_path):
     """A transition dropped at an equal price is said (what changed, and that the price is equal), not left as a
-    bare "unchanged" beside 1 -> 0 transitions."""
-    from layout_solver.zoo.report import report_markdown, rows
+    bare "unchanged" beside 1 -> 0 transitions: in the report and in the summary the zoo (and `make demo`) prints."""
+    from layout_solver.zoo.report import console_summary, report_markdown, rows
 
     def vulkan(model, same, transitions):
         return {"model": model, "target": VK, "status": "ok", "same_program": same, "run_ratio_paired": 1.004,
@@ -228,6 +228,9 @@ def test_the_report_says_where_an_unchanged_verdict_hides_a_changed_program():
     report = report_markdown(table)
     assert "changed at an equal price" in report and "ds_cnn (transitions 1 -> 0, ratio 1.004)" in report
     assert "same (" not in report  # byte-identical: nothing to say
+    printed = console_summary([vulkan("ds_cnn", False, (1, 0)), vulkan("same", True, (2, 2))], tmp_path).splitlines()
+    assert "differs from stock's at an equal price (transitions 1 -> 0)" in next(x for x in printed if "ds_cnn" in x)
+    assert "equal price" not in next(x for x in printed if "same" in x)
 
 
 def test_a_catalog_sized_report_plots_one_readable_row_per_model(tmp_path):

@@ -122,6 +122,18 @@ def calibrate(
             factors = {"*": 1.0}
         points = {key: [(*p[:2], round(p[2] / factors["*"], 2), *p[3:]) for p in pts] for key, pts in points.items()}
         return _extended(extend, points, lowered, len(jobs), failed, command, factors)
+    return fitted_profile(points, device_name(), command, lowered, len(jobs), failed)
+
+
+def fitted_profile(
+    points: dict[tuple[str, str], list[tuple[float, ...]]],
+    device: str,
+    command: str,
+    lowered: int,
+    planned: int,
+    failed: dict[str, str],
+) -> vk_cost.VulkanProfile:
+    """The profile fitted to probe `points` measured on `device` (here, or by a device kit elsewhere)."""
     op_modes: dict[str, dict[str, vk_cost.Linear]] = {}
     trans: dict[str, vk_cost.Linear] = {}
     for (kind, key), pts in sorted(points.items()):
@@ -135,7 +147,7 @@ def calibrate(
     return vk_cost.VulkanProfile(
         version=3,
         name="measured",
-        device=device_name(),
+        device=device,
         measured=True,
         command=command,
         description="Measured on this device by layout-solver calibrate vulkan: every shader dispatch of chains of "
@@ -149,7 +161,7 @@ def calibrate(
         samples={f"{kind}:{key}": pts for (kind, key), pts in sorted(points.items())},
         notes=[
             (
-                f"{lowered} of {len(jobs)} probe programs lowered (the rest the registry refuses), "
+                f"{lowered} of {planned} probe programs lowered (the rest the registry refuses), "
                 f"{len(failed)} failed on the device"
             )
         ]

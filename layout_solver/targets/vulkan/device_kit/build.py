@@ -1,0 +1,341 @@
+"""`layout-solver device-kit build`: lower stock's and the solver's programs of each model (and the calibration
+probes) here, and pack them with a native runner that needs nothing the GPU machine lacks.
+
+The runner (`runner.cpp`) is compiled here against the executorch wheel's own headers and runtime libraries
+(`executorch/include`, `executorch/lib`), which link only libc, libm, libstdc++ and libgcc, and loads the Vulkan
+plugin (libvkbackend.so) into that runtime as the Python side does. Why native rather than the wheel's Python
+runtime there: the wheel's pybindings link libtorch of the torch they were built with (2.13 here); the device
+machine has Python 3.12 with torch 2.11, so the cp312 wheel's pybindings would not load beside it, and the
+plugin is built for this wheel's runtime, which the native runner carries.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import hashlib
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from layout_solver.targets.vulkan.device_kit.manifest import PAIRS, PLAN, PROBE_PLAN, Kit, ModelEntry, ProbeEntry, Side
+
+HERE = Path(__file__).parent
+MAX_KIT_MIB = 60.0  # what one device call carries (64 MiB) with room for the command's own files
+PROBE_MAX_MIB = 1.0  # a probe program above this is left out (weights of wide linear chains): the kit must travel
+# The wheel's runtime libraries the runner needs: the runtime (program, method, module, data loaders), its event
+# tracer (ETDump), and the CPU kernels for any op a program leaves outside the delegate (registered on load).
+WHEEL_LIBRARIES = (
+    "libexecutorch.so",
+    "libexecutorch_etdump.so",
+    "libexecutorch_kernels_optimized.so",
+    "libexecutorch_threadpool.so",
+)
+SOLVER_OBJECTIVES = ("default", "mobile-gpu", "lavapipe")
+
+
+class KitError(RuntimeError):
+    """The kit cannot be built: the message says what is missing or too large."""
+
+
+def _wheel() -> Path:
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        raise KitError("the executorch wheel is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def compile_runner(kit: Path) -> Path:
+    """vk_runner in `kit`, linked against the wheel's libraries copied to `kit/lib` (found at $ORIGIN/lib)."""
+    compiler = shutil.which(os.environ.get("CXX", "g++"))
+    if compiler is None:
+        raise KitError("building the kit's runner needs a C++17 compiler (g++; apt-get install g++) or $CXX")
+    wheel = _wheel()
+    lib = kit / "lib"
+    lib.mkdir(parents=True, exist_ok=True)
+    for name in WHEEL_LIBRARIES:
+        shutil.copy2(wheel / "lib" / name, lib / name)
+    include = wheel / "include"
+    command = [
+        compiler, "-std=c++17", "-O2", "-DET_EVENT_TRACER_ENABLED", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        f"-I{include}", f"-I{include / 'executorch/runtime/core/portable_type/c10'}",
+        "-ffile-prefix-map=" + str(include) + "=include",
+        str(HERE / "runner.cpp"), "-o", str(kit / "vk_runner"), f"-L{lib}",
+        # the kernels library is needed for what it registers when loaded, not for a symbol the runner calls
+        "-Wl,--no-as-needed", "-lexecutorch", "-lexecutorch_etdump", "-lexecutorch_kernels_optimized", "-ldl",
+        "-Wl,-rpath,$ORIGIN/lib",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise KitError(f"compiling the runner failed: {done.stderr[-2000:]}")
+    return kit / "vk_runner"
+
+
+def _vulkan_loader() -> Path | None:
+    """This machine's Vulkan loader (libvulkan.so.1), carried so a machine without one needs no package."""
+    found = ctypes.util.find_library("vulkan")
+    for candidate in (found, "/usr/lib/x86_64-linux-gnu/libvulkan.so.1", "/usr/lib64/libvulkan.so.1"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate).resolve()
+    return None
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _objective_label(objective: str) -> str:
+    """A side's name: "default", a built-in profile's name, or a profile file's stem."""
+    return objective if objective in SOLVER_OBJECTIVES else Path(objective).stem
+
+
+def _lower_model(name: str, builder: Callable, objectives: tuple[str, ...], time_limit: float) -> dict:
+    """In a worker: build `name` with `builder` (name -> (module, inputs)), run it eagerly, lower it stock's way (priced by every objective's profile) and
+    the solver's under each objective. Returns plain data (bytes, numpy arrays, records)."""
+    logging.disable(logging.WARNING)
+    warnings.simplefilter("ignore")
+    import torch
+
+    from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.vulkan.measure import lower_vulkan
+    from layout_solver.vulkan import solver_layouts, stock_layouts
+
+    try:
+        module, inputs = builder(name)
+        with torch.no_grad():
+            expected = [
+                t.detach().numpy().copy()
+                for t in torch.utils._pytree.tree_leaves(module(*inputs))
+                if isinstance(t, torch.Tensor)
+            ]
+        sides: dict[str, dict] = {}
+        # Stock's program is the same bytes whatever prices it: priced once by the default set (the built-ins)
+        # and once by each profile file.
+        pricings = ["default"] + [o for o in objectives if _objective_label(o) not in SOLVER_OBJECTIVES]
+        with quiet():
+            for pricing in pricings:
+                buffer, reports = lower_vulkan(module, inputs, lambda p=pricing: stock_layouts(p))
+                record = sides.setdefault("stock", _record(buffer, reports))
+                record["by_profile"] |= _priced(reports, pricing)
+                if record["bytes"] != buffer:
+                    raise RuntimeError("stock's lowering gave different programs from one lowering to the next")
+            for objective in objectives:
+                buffer, reports = lower_vulkan(module, inputs, lambda o=objective: solver_layouts(time_limit, o))
+                record = _record(buffer, reports)
+                record["by_profile"] |= _priced(reports, objective)
+                sides[_objective_label(objective)] = record
+        arrays = [t.detach().contiguous().numpy().copy() for t in inputs]
+        return {"name": name, "inputs": arrays, "expected": expected, "sides": sides}
+    except Exception as exc:  # noqa: BLE001 - a model that does not lower is that model's record, not the kit's end
+        return {"name": name, "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+
+
+def _record(buffer: bytes, reports: list) -> dict:
+    return {
+        "bytes": buffer,
+        "transitions": sum(len(r.transitions) for r in reports),
+        "pass_seconds": round(sum(r.pass_seconds for r in reports), 4),
+        "by_profile": {},
+    }
+
+
+def _priced(reports: list, objective: str) -> dict[str, float]:
+    """The lowering's modelled microseconds by profile label: every profile of the default set, or the one the
+    objective names."""
+    if objective == "default":
+        labels = dict.fromkeys(k for r in reports for k in r.modelled_us_by_profile)
+        return {k: round(sum(r.modelled_us_by_profile.get(k, 0.0) for r in reports), 3) for k in labels}
+    return {_objective_label(objective): round(sum(r.modelled_us for r in reports), 3)}
+
+
+def _lower_probe(job):
+    from layout_solver.targets.vulkan.probing import _lower_job
+
+    return _lower_job(job)
+
+
+def build(
+    models: list[str],
+    builder: Callable,
+    out: str | os.PathLike,
+    objectives: tuple[str, ...] = SOLVER_OBJECTIVES,
+    runtime: str | os.PathLike | None = None,
+    probe_ops: list[str] | None = None,
+    probe_sizes: int = 2,
+    probe_transitions: bool = True,
+    probe_shapes: list[tuple[int, ...]] | None = None,
+    time_limit: float = 10.0,
+    warmup: int = 5,
+    rounds: int = 30,
+    passes: int = 3,
+    jobs: int = 2,
+    command: str = "",
+    max_mib: float = MAX_KIT_MIB,
+    log: Callable[[str], None] = print,
+) -> Kit:
+    """Build a device kit of `models` in `out` (a new or empty folder) and return its manifest. `builder` makes a
+    model from its name ((module, input tensors); a module-level function: it runs in worker processes), e.g.
+    `layout_solver.zoo.models.build`.
+
+    `objectives`: the solver's sides ("default", a built-in profile name, or a profile file, e.g. one a first
+    kit measured). `probe_ops`: the calibration probes' op classes (None: all; [] none).
+    """
+    import numpy as np
+
+    from layout_solver.targets.vulkan.calibrate import plan
+    from layout_solver.targets.vulkan.probing import FLOAT_LABELS, PROBES
+    from layout_solver.targets.vulkan.runtime import locate_runtime
+
+    kit = Path(out)
+    if kit.exists() and any(kit.iterdir()):
+        raise KitError(f"{kit} is not empty: a kit is built in a new folder")
+    unknown = sorted(set(probe_ops or []) - set(PROBES))
+    if unknown:
+        raise KitError(f"unknown probe op classes {unknown}; known: {', '.join(PROBES)}")
+    for objective in objectives:
+        if objective not in SOLVER_OBJECTIVES and not Path(objective).is_file():
+            raise KitError(f"objective {objective!r} is neither {', '.join(SOLVER_OBJECTIVES)} nor a profile file")
+    plugin = locate_runtime(runtime)
+    start = time.perf_counter()
+    kit.mkdir(parents=True, exist_ok=True)
+    for sub in ("programs", "inputs", "expected", "lib", "profiles"):
+        (kit / sub).mkdir(exist_ok=True)
+    compile_runner(kit)
+    shutil.copy2(plugin, kit / "lib" / "libvkbackend.so")
+    loader = _vulkan_loader()
+    if loader is not None:
+        shutil.copy2(loader, kit / "lib" / "libvulkan.so.1")
+    profile_files = {}
+    for objective in objectives:
+        if objective not in SOLVER_OBJECTIVES:
+            profile_files[_objective_label(objective)] = f"profiles/{Path(objective).name}"
+            shutil.copy2(objective, kit / profile_files[_objective_label(objective)])
+    log(f"[device-kit] runner compiled, libraries copied ({time.perf_counter() - start:.0f} s)")
+
+    lines, pairs, entries = [], [], []
+    stored: dict[str, str] = {}
+
+    def store(buffer: bytes) -> tuple[str, str]:
+        digest = hashlib.sha256(buffer).hexdigest()
+        if digest not in stored:
+            stored[digest] = f"programs/{digest[:16]}.pte"
+            (kit / stored[digest]).write_bytes(buffer)
+        return stored[digest], digest
+
+    context = get_context("spawn")  # torch and executorch are not fork-safe once initialised
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context) as pool:
+        work = [pool.submit(_lower_model, name, builder, tuple(objectives), time_limit) for name in models]
+        for k, future in enumerate(work, 1):
+            done = future.result()
+            key = _key(done["name"])
+            if "error" in done:
+                entries.append(
+                    ModelEntry(name=done["name"], key=key, inputs=[], expected=[], sides={}, error=done["error"])
+                )
+                log(f"[device-kit] {k}/{len(models)} {done['name']}: not lowered: {done['error'][:200]}")
+                continue
+            inputs = []
+            for i, array in enumerate(done["inputs"]):
+                inputs.append(f"inputs/{key}.in{i}.bin")
+                (kit / inputs[-1]).write_bytes(np.ascontiguousarray(array).tobytes())
+            expected = []
+            for i, array in enumerate(done["expected"]):
+                expected.append(f"expected/{key}.out{i}.npy")
+                np.save(kit / expected[-1], array)
+            sides = {}
+            for side, record in done["sides"].items():
+                pte, digest = store(record["bytes"])
+                program = f"{key}~{side}"
+                sides[side] = Side(
+                    program=program, pte=pte, sha256=digest, transitions=record["transitions"],
+                    modelled_us_by_profile=record["by_profile"], pass_seconds=record["pass_seconds"],
+                )  # fmt: skip
+                lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
+            pairs.append("\t".join([key, *(s.program for s in sides.values())]))
+            entries.append(ModelEntry(name=done["name"], key=key, inputs=inputs, expected=expected, sides=sides))
+            changed = sum(s.sha256 != sides["stock"].sha256 for n, s in sides.items() if n != "stock")
+            log(
+                f"[device-kit] {k}/{len(models)} {done['name']}: {len(sides) - 1} solver sides, {changed} differ "
+                f"from stock ({time.perf_counter() - start:.0f} s)"
+            )
+
+        probes, skipped, probe_lines = [], [], []
+        if probe_ops != []:
+            jobs_, planned = plan(
+                probe_ops or list(PROBES), FLOAT_LABELS, probe_sizes, 4, probe_transitions, probe_shapes
+            )
+            lowered: dict[str, str] = {}
+            for k, (job, buffer, example) in enumerate(pool.map(_lower_probe, jobs_), 1):
+                if buffer is None:
+                    skipped.append(f"{job.name}: the registry refuses the pins")
+                elif len(buffer) > PROBE_MAX_MIB * 2**20:
+                    skipped.append(f"{job.name}: {len(buffer) / 2**20:.1f} MiB (cap {PROBE_MAX_MIB} MiB)")
+                else:
+                    program = f"probe{len(lowered):04d}"
+                    pte, _ = store(buffer)
+                    # One input per op class and shape: a probe's values only have to keep its chain finite.
+                    stem = f"inputs/probe-{job.op}-{'x'.join(map(str, job.shape))}"
+                    inputs = [f"{stem}.in{i}.bin" for i in range(len(example))]
+                    for path, tensor in zip(inputs, example):
+                        if not (kit / path).is_file():
+                            (kit / path).write_bytes(tensor.contiguous().numpy().tobytes())
+                    probe_lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
+                    lowered[job.name] = program
+                if k % 25 == 0 or k == len(jobs_):
+                    log(f"[device-kit] probes lowered {k}/{len(jobs_)} ({time.perf_counter() - start:.0f} s)")
+            probes = [
+                ProbeEntry(kind=p.kind, key=p.key, shape=list(p.shape), program=lowered[p.program])
+                for p in planned
+                if p.program in lowered
+            ]
+
+    (kit / PLAN).write_text("".join(line + "\n" for line in lines))
+    (kit / PAIRS).write_text("".join(line + "\n" for line in pairs))
+    (kit / PROBE_PLAN).write_text("".join(line + "\n" for line in probe_lines))
+    shutil.copy2(HERE / "run.sh", kit / "run.sh")
+    (kit / "run.sh").chmod(0o755)
+    manifest = Kit(
+        built=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        command=command,
+        executorch=importlib.metadata.version("executorch"),
+        objectives=[_objective_label(o) for o in objectives],
+        profile_files=profile_files,
+        warmup=warmup,
+        rounds=rounds,
+        passes=passes,
+        probe_warmup=2,
+        probe_rounds=9,
+        models=entries,
+        probes=probes,
+        probes_skipped=skipped,
+    )
+    (kit / "kit.json").write_text(manifest.model_dump_json(indent=1) + "\n")
+    (kit / "settings.sh").write_text(
+        f"WARMUP={warmup}\nROUNDS={rounds}\nPASSES={passes}\nPROBE_WARMUP=2\nPROBE_ROUNDS=9\n"
+    )
+    size = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20
+    log(
+        f"[device-kit] {kit}: {len(lines)} programs of {len(entries)} models, {len(probes)} probes "
+        f"({len(stored)} distinct .pte files), {size:.1f} MiB, built in {time.perf_counter() - start:.0f} s"
+    )
+    if size > max_mib:
+        largest = sorted(kit.rglob("*.pte"), key=lambda f: -f.stat().st_size)[:5]
+        raise KitError(
+            f"the kit is {size:.1f} MiB, over {max_mib} MiB (one device call carries 64 MiB): fewer models or "
+            "probe sizes; largest programs: "
+            + ", ".join(f"{f.name} {f.stat().st_size / 2**20:.1f} MiB" for f in largest)
+        )
+    return manifest
+
+
+if __name__ == "__main__":  # pragma: no cover - `layout-solver device-kit build` is the entry point
+    sys.exit("use: layout-solver device-kit build")

@@ -1,0 +1,252 @@
+"""`layout-solver device-kit read DIR`: a kit's results (from `run.sh` on the device) as a stock / solver table
+with paired ratios and the outputs' agreement, and the probes' dispatches as a profile in `calibrate vulkan`'s
+format."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from layout_solver.targets.vulkan.device_kit.manifest import Kit
+
+# ExecuTorch's ScalarType codes (runtime/core/portable_type/scalar_type.h) of the dtypes a program's outputs take.
+SCALAR_TYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
+                7: np.float64, 11: np.bool_}  # fmt: skip
+SLOWER = 1.03  # the issue's bound on a GPU: a paired ratio above it is a slower program
+DEFAULT_PREDICTION = "mobile-gpu"  # the default objective's own prediction is read with this profile
+
+
+@dataclass
+class Row:
+    """One model under one solver objective, against stock."""
+
+    model: str
+    objective: str
+    same_program: bool
+    transitions: tuple[int, int]
+    stock_ms: float | None = None
+    solver_ms: float | None = None
+    paired: list[float] = field(default_factory=list)  # one per timing process
+    predicted_us: float | None = None
+    outputs_equal: bool | None = None  # the solver's outputs bit-identical to stock's
+    max_diff_vs_stock: float | None = None
+    max_diff_vs_eager: tuple[float | None, float | None] = (None, None)
+    error: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return statistics.median(self.paired) if self.paired else None
+
+    @property
+    def measured_us(self) -> float | None:
+        return (self.ratio - 1.0) * self.stock_ms * 1000.0 if self.ratio and self.stock_ms else None
+
+
+def load_outputs(results: Path, program: str) -> list[np.ndarray] | str:
+    """A program's outputs as the runner wrote them, or its error."""
+    meta_file = results / "outputs" / f"{program}.outputs.json"
+    if not meta_file.is_file():
+        return "no outputs (the run did not reach it)"
+    meta = json.loads(meta_file.read_text())
+    if "error" in meta:
+        return meta["error"]
+    arrays = []
+    for k, out in enumerate(meta["outputs"]):
+        raw = (results / "outputs" / f"{program}.out{k}.bin").read_bytes()
+        arrays.append(np.frombuffer(raw, dtype=SCALAR_TYPES[out["dtype"]]).reshape(out["sizes"]))
+    return arrays
+
+
+def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        return None
+    return max((float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(a, b) if x.size), default=0.0)
+
+
+def _times(results: Path, key: str, passes: int) -> list[dict]:
+    found = []
+    for p in range(1, passes + 1):
+        path = results / "times" / f"{key}.{p}.json"
+        if path.is_file():
+            found.append(json.loads(path.read_text()))
+    return found
+
+
+def rows(kit_dir: Path, kit: Kit) -> list[Row]:
+    """Every (model, objective) of the kit with what the device measured."""
+    results = kit_dir / "results"
+    found = []
+    for model in kit.models:
+        if model.error:
+            found.append(Row(model.name, "-", False, (0, 0), error=f"not lowered: {model.error}"))
+            continue
+        stock = model.sides["stock"]
+        expected = [np.load(kit_dir / e) for e in model.expected]
+        stock_out = load_outputs(results, stock.program)
+        timings = _times(results, model.key, kit.passes)
+        stock_runs = [t.get(stock.program, {}).get("ms") or [] for t in timings]
+        for objective in kit.objectives:
+            side = model.sides[objective]
+            row = Row(model.name, objective, side.sha256 == stock.sha256, (stock.transitions, side.transitions))
+            # The default objective's prediction: by the kit's own device profile where it has one, else mobile-gpu's.
+            label = objective if objective != "default" else next(iter(kit.profile_files), DEFAULT_PREDICTION)
+            if label in stock.modelled_us_by_profile and label in side.modelled_us_by_profile:
+                row.predicted_us = side.modelled_us_by_profile[label] - stock.modelled_us_by_profile[label]
+            solver_out = load_outputs(results, side.program)
+            if isinstance(stock_out, str) or isinstance(solver_out, str):
+                row.error = stock_out if isinstance(stock_out, str) else solver_out
+            else:
+                row.max_diff_vs_stock = _max_diff(stock_out, solver_out)
+                row.outputs_equal = len(stock_out) == len(solver_out) and all(
+                    a.tobytes() == b.tobytes() for a, b in zip(stock_out, solver_out)
+                )
+                row.max_diff_vs_eager = (_max_diff(stock_out, expected), _max_diff(solver_out, expected))
+            solver_runs = [t.get(side.program, {}).get("ms") or [] for t in timings]
+            for s, o in zip(stock_runs, solver_runs):
+                if s and len(s) == len(o):
+                    row.paired.append(statistics.median(b / a for a, b in zip(s, o) if a > 0))
+            if any(stock_runs):
+                row.stock_ms = statistics.median(x for r in stock_runs for x in r)
+            if any(solver_runs):
+                row.solver_ms = statistics.median(x for r in solver_runs for x in r)
+            if not row.paired and row.error is None:
+                row.error = "; ".join(str(t.get(side.program, t.get("crash", "not timed"))) for t in timings)[:200]
+            found.append(row)
+    return found
+
+
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summary(found: list[Row], objectives: list[str]) -> list[str]:
+    """Per objective: programs changed, slower ones, the geometric mean where stock inserts transitions, and the
+    prediction's error on the median model whose program changed."""
+    lines = []
+    for objective in objectives:
+        mine = [r for r in found if r.objective == objective and r.ratio is not None]
+        changed = [r for r in mine if not r.same_program]
+        slower = [f"{r.model} {r.ratio:.3f}" for r in changed if r.ratio > SLOWER]
+        with_transitions = [r.ratio for r in mine if r.transitions[0] > 0]
+        errors = [
+            abs(r.predicted_us - r.measured_us) / abs(r.measured_us)
+            for r in changed
+            if r.predicted_us is not None and r.measured_us and objective != "default"
+        ]
+        gm = _geomean(with_transitions)
+        if not mine:
+            lines.append(f"- {objective}: nothing timed")
+            continue
+        line = (
+            f"- {objective}: {len(changed)} of {len(mine)} programs differ from stock; slower than {SLOWER}: "
+            f"{', '.join(slower) or 'none'}"
+        )
+        if gm is not None:
+            line += f"; geomean over the {len(with_transitions)} models where stock inserts transitions {gm:.3f}"
+        if errors:
+            line += f"; prediction error on the median changed model {statistics.median(errors):.0%}"
+        lines.append(line)
+    return lines
+
+
+def table(found: list[Row]) -> list[str]:
+    """The Markdown table, one row per (model, objective)."""
+
+    def num(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+
+    lines = [
+        (
+            "| model | objective | program | transitions stock / solver | stock ms | solver ms | paired ratio "
+            "(per process) | predicted us | measured us | outputs vs stock | max diff vs eager stock / solver |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in found:
+        if r.objective == "-":
+            lines.append(f"| {r.model} | - | {r.error} |  |  |  |  |  |  |  |  |")
+            continue
+        outputs = "identical" if r.outputs_equal else (num(r.max_diff_vs_stock, ".2e") if r.error is None else r.error)
+        per = " ".join(f"{p:.3f}" for p in r.paired)
+        lines.append(
+            f"| {r.model} | {r.objective} | {'same as stock' if r.same_program else 'differs'} | "
+            f"{r.transitions[0]} / {r.transitions[1]} | {num(r.stock_ms, '.3f')} | {num(r.solver_ms, '.3f')} | "
+            f"{num(r.ratio, '.3f')} ({per}) | {num(r.predicted_us, '.1f')} | {num(r.measured_us, '.1f')} | "
+            f"{outputs} | {num(r.max_diff_vs_eager[0], '.1e')} / {num(r.max_diff_vs_eager[1], '.1e')} |"
+        )
+    return lines
+
+
+def measured_profile(kit_dir: Path, kit: Kit, command: str):
+    """The probes' dispatches fitted into a profile (None if the kit had no probes or none ran)."""
+    from layout_solver.targets.vulkan.calibrate import fitted_profile
+    from layout_solver.targets.vulkan.probing import Probe, _read
+    from layout_solver.targets.vulkan.runtime import Dispatch, _dispatches
+
+    if not kit.probes:
+        return None
+    folder = kit_dir / "results" / "etdump"
+    programs = sorted({p.program for p in kit.probes})
+    profiled, failed = {}, {}
+    for program in programs:
+        dump = folder / f"{program}.etdp"
+        if dump.is_file():
+            profiled[program] = [Dispatch(*d) for d in _dispatches(dump.read_bytes(), kit.probe_rounds)]
+        else:
+            error = folder / f"{program}.error"
+            failed[program] = error.read_text().strip() if error.is_file() else "not run"
+    if not profiled:
+        return None
+    probes = [Probe(p.kind, p.key, tuple(p.shape), p.program) for p in kit.probes]
+    points = _read(probes, [profiled])
+    device = (kit_dir / "results" / "device.txt").read_text().strip()
+    return fitted_profile(points, device, command, len(programs), len(programs) + len(kit.probes_skipped), failed)
+
+
+def read(kit_dir: str | Path, command: str = "") -> tuple[str, Path | None]:
+    """The report (Markdown) of a kit's results, written to DIR/results/report.md, and the measured profile's
+    path (DIR/results/profile.json), if the kit had probes."""
+    kit_dir = Path(kit_dir)
+    manifest = kit_dir / "kit.json"
+    if not manifest.is_file():
+        raise ValueError(f"{kit_dir} is not a device kit (no kit.json)")
+    kit = Kit.model_validate_json(manifest.read_text())
+    results = kit_dir / "results"
+    if not (results / "device.txt").is_file():
+        raise ValueError(f"{kit_dir} has no results: run `bash {kit_dir}/run.sh` on the device first")
+    device = (results / "device.txt").read_text().strip()
+    found = rows(kit_dir, kit)
+    profile = measured_profile(kit_dir, kit, command)
+    profile_path = None
+    lines = [
+        f"# Vulkan on {device}: stock against the solver",
+        "",
+        (
+            f"Kit built {kit.built} (executorch {kit.executorch}; `{kit.command}`); each model's programs timed in "
+            f"{kit.passes} processes of {kit.rounds} interleaved rounds after {kit.warmup} warm-up runs. Paired "
+            "ratio: median over the rounds of solver / stock within a process, then the median over the processes. "
+            "Predicted: the objective's profile (for the default: the kit's device profile, else "
+            f"{DEFAULT_PREDICTION}), solver minus stock; measured: (ratio - 1) x stock's time."
+        ),
+        "",
+        *summary(found, kit.objectives),
+        "",
+        *table(found),
+    ]
+    if profile is not None:
+        profile_path = results / "profile.json"
+        profile_path.write_text(profile.model_dump_json(indent=1) + "\n")
+        modes = sum(len(t) for t in profile.op_modes.values())
+        said = (
+            f"Profile measured by the probes: {modes} op modes, {len(profile.transitions)} transitions "
+            f"({len(kit.probes)} probes; {len(kit.probes_skipped)} left out at build) -> {profile_path}"
+        )
+        lines += ["", said]
+    text = "\n".join(lines) + "\n"
+    (results / "report.md").write_text(text)
+    return text, profile_path

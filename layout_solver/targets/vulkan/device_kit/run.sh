@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Run this device kit on the present Vulkan device: every program's outputs, the stock / solver pairs timed in
+# interleaved rounds (PASSES fresh processes each), then the calibration probes' per-dispatch times (ETDump).
+# Results go to results/ beside this file; `bash run.sh ARCHIVE.tgz` also packs them into one file.
+# Bring them back and read them with `layout-solver device-kit read DIR`.
+set -u
+KIT="$(cd "$(dirname "$0")" && pwd)"
+ARCHIVE="${1:-}"
+RESULTS="$KIT/results"
+. "$KIT/settings.sh"
+# The kit carries a Vulkan loader (lib/libvulkan.so.1) for machines that have none.
+export LD_LIBRARY_PATH="$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  # A driver installed outside the loader's search path (NVIDIA's container toolkit mounts it here).
+  for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
+    if [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; break; fi
+  done
+fi
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS/outputs" "$RESULTS/times" "$RESULTS/etdump"
+RUN=("$KIT/vk_runner" "$KIT/lib/libvkbackend.so")
+START=$(date +%s)
+say() { echo "[run.sh $(( $(date +%s) - START )) s] $*" | tee -a "$RESULTS/log.txt"; }
+
+if ! "${RUN[@]}" device > "$RESULTS/device.txt" 2>> "$RESULTS/log.txt"; then
+  say "no usable Vulkan device: see $RESULTS/log.txt"; exit 4
+fi
+say "device: $(cat "$RESULTS/device.txt")"
+
+# Outputs: all programs in one process; one that crashed it is then run alone, so the crash names its program.
+"${RUN[@]}" outputs "$KIT/programs.tsv" "$RESULTS/outputs" 2>> "$RESULTS/log.txt"
+cut -f1 "$KIT/programs.tsv" | while read -r name; do
+  if [ ! -f "$RESULTS/outputs/$name.outputs.json" ]; then
+    "${RUN[@]}" outputs "$KIT/programs.tsv" "$RESULTS/outputs" "$name" 2>> "$RESULTS/log.txt" ||
+      echo "{\"error\": \"the program crashed the runner (exit $?)\"}" > "$RESULTS/outputs/$name.outputs.json"
+  fi
+done
+say "outputs: $(ls "$RESULTS/outputs" | grep -c outputs.json) programs"
+
+# Pairs: each model's programs in one process, interleaved rounds; PASSES processes per model.
+for pass in $(seq 1 "$PASSES"); do
+  while IFS=$'\t' read -r key names; do
+    # shellcheck disable=SC2086 - the names are one word each
+    "${RUN[@]}" time "$KIT/programs.tsv" "$WARMUP" "$ROUNDS" "$RESULTS/times/$key.$pass.json" $names \
+      2>> "$RESULTS/log.txt" || echo "{\"crash\": \"exit $?\"}" > "$RESULTS/times/$key.$pass.json"
+  done < "$KIT/pairs.tsv"
+  say "timing pass $pass of $PASSES done"
+done
+
+# Probes: every dispatch of each probe program, timed by the runtime's query pool (ETDump).
+if [ -s "$KIT/probes.tsv" ]; then
+  "${RUN[@]}" profile "$KIT/probes.tsv" "$PROBE_WARMUP" "$PROBE_ROUNDS" "$RESULTS/etdump" 2>> "$RESULTS/log.txt"
+  cut -f1 "$KIT/probes.tsv" | while read -r name; do
+    if [ ! -f "$RESULTS/etdump/$name.etdp" ] && [ ! -f "$RESULTS/etdump/$name.error" ]; then
+      "${RUN[@]}" profile "$KIT/probes.tsv" "$PROBE_WARMUP" "$PROBE_ROUNDS" "$RESULTS/etdump" "$name" \
+        2>> "$RESULTS/log.txt" || echo "crashed the runner (exit $?)" > "$RESULTS/etdump/$name.error"
+    fi
+  done
+  say "probes: $(ls "$RESULTS/etdump" | grep -c etdp) profiled"
+fi
+say "done"
+if [ -n "$ARCHIVE" ]; then
+  tar czf "$ARCHIVE" -C "$KIT" results && say "results packed into $ARCHIVE"
+fi
