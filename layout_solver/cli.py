@@ -433,7 +433,7 @@ def cmd_device_kit(args: argparse.Namespace) -> int:
     command = "layout-solver " + " ".join(args.argv)
     if args.action == "read":
         try:
-            report, profile = read(args.kit, command)
+            report, profile = read(args.kit, command, [Path(a) for a in args.archive or []])
         except (ValueError, OSError) as exc:
             raise ProblemError(str(exc)) from exc
         print(report)
@@ -461,7 +461,8 @@ def cmd_device_kit(args: argparse.Namespace) -> int:
     except (KitError, VulkanRuntimeUnavailable, ValueError) as exc:
         raise ProblemError(str(exc)) from exc
     print(
-        f"kit ready: copy {args.out} to the GPU machine, run `bash {Path(args.out).name}/run.sh`, bring results/ back"
+        f"kit ready in {args.out}/part-*: copy each part to the GPU machine, run `bash PART/run.sh PART-results.tgz` "
+        f"there, bring the archive back and read it with `layout-solver device-kit read PART --archive ...`"
     )
     return 0
 
@@ -616,10 +617,15 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--rounds", type=int, default=30, help="timed rounds per process (default %(default)s)")
     k.add_argument("--passes", type=int, default=3, help="timing processes per model (default %(default)s)")
     k.add_argument("--jobs", type=int, default=2, help="lowering processes (default %(default)s)")
-    k.add_argument("--max-mib", type=float, default=60.0, help="refuse a kit above this size (default %(default)s)")
+    k.add_argument(
+        "--max-mib", type=float, default=56.0, help="the largest part of the kit, one device call (default %(default)s)"
+    )
     k.set_defaults(func=cmd_device_kit)
     k = actions.add_parser("read", help="a kit's results as a stock / solver table and a measured profile")
     k.add_argument("kit", help="the kit's folder, with results/ from run.sh")
+    k.add_argument(
+        "--archive", nargs="+", help="the results run.sh packed (ARCHIVE.tgz, or its parts .00 .01 ... in order)"
+    )
     k.add_argument("--out", help="also write the report (Markdown) here")
     k.add_argument("--profile-out", help="also write the measured profile here")
     k.set_defaults(func=cmd_device_kit)

@@ -14,12 +14,15 @@ from __future__ import annotations
 import ctypes.util
 import hashlib
 import importlib.metadata
+import io
 import logging
+import lzma
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import warnings
 from collections.abc import Callable
@@ -30,7 +33,7 @@ from pathlib import Path
 from layout_solver.targets.vulkan.device_kit.manifest import PAIRS, PLAN, PROBE_PLAN, Kit, ModelEntry, ProbeEntry, Side
 
 HERE = Path(__file__).parent
-MAX_KIT_MIB = 60.0  # what one device call carries (64 MiB) with room for the command's own files
+MAX_KIT_MIB = 56.0  # one part per device call: 64 MiB carried, the repository's own files (7 MiB) included
 PROBE_MAX_MIB = 1.0  # a probe program above this is left out (weights of wide linear chains): the kit must travel
 # The wheel's runtime libraries the runner needs: the runtime (program, method, module, data loaders), its event
 # tracer (ETDump), and the CPU kernels for any op a program leaves outside the delegate (registered on load).
@@ -41,6 +44,7 @@ WHEEL_LIBRARIES = (
     "libexecutorch_threadpool.so",
 )
 SOLVER_OBJECTIVES = ("default", "mobile-gpu", "lavapipe")
+PROBE_BUNDLE = "probes"
 
 
 class KitError(RuntimeError):
@@ -195,9 +199,9 @@ def build(
     from layout_solver.targets.vulkan.probing import FLOAT_LABELS, PROBES
     from layout_solver.targets.vulkan.runtime import locate_runtime
 
-    kit = Path(out)
-    if kit.exists() and any(kit.iterdir()):
-        raise KitError(f"{kit} is not empty: a kit is built in a new folder")
+    top = Path(out)
+    if top.exists() and any(top.iterdir()):
+        raise KitError(f"{top} is not empty: a kit is built in a new folder")
     unknown = sorted(set(probe_ops or []) - set(PROBES))
     if unknown:
         raise KitError(f"unknown probe op classes {unknown}; known: {', '.join(PROBES)}")
@@ -206,9 +210,9 @@ def build(
             raise KitError(f"objective {objective!r} is neither {', '.join(SOLVER_OBJECTIVES)} nor a profile file")
     plugin = locate_runtime(runtime)
     start = time.perf_counter()
-    kit.mkdir(parents=True, exist_ok=True)
+    kit = top / ".staging"  # everything, uncompressed; packed into parts at the end
     for sub in ("programs", "inputs", "expected", "lib", "profiles"):
-        (kit / sub).mkdir(exist_ok=True)
+        (kit / sub).mkdir(parents=True, exist_ok=True)
     compile_runner(kit)
     shutil.copy2(plugin, kit / "lib" / "libvkbackend.so")
     loader = _vulkan_loader()
@@ -221,7 +225,8 @@ def build(
             shutil.copy2(objective, kit / profile_files[_objective_label(objective)])
     log(f"[device-kit] runner compiled, libraries copied ({time.perf_counter() - start:.0f} s)")
 
-    lines, pairs, entries = [], [], []
+    lines: dict[str, list[str]] = {}  # model key -> its plan lines
+    entries: list[ModelEntry] = []
     stored: dict[str, str] = {}
 
     def store(buffer: bytes) -> tuple[str, str]:
@@ -259,8 +264,7 @@ def build(
                     program=program, pte=pte, sha256=digest, transitions=record["transitions"],
                     modelled_us_by_profile=record["by_profile"], pass_seconds=record["pass_seconds"],
                 )  # fmt: skip
-                lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
-            pairs.append("\t".join([key, *(s.program for s in sides.values())]))
+                lines.setdefault(key, []).append("\t".join([program, pte, "forward", ",".join(inputs)]))
             entries.append(ModelEntry(name=done["name"], key=key, inputs=inputs, expected=expected, sides=sides))
             changed = sum(s.sha256 != sides["stock"].sha256 for n, s in sides.items() if n != "stock")
             log(
@@ -298,11 +302,6 @@ def build(
                 if p.program in lowered
             ]
 
-    (kit / PLAN).write_text("".join(line + "\n" for line in lines))
-    (kit / PAIRS).write_text("".join(line + "\n" for line in pairs))
-    (kit / PROBE_PLAN).write_text("".join(line + "\n" for line in probe_lines))
-    shutil.copy2(HERE / "run.sh", kit / "run.sh")
-    (kit / "run.sh").chmod(0o755)
     manifest = Kit(
         built=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         command=command,
@@ -318,23 +317,134 @@ def build(
         probes=probes,
         probes_skipped=skipped,
     )
-    (kit / "kit.json").write_text(manifest.model_dump_json(indent=1) + "\n")
-    (kit / "settings.sh").write_text(
-        f"WARMUP={warmup}\nROUNDS={rounds}\nPASSES={passes}\nPROBE_WARMUP=2\nPROBE_ROUNDS=9\n"
-    )
-    size = sum(f.stat().st_size for f in kit.rglob("*") if f.is_file()) / 2**20
+    parts = _pack(kit, top, manifest, lines, probe_lines, max_mib, jobs, log)
+    shutil.rmtree(kit)
+    sizes = ", ".join(f"{p.name} {_mib(p):.1f} MiB" for p in parts)
     log(
-        f"[device-kit] {kit}: {len(lines)} programs of {len(entries)} models, {len(probes)} probes "
-        f"({len(stored)} distinct .pte files), {size:.1f} MiB, built in {time.perf_counter() - start:.0f} s"
+        f"[device-kit] {top}: {sum(map(len, lines.values()))} programs of {len(entries)} models, {len(probes)} probes "
+        f"({len(stored)} distinct .pte files) in {len(parts)} part(s): {sizes}; built in "
+        f"{time.perf_counter() - start:.0f} s"
     )
-    if size > max_mib:
-        largest = sorted(kit.rglob("*.pte"), key=lambda f: -f.stat().st_size)[:5]
-        raise KitError(
-            f"the kit is {size:.1f} MiB, over {max_mib} MiB (one device call carries 64 MiB): fewer models or "
-            "probe sizes; largest programs: "
-            + ", ".join(f"{f.name} {f.stat().st_size / 2**20:.1f} MiB" for f in largest)
-        )
     return manifest
+
+
+def _mib(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+# LZMA2 with a window wider than a model's programs: the programs of one model are the same weights around other
+# layout decisions, so every copy after the first packs to almost nothing (resnet18's three: 134 MiB -> 40 MiB).
+_XZ_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 1, "dict_size": 192 * 2**20}]
+
+
+def _packed(staging: Path, files: list[str]) -> bytes:
+    """`files` (paths in `staging`) as one .tar.xz."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in files:
+            info = tar.gettarinfo(str(staging / name), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""  # the same bytes every build
+            with open(staging / name, "rb") as handle:
+                tar.addfile(info, handle)
+    return lzma.compress(raw.getvalue(), format=lzma.FORMAT_XZ, filters=_XZ_FILTERS)
+
+
+def _pack(
+    staging: Path,
+    top: Path,
+    manifest: Kit,
+    lines: dict[str, list[str]],
+    probe_lines: list[str],
+    max_mib: float,
+    jobs: int,
+    log: Callable[[str], None],
+) -> list[Path]:
+    """The kit as parts `top/part-1`, `part-2`, ... of at most `max_mib` each: each a whole kit (runner, libraries,
+    run.sh) holding some models' programs (and, in the first, the probes), packed per model as .tar.xz. Each part
+    travels in one device call and runs there by itself."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bundles: dict[str, list[str]] = {}  # bundle name -> files
+    for entry in manifest.models:
+        if entry.error is None:
+            bundles[entry.key] = sorted({s.pte for s in entry.sides.values()}) + entry.inputs
+    if probe_lines:
+        bundles[PROBE_BUNDLE] = sorted({f for line in probe_lines for f in _plan_files(line)})
+    libraries = sorted(f"lib/{f.name}" for f in (staging / "lib").iterdir())
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # lzma lets go of the GIL while it compresses
+        packed_libs = pool.submit(_packed, staging, libraries)
+        packed = dict(zip(bundles, pool.map(lambda files: _packed(staging, files), bundles.values())))
+        packed_libs = packed_libs.result()
+    fixed = (len(packed_libs) + (staging / "vk_runner").stat().st_size + (HERE / "run.sh").stat().st_size) / 2**20
+    fixed += sum(f.stat().st_size for f in (staging / "profiles").iterdir()) / 2**20 + 0.5  # manifest and plans
+    expected_mib = {e.key: sum((staging / x).stat().st_size for x in e.expected) / 2**20 for e in manifest.models}
+    room = max_mib - fixed
+    sized = {name: len(data) / 2**20 + expected_mib.get(name, 0.0) for name, data in packed.items()}
+    too_big = [f"{name} ({size:.1f} MiB)" for name, size in sized.items() if size > room]
+    if too_big:
+        raise KitError(
+            f"{', '.join(too_big)} packed exceed what one part holds ({room:.1f} MiB of {max_mib} MiB beside the "
+            "runner and libraries): leave them out or raise --max-mib"
+        )
+    # First fit, largest first: as few parts (device calls) as the sizes allow.
+    parts: list[list[str]] = []
+    free: list[float] = []
+    for name in sorted(sized, key=lambda n: (-sized[n], n)):
+        slot = next((i for i, f in enumerate(free) if f >= sized[name]), None)
+        if slot is None:
+            parts.append([])
+            free.append(room)
+            slot = len(parts) - 1
+        parts[slot].append(name)
+        free[slot] -= sized[name]
+    if not parts:
+        parts = [[]]
+    folders = []
+    for number, names in enumerate(parts, 1):
+        part = top / f"part-{number}"
+        folders.append(part)
+        (part / "bundles").mkdir(parents=True)
+        (part / "expected").mkdir()
+        (part / "lib.tar.xz").write_bytes(packed_libs)
+        shutil.copy2(staging / "vk_runner", part / "vk_runner")
+        shutil.copy2(HERE / "run.sh", part / "run.sh")
+        (part / "run.sh").chmod(0o755)
+        shutil.copytree(staging / "profiles", part / "profiles")
+        mine = [e for e in manifest.models if e.key in names]
+        for name in names:
+            (part / "bundles" / f"{name}.tar.xz").write_bytes(packed[name])
+        for entry in mine:
+            for path in entry.expected:
+                shutil.copy2(staging / path, part / path)
+        failed = [e for e in manifest.models if e.error is not None] if number == 1 else []
+        has_probes = PROBE_BUNDLE in names
+        subset = manifest.model_copy(
+            update={
+                "models": [e for e in manifest.models if e in mine or e in failed],
+                "probes": manifest.probes if has_probes else [],
+                "probes_skipped": manifest.probes_skipped if has_probes else [],
+                "part": number,
+                "parts": len(parts),
+            }
+        )
+        (part / "kit.json").write_text(subset.model_dump_json(indent=1) + "\n")
+        (part / PLAN).write_text("".join(line + "\n" for e in mine for line in lines[e.key]))
+        (part / PAIRS).write_text(
+            "".join("\t".join([e.key, *(s.program for s in e.sides.values())]) + "\n" for e in mine)
+        )
+        (part / PROBE_PLAN).write_text("".join(line + "\n" for line in probe_lines) if has_probes else "")
+        (part / "settings.sh").write_text(
+            f"WARMUP={manifest.warmup}\nROUNDS={manifest.rounds}\nPASSES={manifest.passes}\n"
+            f"PROBE_WARMUP={manifest.probe_warmup}\nPROBE_ROUNDS={manifest.probe_rounds}\n"
+        )
+        log(f"[device-kit] {part.name}: {len(mine)} models{', the probes' if has_probes else ''}, {_mib(part):.1f} MiB")
+    return folders
+
+
+def _plan_files(line: str) -> list[str]:
+    """The .pte and input files a plan line names."""
+    fields = line.split("\t")
+    return [fields[1], *(f for f in fields[3].split(",") if f)] if len(fields) > 3 else [fields[1]]
 
 
 if __name__ == "__main__":  # pragma: no cover - `layout-solver device-kit build` is the entry point

@@ -63,3 +63,5 @@ class Kit(Strict):
     models: list[ModelEntry]
     probes: list[ProbeEntry] = Field(default_factory=list)
     probes_skipped: list[str] = Field(default_factory=list)  # probe programs left out (size cap, refused pins)
+    part: int = 1  # a kit too large for one device call comes in parts, each a whole kit of some models
+    parts: int = 1

@@ -208,45 +208,83 @@ def measured_profile(kit_dir: Path, kit: Kit, command: str):
     return fitted_profile(points, device, command, len(programs), len(programs) + len(kit.probes_skipped), failed)
 
 
-def read(kit_dir: str | Path, command: str = "") -> tuple[str, Path | None]:
-    """The report (Markdown) of a kit's results, written to DIR/results/report.md, and the measured profile's
-    path (DIR/results/profile.json), if the kit had probes."""
+def unpack(kit_dir: Path, archive: list[Path]) -> None:
+    """The results `run.sh ARCHIVE` packed (one file, or its parts in order) unpacked into the kit, replacing any
+    results there."""
+    import io
+    import shutil
+    import tarfile
+
+    data = b"".join(Path(part).read_bytes() for part in archive)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        names = tar.getnames()
+        if not names or any(n != "results" and not n.startswith("results/") for n in names):
+            raise ValueError(f"{archive[0]} does not hold a kit's results/ folder")
+        shutil.rmtree(kit_dir / "results", ignore_errors=True)
+        tar.extractall(kit_dir, filter="data")
+
+
+def parts(kit_dir: Path) -> list[Path]:
+    """The kit's parts: the folder itself if it is one, else its part-N folders in order."""
+    if (kit_dir / "kit.json").is_file():
+        return [kit_dir]
+    found = sorted(kit_dir.glob("part-*/kit.json"), key=lambda f: int(f.parent.name.split("-")[1]))
+    if not found:
+        raise ValueError(f"{kit_dir} is not a device kit (no kit.json, no part-N/kit.json)")
+    return [f.parent for f in found]
+
+
+def read(kit_dir: str | Path, command: str = "", archive: list[Path] | None = None) -> tuple[str, Path | None]:
+    """The report (Markdown) of a kit's results, every part that has results, written to results/report.md of the
+    kit (or of its first part), and the measured profile's path (results/profile.json of the part with the
+    probes), if the kit had probes. `archive`: the results `run.sh` packed (or their parts) to unpack into the
+    kit first (a kit of one part, or one part's folder)."""
     kit_dir = Path(kit_dir)
-    manifest = kit_dir / "kit.json"
-    if not manifest.is_file():
-        raise ValueError(f"{kit_dir} is not a device kit (no kit.json)")
-    kit = Kit.model_validate_json(manifest.read_text())
-    results = kit_dir / "results"
-    if not (results / "device.txt").is_file():
-        raise ValueError(f"{kit_dir} has no results: run `bash {kit_dir}/run.sh` on the device first")
-    device = (results / "device.txt").read_text().strip()
-    found = rows(kit_dir, kit)
-    profile = measured_profile(kit_dir, kit, command)
-    profile_path = None
+    folders = parts(kit_dir)
+    if archive:
+        if len(folders) > 1:
+            raise ValueError(f"{kit_dir} has {len(folders)} parts: unpack an archive into its part's folder")
+        unpack(folders[0], archive)
+    ran = [f for f in folders if (f / "results" / "device.txt").is_file()]
+    if not ran:
+        raise ValueError(f"{kit_dir} has no results: run `bash PART/run.sh` on the device first")
+    kits = {f: Kit.model_validate_json((f / "kit.json").read_text()) for f in folders}
+    devices = sorted({(f / "results" / "device.txt").read_text().strip() for f in ran})
+    device = " / ".join(devices)
+    found = [row for f in ran for row in rows(f, kits[f])]
+    first = kits[ran[0]]
+    profile, profile_path = None, None
+    for f in ran:
+        if kits[f].probes:
+            profile = measured_profile(f, kits[f], command)
+            if profile is not None:
+                profile_path = f / "results" / "profile.json"
+                profile_path.write_text(profile.model_dump_json(indent=1) + "\n")
+    missing = [f.name for f in folders if f not in ran]
     lines = [
         f"# Vulkan on {device}: stock against the solver",
         "",
         (
-            f"Kit built {kit.built} (executorch {kit.executorch}; `{kit.command}`); each model's programs timed in "
-            f"{kit.passes} processes of {kit.rounds} interleaved rounds after {kit.warmup} warm-up runs. Paired "
-            "ratio: median over the rounds of solver / stock within a process, then the median over the processes. "
-            "Predicted: the objective's profile (for the default: the kit's device profile, else "
+            f"Kit built {first.built} (executorch {first.executorch}; `{first.command}`); each model's programs timed "
+            f"in {first.passes} processes of {first.rounds} interleaved rounds after {first.warmup} warm-up runs. "
+            "Paired ratio: median over the rounds of solver / stock within a process, then the median over the "
+            "processes. Predicted: the objective's profile (for the default: the kit's device profile, else "
             f"{DEFAULT_PREDICTION}), solver minus stock; measured: (ratio - 1) x stock's time."
         ),
+        *([f"Parts without results (not run yet): {', '.join(missing)}."] if missing else []),
         "",
-        *summary(found, kit.objectives),
+        *summary(found, first.objectives),
         "",
         *table(found),
     ]
     if profile is not None:
-        profile_path = results / "profile.json"
-        profile_path.write_text(profile.model_dump_json(indent=1) + "\n")
         modes = sum(len(t) for t in profile.op_modes.values())
+        probed = next(k for k in kits.values() if k.probes)
         said = (
             f"Profile measured by the probes: {modes} op modes, {len(profile.transitions)} transitions "
-            f"({len(kit.probes)} probes; {len(kit.probes_skipped)} left out at build) -> {profile_path}"
+            f"({len(probed.probes)} probes; {len(probed.probes_skipped)} left out at build) -> {profile_path}"
         )
         lines += ["", said]
     text = "\n".join(lines) + "\n"
-    (results / "report.md").write_text(text)
+    (ran[0] / "results" / "report.md").write_text(text)
     return text, profile_path

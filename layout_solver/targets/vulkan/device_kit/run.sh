@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run this device kit on the present Vulkan device: every program's outputs, the stock / solver pairs timed in
 # interleaved rounds (PASSES fresh processes each), then the calibration probes' per-dispatch times (ETDump).
-# Results go to results/ beside this file; `bash run.sh ARCHIVE.tgz` also packs them into one file.
+# Results go to results/ beside this file; `bash run.sh ARCHIVE.tgz` also packs them into one file (in 15 MiB
+# parts ARCHIVE.tgz.00, .01, ... when larger).
 # Bring them back and read them with `layout-solver device-kit read DIR`.
 set -u
 KIT="$(cd "$(dirname "$0")" && pwd)"
@@ -18,6 +19,15 @@ if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && ! ls /usr/share/vulkan/
 fi
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/outputs" "$RESULTS/times" "$RESULTS/etdump"
+# The libraries and each model's programs travel packed (.tar.xz); xz, or Python where xz is missing, unpacks them.
+unpack() {
+  if command -v xz >/dev/null 2>&1; then tar -xJf "$1" -C "$KIT"
+  else python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' "$1" "$KIT"
+  fi
+}
+for packed in "$KIT/lib.tar.xz" "$KIT"/bundles/*.tar.xz; do
+  if [ -f "$packed" ]; then unpack "$packed" || { echo "cannot unpack $packed" >&2; exit 5; }; fi
+done
 RUN=("$KIT/vk_runner" "$KIT/lib/libvkbackend.so")
 START=$(date +%s)
 say() { echo "[run.sh $(( $(date +%s) - START )) s] $*" | tee -a "$RESULTS/log.txt"; }
@@ -61,4 +71,8 @@ fi
 say "done"
 if [ -n "$ARCHIVE" ]; then
   tar czf "$ARCHIVE" -C "$KIT" results && say "results packed into $ARCHIVE"
+  # A transfer that takes files of at most 16 MiB (the device machines here) gets parts: cat ARCHIVE.* | tar xz
+  if [ "$(stat -c %s "$ARCHIVE")" -gt $((15 * 1024 * 1024)) ]; then
+    split -b 15m -d "$ARCHIVE" "$ARCHIVE." && rm "$ARCHIVE" && say "split into $(ls "$ARCHIVE".* | wc -l) parts"
+  fi
 fi
