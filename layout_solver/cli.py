@@ -618,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--passes", type=int, default=3, help="timing processes per model (default %(default)s)")
     k.add_argument("--jobs", type=int, default=2, help="lowering processes (default %(default)s)")
     k.add_argument(
-        "--max-mib", type=float, default=56.0, help="the largest part of the kit, one device call (default %(default)s)"
+        "--max-mib", type=float, default=54.0, help="the largest part of the kit, one device call (default %(default)s)"
     )
     k.set_defaults(func=cmd_device_kit)
     k = actions.add_parser("read", help="a kit's results as a stock / solver table and a measured profile")

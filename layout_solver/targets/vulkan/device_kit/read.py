@@ -77,6 +77,18 @@ def _times(results: Path, key: str, passes: int) -> list[dict]:
     return found
 
 
+def as_run(kit_dir: Path, kit: Kit) -> Kit:
+    """The manifest with the warm-up, rounds and passes the run used (results/settings.sh, which run.sh copies
+    from the kit's settings.sh: a quicker run may have edited it)."""
+    used = kit_dir / "results" / "settings.sh"
+    if not used.is_file():
+        return kit
+    values = dict(line.split("=", 1) for line in used.read_text().split() if "=" in line)
+    names = {"WARMUP": "warmup", "ROUNDS": "rounds", "PASSES": "passes", "PROBE_WARMUP": "probe_warmup",
+             "PROBE_ROUNDS": "probe_rounds"}  # fmt: skip
+    return kit.model_copy(update={field: int(values[key]) for key, field in names.items() if key in values})
+
+
 def rows(kit_dir: Path, kit: Kit) -> list[Row]:
     """Every (model, objective) of the kit with what the device measured."""
     results = kit_dir / "results"
@@ -248,7 +260,7 @@ def read(kit_dir: str | Path, command: str = "", archive: list[Path] | None = No
     ran = [f for f in folders if (f / "results" / "device.txt").is_file()]
     if not ran:
         raise ValueError(f"{kit_dir} has no results: run `bash PART/run.sh` on the device first")
-    kits = {f: Kit.model_validate_json((f / "kit.json").read_text()) for f in folders}
+    kits = {f: as_run(f, Kit.model_validate_json((f / "kit.json").read_text())) for f in folders}
     devices = sorted({(f / "results" / "device.txt").read_text().strip() for f in ran})
     device = " / ".join(devices)
     found = [row for f in ran for row in rows(f, kits[f])]

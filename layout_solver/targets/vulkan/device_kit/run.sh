@@ -28,6 +28,7 @@ unpack() {
 for packed in "$KIT/lib.tar.xz" "$KIT"/bundles/*.tar.xz; do
   if [ -f "$packed" ]; then unpack "$packed" || { echo "cannot unpack $packed" >&2; exit 5; }; fi
 done
+cp "$KIT/settings.sh" "$RESULTS/settings.sh"  # what this run used (settings.sh may be edited for a quicker run)
 RUN=("$KIT/vk_runner" "$KIT/lib/libvkbackend.so")
 START=$(date +%s)
 say() { echo "[run.sh $(( $(date +%s) - START )) s] $*" | tee -a "$RESULTS/log.txt"; }
