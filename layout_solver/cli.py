@@ -29,7 +29,8 @@ from layout_solver.targets import (
     stray_options_message,
     target_names,
 )
-from layout_solver.targets.base import int_list, shape_list
+from layout_solver.targets.base import int_list
+from layout_solver.targets.vulkan.device_kit.command import add_device_kit_parser
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -422,49 +423,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_device_kit(args: argparse.Namespace) -> int:
-    """`layout-solver device-kit build|read`: programs lowered here, run on another machine's Vulkan GPU."""
-    from layout_solver.targets.vulkan.device_kit import KitError, build, read
-    from layout_solver.targets.vulkan.runtime import VulkanRuntimeUnavailable
-    from layout_solver.zoo.models import OUTSIDE, ZOO, expand_names
-    from layout_solver.zoo.models import build as build_model
-    from layout_solver.zoo.outside import MODELS as OUTSIDE_MODELS
+def _kit_models(text: str) -> tuple[list[str], object]:
+    """`device-kit build --models`: the names (`zoo`, `outside` and anything `zoo` takes) and the zoo's builder."""
+    from layout_solver.zoo.models import build, expand_names
 
-    command = "layout-solver " + " ".join(args.argv)
-    if args.action == "read":
-        try:
-            report, profile = read(args.kit, command, [Path(a) for a in args.archive or []])
-        except (ValueError, OSError) as exc:
-            raise ProblemError(str(exc)) from exc
-        print(report)
-        if args.out:
-            write_atomically(writable_target(args.out), report)
-        if profile and args.profile_out:
-            write_atomically(writable_target(args.profile_out), profile.read_text())
-        return 0
-    try:
-        models = []
-        for name in (m.strip() for m in args.models.split(",") if m.strip()):
-            if name == "zoo":
-                models += list(ZOO)
-            elif name == "outside":
-                models += [OUTSIDE + m for m in OUTSIDE_MODELS]
-            else:
-                models += expand_names([name])
-        probe_ops = None if args.probe_ops is None else [o.strip() for o in args.probe_ops.split(",") if o.strip()]
-        build(
-            models, build_model, args.out, objectives=tuple(o.strip() for o in args.objectives.split(",") if o.strip()),
-            runtime=args.vulkan_runtime, probe_ops=probe_ops, probe_sizes=args.probe_sizes,
-            probe_transitions=not args.no_transitions, probe_shapes=args.probe_shapes, time_limit=args.time_limit, rounds=args.rounds,
-            passes=args.passes, jobs=args.jobs, command=command, max_mib=args.max_mib,
-        )  # fmt: skip
-    except (KitError, VulkanRuntimeUnavailable, ValueError) as exc:
-        raise ProblemError(str(exc)) from exc
-    print(
-        f"kit ready in {args.out}/part-*: copy each part to the GPU machine, run `bash PART/run.sh PART-results.tgz` "
-        f"there, bring the archive back and read it with `layout-solver device-kit read PART --archive ...`"
-    )
-    return 0
+    return expand_names([m.strip() for m in text.split(",") if m.strip()]), build
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -593,42 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
         c = kinds.add_parser(target.name, help=target.calibration_help)
         target.add_calibration_arguments(c)
         c.set_defaults(func=cmd_calibrate)
-    p = sub.add_parser("device-kit", help="Vulkan: lower programs here, time them on another machine's GPU")
-    actions = p.add_subparsers(dest="action", required=True)
-    k = actions.add_parser("build", help="lower stock's and the solver's programs and the probes into a kit folder")
-    k.add_argument("--models", default="zoo,outside",
-                   help="comma-separated model names as `zoo` takes them, `zoo` (the built-ins) and `outside` (the "
-                   "outside set) (default %(default)s)")  # fmt: skip
-    k.add_argument("--out", required=True, help="the kit's folder (new or empty)")
-    k.add_argument(
-        "--objectives",
-        default="default,mobile-gpu,lavapipe",
-        help="the solver's sides: default, a built-in profile, or a profile file such as a kit's measured "
-        "results/profile.json (default %(default)s)",
-    )
-    k.add_argument(
-        "--vulkan-runtime", help="the Vulkan runtime plugin to carry (default $LAYOUT_SOLVER_VULKAN_RUNTIME)"
-    )
-    k.add_argument("--probe-ops", help="calibration probes' op classes, comma-separated ('' for none; default all)")
-    k.add_argument("--probe-sizes", type=int, default=2, help="probe sizes per op class, 1-3 (default %(default)s)")
-    k.add_argument("--no-transitions", action="store_true", help="no transition probes")
-    k.add_argument("--probe-shapes", type=shape_list, help="probe these shapes instead of the built-in ones")
-    k.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT)
-    k.add_argument("--rounds", type=int, default=30, help="timed rounds per process (default %(default)s)")
-    k.add_argument("--passes", type=int, default=3, help="timing processes per model (default %(default)s)")
-    k.add_argument("--jobs", type=int, default=2, help="lowering processes (default %(default)s)")
-    k.add_argument(
-        "--max-mib", type=float, default=54.0, help="the largest part of the kit, one device call (default %(default)s)"
-    )
-    k.set_defaults(func=cmd_device_kit)
-    k = actions.add_parser("read", help="a kit's results as a stock / solver table and a measured profile")
-    k.add_argument("kit", help="the kit's folder, with results/ from run.sh")
-    k.add_argument(
-        "--archive", nargs="+", help="the results run.sh packed (ARCHIVE.tgz, or its parts .00 .01 ... in order)"
-    )
-    k.add_argument("--out", help="also write the report (Markdown) here")
-    k.add_argument("--profile-out", help="also write the measured profile here")
-    k.set_defaults(func=cmd_device_kit)
+    add_device_kit_parser(sub, _kit_models)
     p = sub.add_parser("serve", help="run the solver as an HTTP/JSON service (POST /v1/solve; docs at /docs)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s: this machine only)")
     p.add_argument("--port", type=int, default=8731, help="default %(default)s; 0 picks a free port")

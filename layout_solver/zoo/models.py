@@ -342,11 +342,24 @@ GENERATED = "generated:"
 OUTSIDE = "outside:"  # the models the rules were not written against (layout_solver.zoo.outside)
 
 
+def _outside_names() -> list[str]:
+    from layout_solver.zoo.outside import MODELS
+
+    return [OUTSIDE + m for m in MODELS]
+
+
+SETS = {"zoo": lambda: list(ZOO), "outside": _outside_names}
+
+
 def expand_names(names: list[str]) -> list[str]:
-    """Model names with every `generated:A-B` range written out as `generated:A` .. `generated:B`, and every
-    glob of saved programs ('DIR/*.pt2') as the files it matches."""
+    """Model names with every `generated:A-B` range written out as `generated:A` .. `generated:B`, every
+    glob of saved programs ('DIR/*.pt2') as the files it matches, and `zoo` / `outside` as the built-ins / the
+    outside set."""
     out = []
     for name in names:
+        if name in SETS:  # "zoo": the built-ins; "outside": the outside set
+            out += SETS[name]()
+            continue
         if saved.is_saved_program(name) and glob.has_magic(name):  # 'DIR/*.pt2', as the shell would
             found = sorted(glob.glob(name))
             if not found:

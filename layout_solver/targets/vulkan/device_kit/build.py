@@ -193,8 +193,6 @@ def build(
     `objectives`: the solver's sides ("default", a built-in profile name, or a profile file, e.g. one a first
     kit measured). `probe_ops`: the calibration probes' op classes (None: all; [] none).
     """
-    import numpy as np
-
     from layout_solver.targets.vulkan.calibrate import plan
     from layout_solver.targets.vulkan.probing import FLOAT_LABELS, PROBES
     from layout_solver.targets.vulkan.runtime import locate_runtime
@@ -211,22 +209,9 @@ def build(
     plugin = locate_runtime(runtime)
     start = time.perf_counter()
     kit = top / ".staging"  # everything, uncompressed; packed into parts at the end
-    for sub in ("programs", "inputs", "expected", "lib", "profiles"):
-        (kit / sub).mkdir(parents=True, exist_ok=True)
-    compile_runner(kit)
-    shutil.copy2(plugin, kit / "lib" / "libvkbackend.so")
-    loader = _vulkan_loader()
-    if loader is not None:
-        shutil.copy2(loader, kit / "lib" / "libvulkan.so.1")
-    profile_files = {}
-    for objective in objectives:
-        if objective not in SOLVER_OBJECTIVES:
-            profile_files[_objective_label(objective)] = f"profiles/{Path(objective).name}"
-            shutil.copy2(objective, kit / profile_files[_objective_label(objective)])
+    profile_files = _stage_runtime(kit, plugin, objectives)
     log(f"[device-kit] runner compiled, libraries copied ({time.perf_counter() - start:.0f} s)")
 
-    lines: dict[str, list[str]] = {}  # model key -> its plan lines
-    entries: list[ModelEntry] = []
     stored: dict[str, str] = {}
 
     def store(buffer: bytes) -> tuple[str, str]:
@@ -236,71 +221,21 @@ def build(
             (kit / stored[digest]).write_bytes(buffer)
         return stored[digest], digest
 
+    def said(line: str) -> None:
+        log(f"[device-kit] {line} ({time.perf_counter() - start:.0f} s)")
+
     context = get_context("spawn")  # torch and executorch are not fork-safe once initialised
     with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context) as pool:
         work = [pool.submit(_lower_model, name, builder, tuple(objectives), time_limit) for name in models]
-        for k, future in enumerate(work, 1):
-            done = future.result()
-            key = _key(done["name"])
-            if "error" in done:
-                entries.append(
-                    ModelEntry(name=done["name"], key=key, inputs=[], expected=[], sides={}, error=done["error"])
-                )
-                log(f"[device-kit] {k}/{len(models)} {done['name']}: not lowered: {done['error'][:200]}")
-                continue
-            inputs = []
-            for i, array in enumerate(done["inputs"]):
-                inputs.append(f"inputs/{key}.in{i}.bin")
-                (kit / inputs[-1]).write_bytes(np.ascontiguousarray(array).tobytes())
-            expected = []
-            for i, array in enumerate(done["expected"]):
-                expected.append(f"expected/{key}.out{i}.npy")
-                np.save(kit / expected[-1], array)
-            sides = {}
-            for side, record in done["sides"].items():
-                pte, digest = store(record["bytes"])
-                program = f"{key}~{side}"
-                sides[side] = Side(
-                    program=program, pte=pte, sha256=digest, transitions=record["transitions"],
-                    modelled_us_by_profile=record["by_profile"], pass_seconds=record["pass_seconds"],
-                )  # fmt: skip
-                lines.setdefault(key, []).append("\t".join([program, pte, "forward", ",".join(inputs)]))
-            entries.append(ModelEntry(name=done["name"], key=key, inputs=inputs, expected=expected, sides=sides))
-            changed = sum(s.sha256 != sides["stock"].sha256 for n, s in sides.items() if n != "stock")
-            log(
-                f"[device-kit] {k}/{len(models)} {done['name']}: {len(sides) - 1} solver sides, {changed} differ "
-                f"from stock ({time.perf_counter() - start:.0f} s)"
-            )
-
+        entries, lines = _write_models(kit, [w.result for w in work], store, said)
         probes, skipped, probe_lines = [], [], []
         if probe_ops != []:
             jobs_, planned = plan(
                 probe_ops or list(PROBES), FLOAT_LABELS, probe_sizes, 4, probe_transitions, probe_shapes
             )
-            lowered: dict[str, str] = {}
-            for k, (job, buffer, example) in enumerate(pool.map(_lower_probe, jobs_), 1):
-                if buffer is None:
-                    skipped.append(f"{job.name}: the registry refuses the pins")
-                elif len(buffer) > PROBE_MAX_MIB * 2**20:
-                    skipped.append(f"{job.name}: {len(buffer) / 2**20:.1f} MiB (cap {PROBE_MAX_MIB} MiB)")
-                else:
-                    program = f"probe{len(lowered):04d}"
-                    pte, _ = store(buffer)
-                    # One input per op class and shape: a probe's values only have to keep its chain finite.
-                    stem = f"inputs/probe-{job.op}-{'x'.join(map(str, job.shape))}"
-                    inputs = [f"{stem}.in{i}.bin" for i in range(len(example))]
-                    for path, tensor in zip(inputs, example):
-                        if not (kit / path).is_file():
-                            (kit / path).write_bytes(tensor.contiguous().numpy().tobytes())
-                    probe_lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
-                    lowered[job.name] = program
-                if k % 25 == 0 or k == len(jobs_):
-                    log(f"[device-kit] probes lowered {k}/{len(jobs_)} ({time.perf_counter() - start:.0f} s)")
-            probes = [
-                ProbeEntry(kind=p.kind, key=p.key, shape=list(p.shape), program=lowered[p.program])
-                for p in planned
-                if p.program in lowered
-            ]
+            probes, skipped, probe_lines = _write_probes(
+                kit, pool.map(_lower_probe, jobs_), jobs_, planned, store, said
+            )
 
     manifest = Kit(
         built=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -326,6 +261,92 @@ def build(
         f"{time.perf_counter() - start:.0f} s"
     )
     return manifest
+
+
+def _stage_runtime(kit: Path, plugin: Path, objectives) -> dict[str, str]:
+    """The staging kit's folders, runner, libraries, plugin, Vulkan loader and profile files (label -> path)."""
+    for sub in ("programs", "inputs", "expected", "lib", "profiles"):
+        (kit / sub).mkdir(parents=True, exist_ok=True)
+    compile_runner(kit)
+    shutil.copy2(plugin, kit / "lib" / "libvkbackend.so")
+    loader = _vulkan_loader()
+    if loader is not None:
+        shutil.copy2(loader, kit / "lib" / "libvulkan.so.1")
+    profile_files = {}
+    for objective in objectives:
+        if objective not in SOLVER_OBJECTIVES:
+            profile_files[_objective_label(objective)] = f"profiles/{Path(objective).name}"
+            shutil.copy2(objective, kit / profile_files[_objective_label(objective)])
+    return profile_files
+
+
+def _write_models(kit: Path, results: list[Callable], store: Callable, said: Callable):
+    """Each lowered model's inputs, eager outputs and programs in the staging kit, in the order asked:
+    (manifest entries, plan lines by model key)."""
+    import numpy as np
+
+    entries: list[ModelEntry] = []
+    lines: dict[str, list[str]] = {}
+    for k, result in enumerate(results, 1):
+        done = result()
+        key = _key(done["name"])
+        if "error" in done:
+            entries.append(
+                ModelEntry(name=done["name"], key=key, inputs=[], expected=[], sides={}, error=done["error"])
+            )
+            said(f"{k}/{len(results)} {done['name']}: not lowered: {done['error'][:200]}")
+            continue
+        inputs = []
+        for i, array in enumerate(done["inputs"]):
+            inputs.append(f"inputs/{key}.in{i}.bin")
+            (kit / inputs[-1]).write_bytes(np.ascontiguousarray(array).tobytes())
+        expected = []
+        for i, array in enumerate(done["expected"]):
+            expected.append(f"expected/{key}.out{i}.npy")
+            np.save(kit / expected[-1], array)
+        sides = {}
+        for side, record in done["sides"].items():
+            pte, digest = store(record["bytes"])
+            program = f"{key}~{side}"
+            sides[side] = Side(
+                program=program, pte=pte, sha256=digest, transitions=record["transitions"],
+                modelled_us_by_profile=record["by_profile"], pass_seconds=record["pass_seconds"],
+            )  # fmt: skip
+            lines.setdefault(key, []).append("\t".join([program, pte, "forward", ",".join(inputs)]))
+        entries.append(ModelEntry(name=done["name"], key=key, inputs=inputs, expected=expected, sides=sides))
+        changed = sum(s.sha256 != sides["stock"].sha256 for n, s in sides.items() if n != "stock")
+        said(f"{k}/{len(results)} {done['name']}: {len(sides) - 1} solver sides, {changed} differ from stock")
+    return entries, lines
+
+
+def _write_probes(kit: Path, lowered_jobs, jobs: list, planned: list, store: Callable, said: Callable):
+    """The probe programs that lowered (and fit) in the staging kit: (probe entries, skipped, plan lines)."""
+    skipped, probe_lines = [], []
+    lowered: dict[str, str] = {}
+    for k, (job, buffer, example) in enumerate(lowered_jobs, 1):
+        if buffer is None:
+            skipped.append(f"{job.name}: the registry refuses the pins")
+        elif len(buffer) > PROBE_MAX_MIB * 2**20:
+            skipped.append(f"{job.name}: {len(buffer) / 2**20:.1f} MiB (cap {PROBE_MAX_MIB} MiB)")
+        else:
+            program = f"probe{len(lowered):04d}"
+            pte, _ = store(buffer)
+            # One input per op class and shape: a probe's values only have to keep its chain finite.
+            stem = f"inputs/probe-{job.op}-{'x'.join(map(str, job.shape))}"
+            inputs = [f"{stem}.in{i}.bin" for i in range(len(example))]
+            for path, tensor in zip(inputs, example):
+                if not (kit / path).is_file():
+                    (kit / path).write_bytes(tensor.contiguous().numpy().tobytes())
+            probe_lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
+            lowered[job.name] = program
+        if k % 25 == 0 or k == len(jobs):
+            said(f"probes lowered {k}/{len(jobs)}")
+    probes = [
+        ProbeEntry(kind=p.kind, key=p.key, shape=list(p.shape), program=lowered[p.program])
+        for p in planned
+        if p.program in lowered
+    ]
+    return probes, skipped, probe_lines
 
 
 def _mib(folder: Path) -> float:

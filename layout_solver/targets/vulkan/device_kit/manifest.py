@@ -12,6 +12,8 @@ PAIRS = "pairs.tsv"  # one model per line: the model's key, then the programs ti
 
 
 class Strict(BaseModel):
+    """Unknown fields are errors and records do not change once read."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 

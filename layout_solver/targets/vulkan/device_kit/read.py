@@ -40,10 +40,12 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        """The paired ratio: the median over the timing processes."""
         return statistics.median(self.paired) if self.paired else None
 
     @property
     def measured_us(self) -> float | None:
+        """The measured change in microseconds: (ratio - 1) x stock's time."""
         return (self.ratio - 1.0) * self.stock_ms * 1000.0 if self.ratio and self.stock_ms else None
 
 

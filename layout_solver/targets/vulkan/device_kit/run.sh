@@ -17,6 +17,8 @@ if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ] && ! ls /usr/share/vulkan/
     if [ -f "$icd" ]; then export VK_DRIVER_FILES="$icd"; break; fi
   done
 fi
+# The driver library the ICD names, where the container mounts it outside the linker's cache.
+if [ -d /usr/local/nvidia/lib64 ]; then export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/nvidia/lib64"; fi
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/outputs" "$RESULTS/times" "$RESULTS/etdump"
 # The libraries and each model's programs travel packed (.tar.xz); xz, or Python where xz is missing, unpacks them.
