@@ -120,3 +120,56 @@ def test_the_runner_reports_a_bad_input_by_program(first_kit, tmp_path):
     answer = json.loads((tmp_path / "bad.outputs.json").read_text())
     assert "has 12 bytes" in answer["error"]
     assert np.prod(build_model(MODEL)[1][0].shape) * 4 == int(answer["error"].split("wants ")[1])
+
+
+def _staged_models(staging: Path, sizes_mib: list[float]):
+    """A staging kit of incompressible programs of these sizes, two sides each sharing one program."""
+    from layout_solver.targets.vulkan.device_kit.manifest import ModelEntry, Side
+
+    rng = np.random.default_rng(0)
+    for sub in ("lib", "profiles", "programs", "inputs", "expected"):
+        (staging / sub).mkdir(parents=True)
+    (staging / "lib" / "libexecutorch.so").write_bytes(rng.bytes(2**20))
+    (staging / "vk_runner").write_bytes(rng.bytes(4096))
+    entries, lines = [], {}
+    for k, mib in enumerate(sizes_mib):
+        key, pte, given = f"m{k}", f"programs/m{k}.pte", f"inputs/m{k}.in0.bin"
+        (staging / pte).write_bytes(rng.bytes(int(mib * 2**20)))
+        (staging / given).write_bytes(rng.bytes(64))
+        np.save(staging / f"expected/{key}.out0.npy", np.zeros(4))
+        side = {"pte": pte, "sha256": "0", "transitions": 0, "modelled_us_by_profile": {}, "pass_seconds": 0.0}
+        sides = {name: Side(program=f"{key}~{name}", **side) for name in ("stock", "default")}
+        entries.append(
+            ModelEntry(name=key, key=key, inputs=[given], expected=[f"expected/{key}.out0.npy"], sides=sides)
+        )
+        lines[key] = [(s.program, pte, [given]) for s in sides.values()]
+    return Kit(built="-", command="-", executorch="1.5.1", objectives=["default"], warmup=1, rounds=1, passes=1,
+               probe_warmup=1, probe_rounds=1, models=entries), lines  # fmt: skip
+
+
+def test_a_kit_too_large_for_one_call_comes_in_parts_each_a_whole_kit_within_the_limit(tmp_path):
+    import tarfile
+
+    from layout_solver.targets.vulkan.device_kit.build import KitError, _mib, _pack
+    from layout_solver.targets.vulkan.device_kit.read import parts
+
+    manifest, lines = _staged_models(tmp_path / "staging", [3, 3, 2, 1])
+    made = _pack(tmp_path / "staging", tmp_path / "kit", manifest, lines, [], 6.0, 2, lambda line: None)
+    assert made == parts(tmp_path / "kit") and len(made) == 3  # 1 MiB of libraries beside each: 3+1, 3, 2
+    held = []
+    for part in made:
+        assert _mib(part) <= 6.0
+        kit = Kit.model_validate_json((part / "kit.json").read_text())
+        assert kit.parts == 3 and kit.models
+        packed = set()
+        for bundle in (part / "bundles").glob("*.tar.xz"):
+            with tarfile.open(bundle) as tar:
+                packed |= set(tar.getnames())
+        for line in (part / "programs.tsv").read_text().splitlines():  # every file a plan names travels here
+            _, pte, _, given = line.split("\t")
+            assert {pte, *given.split(",")} <= packed
+        held += [m.name for m in kit.models]
+    assert sorted(held) == ["m0", "m1", "m2", "m3"]  # each model in one part
+    manifest, lines = _staged_models(tmp_path / "again", [5])
+    with pytest.raises(KitError, match="m0 .* exceed what one part holds"):
+        _pack(tmp_path / "again", tmp_path / "kit2", manifest, lines, [], 6.0, 2, lambda line: None)

@@ -76,7 +76,7 @@ def execute_on_device(
         extra["run_ratio"] = round(solver.run_ms / stock.run_ms, 4)
         # each round runs both programs back to back: the median of the rounds' own ratios cancels the drift
         # between rounds that the ratio of the two medians keeps
-        first = _paired_ratio(stock.run_ms_all, solver.run_ms_all)
+        first = paired_ratio(stock.run_ms_all, solver.run_ms_all)
         if first is not None:
             extra["run_ratio_paired"] = round(first, 4)
             if not extra.get("same_program") and abs(first - 1) > confirm_beyond and confirm_timings:
@@ -84,7 +84,7 @@ def execute_on_device(
                 readings = [first]
                 for _ in range(confirm_timings):
                     times = time_again(pair, inputs, runtime=runtime, rounds=rounds)
-                    again = _paired_ratio(times.get("stock", []), times.get("solver", []))
+                    again = paired_ratio(times.get("stock", []), times.get("solver", []))
                     if again is not None:
                         readings.append(again)
                 extra["run_ratio_timings"] = [round(r, 4) for r in readings]
@@ -98,7 +98,7 @@ def execute_on_device(
     return extra
 
 
-def _paired_ratio(stock_ms: list[float], solver_ms: list[float]) -> float | None:
+def paired_ratio(stock_ms: list[float], solver_ms: list[float]) -> float | None:
     """The median of the rounds' own solver / stock ratios (each round runs both back to back: the drift
     between rounds cancels); None without a full pair of timings."""
     if not stock_ms or len(stock_ms) != len(solver_ms):

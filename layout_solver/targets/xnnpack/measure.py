@@ -9,6 +9,7 @@ import statistics
 
 import numpy as np
 
+from layout_solver.compare.outputs import eager_outputs, max_abs_diff
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.targets.xnnpack.lowering import Lowered, lower, predicted_run, quantize
 
@@ -30,23 +31,6 @@ def run_outputs(buffer: bytes, inputs: tuple, threads: int = 1) -> list[np.ndarr
     set_threads(threads)
     outputs = load_method(buffer)[1].execute(list(inputs))
     return [np.asarray(o.detach().numpy() if hasattr(o, "detach") else o, dtype=np.float64) for o in outputs]
-
-
-def eager_outputs(module, inputs: tuple) -> list[np.ndarray]:
-    """The module's outputs on `inputs` (every tensor leaf), as float64 arrays."""
-    import torch
-
-    with torch.no_grad():
-        out = module(*inputs)
-    return [t.detach().numpy().astype(np.float64) for t in torch.utils._pytree.tree_leaves(out)
-            if isinstance(t, torch.Tensor)]  # fmt: skip
-
-
-def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
-    """max |a - b| over the outputs; None where their count or shapes differ."""
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        return None
-    return float(max((np.abs(x - y).max(initial=0.0) for x, y in zip(a, b)), default=0.0))
 
 
 def max_rel_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:

@@ -21,7 +21,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 import warnings
@@ -103,24 +102,19 @@ def _objective_label(objective: str) -> str:
 
 
 def _lower_model(name: str, builder: Callable, objectives: tuple[str, ...], time_limit: float) -> dict:
-    """In a worker: build `name` with `builder` (name -> (module, inputs)), run it eagerly, lower it stock's way (priced by every objective's profile) and
-    the solver's under each objective. Returns plain data (bytes, numpy arrays, records)."""
+    """In a worker: build `name` with `builder` (name -> (module, inputs)), run it eagerly, lower it stock's way
+    (priced by every objective's profile) and the solver's under each objective. Returns plain data (bytes, numpy
+    arrays, records)."""
     logging.disable(logging.WARNING)
     warnings.simplefilter("ignore")
-    import torch
-
+    from layout_solver.compare.outputs import eager_outputs
     from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.vulkan.measure import lower_vulkan
     from layout_solver.vulkan import solver_layouts, stock_layouts
 
     try:
         module, inputs = builder(name)
-        with torch.no_grad():
-            expected = [
-                t.detach().numpy().copy()
-                for t in torch.utils._pytree.tree_leaves(module(*inputs))
-                if isinstance(t, torch.Tensor)
-            ]
+        expected = eager_outputs(module, inputs)
         sides: dict[str, dict] = {}
         # Stock's program is the same bytes whatever prices it: priced once by the default set (the built-ins)
         # and once by each profile file.
@@ -161,12 +155,6 @@ def _priced(reports: list, objective: str) -> dict[str, float]:
     return {_objective_label(objective): round(sum(r.modelled_us for r in reports), 3)}
 
 
-def _lower_probe(job):
-    from layout_solver.targets.vulkan.probing import _lower_job
-
-    return _lower_job(job)
-
-
 def build(
     models: list[str],
     builder: Callable,
@@ -194,7 +182,7 @@ def build(
     kit measured). `probe_ops`: the calibration probes' op classes (None: all; [] none).
     """
     from layout_solver.targets.vulkan.calibrate import plan
-    from layout_solver.targets.vulkan.probing import FLOAT_LABELS, PROBES
+    from layout_solver.targets.vulkan.probing import FLOAT_LABELS, PROBES, _lower_job
     from layout_solver.targets.vulkan.runtime import locate_runtime
 
     top = Path(out)
@@ -233,9 +221,7 @@ def build(
             jobs_, planned = plan(
                 probe_ops or list(PROBES), FLOAT_LABELS, probe_sizes, 4, probe_transitions, probe_shapes
             )
-            probes, skipped, probe_lines = _write_probes(
-                kit, pool.map(_lower_probe, jobs_), jobs_, planned, store, said
-            )
+            probes, skipped, probe_lines = _write_probes(kit, pool.map(_lower_job, jobs_), jobs_, planned, store, said)
 
     manifest = Kit(
         built=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -286,7 +272,7 @@ def _write_models(kit: Path, results: list[Callable], store: Callable, said: Cal
     import numpy as np
 
     entries: list[ModelEntry] = []
-    lines: dict[str, list[str]] = {}
+    lines: dict[str, list[tuple]] = {}  # model key -> (program, .pte, inputs) per side
     for k, result in enumerate(results, 1):
         done = result()
         key = _key(done["name"])
@@ -312,7 +298,7 @@ def _write_models(kit: Path, results: list[Callable], store: Callable, said: Cal
                 program=program, pte=pte, sha256=digest, transitions=record["transitions"],
                 modelled_us_by_profile=record["by_profile"], pass_seconds=record["pass_seconds"],
             )  # fmt: skip
-            lines.setdefault(key, []).append("\t".join([program, pte, "forward", ",".join(inputs)]))
+            lines.setdefault(key, []).append((program, pte, inputs))
         entries.append(ModelEntry(name=done["name"], key=key, inputs=inputs, expected=expected, sides=sides))
         changed = sum(s.sha256 != sides["stock"].sha256 for n, s in sides.items() if n != "stock")
         said(f"{k}/{len(results)} {done['name']}: {len(sides) - 1} solver sides, {changed} differ from stock")
@@ -337,7 +323,7 @@ def _write_probes(kit: Path, lowered_jobs, jobs: list, planned: list, store: Cal
             for path, tensor in zip(inputs, example):
                 if not (kit / path).is_file():
                     (kit / path).write_bytes(tensor.contiguous().numpy().tobytes())
-            probe_lines.append("\t".join([program, pte, "forward", ",".join(inputs)]))
+            probe_lines.append((program, pte, inputs))
             lowered[job.name] = program
         if k % 25 == 0 or k == len(jobs):
             said(f"probes lowered {k}/{len(jobs)}")
@@ -374,8 +360,8 @@ def _pack(
     staging: Path,
     top: Path,
     manifest: Kit,
-    lines: dict[str, list[str]],
-    probe_lines: list[str],
+    lines: dict[str, list[tuple]],
+    probe_lines: list[tuple],
     max_mib: float,
     jobs: int,
     log: Callable[[str], None],
@@ -390,7 +376,7 @@ def _pack(
         if entry.error is None:
             bundles[entry.key] = sorted({s.pte for s in entry.sides.values()}) + entry.inputs
     if probe_lines:
-        bundles[PROBE_BUNDLE] = sorted({f for line in probe_lines for f in _plan_files(line)})
+        bundles[PROBE_BUNDLE] = sorted({f for _, pte, inputs in probe_lines for f in (pte, *inputs)})
     libraries = sorted(f"lib/{f.name}" for f in (staging / "lib").iterdir())
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:  # lzma lets go of the GIL while it compresses
         packed_libs = pool.submit(_packed, staging, libraries)
@@ -449,11 +435,11 @@ def _pack(
             }
         )
         (part / "kit.json").write_text(subset.model_dump_json(indent=1) + "\n")
-        (part / PLAN).write_text("".join(line + "\n" for e in mine for line in lines[e.key]))
+        (part / PLAN).write_text(_plan_text(line for e in mine for line in lines[e.key]))
         (part / PAIRS).write_text(
             "".join("\t".join([e.key, *(s.program for s in e.sides.values())]) + "\n" for e in mine)
         )
-        (part / PROBE_PLAN).write_text("".join(line + "\n" for line in probe_lines) if has_probes else "")
+        (part / PROBE_PLAN).write_text(_plan_text(probe_lines) if has_probes else "")
         (part / "settings.sh").write_text(
             f"WARMUP={manifest.warmup}\nROUNDS={manifest.rounds}\nPASSES={manifest.passes}\n"
             f"PROBE_WARMUP={manifest.probe_warmup}\nPROBE_ROUNDS={manifest.probe_rounds}\n"
@@ -462,11 +448,6 @@ def _pack(
     return folders
 
 
-def _plan_files(line: str) -> list[str]:
-    """The .pte and input files a plan line names."""
-    fields = line.split("\t")
-    return [fields[1], *(f for f in fields[3].split(",") if f)] if len(fields) > 3 else [fields[1]]
-
-
-if __name__ == "__main__":  # pragma: no cover - `layout-solver device-kit build` is the entry point
-    sys.exit("use: layout-solver device-kit build")
+def _plan_text(lines) -> str:
+    """Plan lines (program, .pte, inputs) as vk_runner reads them: tab-separated, the method, inputs by commas."""
+    return "".join("\t".join([name, pte, "forward", ",".join(inputs)]) + "\n" for name, pte, inputs in lines)

@@ -5,14 +5,15 @@ format."""
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from layout_solver.compare.outputs import max_abs_diff
 from layout_solver.targets.vulkan.device_kit.manifest import Kit
+from layout_solver.targets.vulkan.measure import paired_ratio
 
 # ExecuTorch's ScalarType codes (runtime/core/portable_type/scalar_type.h) of the dtypes a program's outputs take.
 SCALAR_TYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
@@ -64,12 +65,6 @@ def load_outputs(results: Path, program: str) -> list[np.ndarray] | str:
     return arrays
 
 
-def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float | None:
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        return None
-    return max((float(np.abs(x.astype(np.float64) - y).max()) for x, y in zip(a, b) if x.size), default=0.0)
-
-
 def _times(results: Path, key: str, passes: int) -> list[dict]:
     found = []
     for p in range(1, passes + 1):
@@ -115,15 +110,13 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
             if isinstance(stock_out, str) or isinstance(solver_out, str):
                 row.error = stock_out if isinstance(stock_out, str) else solver_out
             else:
-                row.max_diff_vs_stock = _max_diff(stock_out, solver_out)
+                row.max_diff_vs_stock = max_abs_diff(stock_out, solver_out)
                 row.outputs_equal = len(stock_out) == len(solver_out) and all(
                     a.tobytes() == b.tobytes() for a, b in zip(stock_out, solver_out)
                 )
-                row.max_diff_vs_eager = (_max_diff(stock_out, expected), _max_diff(solver_out, expected))
+                row.max_diff_vs_eager = (max_abs_diff(stock_out, expected), max_abs_diff(solver_out, expected))
             solver_runs = [t.get(side.program, {}).get("ms") or [] for t in timings]
-            for s, o in zip(stock_runs, solver_runs):
-                if s and len(s) == len(o):
-                    row.paired.append(statistics.median(b / a for a, b in zip(s, o) if a > 0))
+            row.paired = [r for s, o in zip(stock_runs, solver_runs) if (r := paired_ratio(s, o)) is not None]
             if any(stock_runs):
                 row.stock_ms = statistics.median(x for r in stock_runs for x in r)
             if any(solver_runs):
@@ -132,10 +125,6 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
                 row.error = "; ".join(str(t.get(side.program, t.get("crash", "not timed"))) for t in timings)[:200]
             found.append(row)
     return found
-
-
-def _geomean(values: list[float]) -> float | None:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
 def summary(found: list[Row], objectives: list[str]) -> list[str]:
@@ -152,7 +141,7 @@ def summary(found: list[Row], objectives: list[str]) -> list[str]:
             for r in changed
             if r.predicted_us is not None and r.measured_us and objective != "default"
         ]
-        gm = _geomean(with_transitions)
+        gm = statistics.geometric_mean(with_transitions) if with_transitions else None
         if not mine:
             lines.append(f"- {objective}: nothing timed")
             continue
