@@ -548,7 +548,23 @@ def op_mode_cost(
     difference between storages counts (textures are the baseline, a buffer
     pays `buffer_op_penalty_per_mib`): constant terms do not change a choice.
     """
+    # Cached, as transitions are: one graph is priced under several profiles and several taggings, and the
+    # layers of a model repeat their shapes.
     p = profile or load_profile()
+    return _op_mode_cost(op_class, tuple(shape), dtype, output_label, p, contraction, input_label, estimate)
+
+
+@lru_cache(maxsize=65536)
+def _op_mode_cost(
+    op_class: str | None,
+    shape: tuple[int, ...],
+    dtype: str,
+    output_label: str,
+    p: VulkanProfile,
+    contraction: int,
+    input_label: str | None,
+    estimate: bool,
+) -> float:
     output_bytes = tensor_bytes(shape, dtype)
     if op_class == "view" and input_label not in (None, output_label):
         # A view that keeps its representation is priced by the view class (a copy dispatch, 100-2,000 us

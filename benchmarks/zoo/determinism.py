@@ -1,9 +1,10 @@
 """Same input, same program: each model lowered in two processes, one of them beside a CPU hog on every core, and
 the .pte bytes compared (stock's too: a difference stock shares is not the stage's). Targets: xnnpack,
-xnnpack-int8, vulkan (the lowerings that need no compiler run; Ethos-U's Vela lowering is its own benchmark's).
+xnnpack-int8, vulkan, ethos-u55-128, ethos-u85-256 (int8, the stage verified by Vela as by default). Each process
+starts from empty probe and decision caches, so both lower for the first time.
 
 Run: .venv/bin/python -m benchmarks.zoo.determinism [--set zoo,outside | --models a,b]
-        [--targets xnnpack,xnnpack-int8,vulkan] [--out benchmarks/results/determinism.md]
+        [--targets xnnpack,xnnpack-int8,vulkan,ethos-u55-128,ethos-u85-256] [--out benchmarks/results/determinism.md]
 
 Each process lowers every model once per side and prints one JSON line per program (its sha256 and size); the
 second runs while `os.cpu_count()` busy processes compete for the cores, so a layout decision that depends on
@@ -14,21 +15,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks import harness
+from cost_models.store import CACHE_ENV
 
 SIDES = ("stock", "solver")
 REPO = Path(__file__).resolve().parents[2]  # `-m benchmarks...` from any working directory
-TARGETS = ("xnnpack", "xnnpack-int8", "vulkan")
+ETHOS_U = ("ethos-u55-128", "ethos-u85-256")
+TARGETS = ("xnnpack", "xnnpack-int8", "vulkan", *ETHOS_U)
 
 
 def _lowerings() -> dict[str, dict]:
@@ -41,7 +46,25 @@ def _lowerings() -> dict[str, dict]:
            for side, context in (("stock", xnnpack.stock_layouts), ("solver", xnnpack.solver_layouts))}  # fmt: skip
     vk = {side: (lambda m, i, c=context: lower_vulkan(m, i, c)[0])
           for side, context in (("stock", vulkan.stock_layouts), ("solver", vulkan.solver_layouts))}  # fmt: skip
-    return {"xnnpack": xnn, "xnnpack-int8": xnn, "vulkan": vk}
+    ethos = {target: {side: functools.partial(_lower_ethos_u, target, side) for side in SIDES} for target in ETHOS_U}
+    return {"xnnpack": xnn, "xnnpack-int8": xnn, "vulkan": vk, **ethos}
+
+
+def _lower_ethos_u(target: str, side: str, module, inputs) -> bytes:
+    """The int8 program for `target`, stock's or the stage's (verified by Vela, as by default). No artifacts folder:
+    the compile spec carries its path into the program, so two processes' temporary folders would differ in the
+    bytes for a reason that is not the lowering's (a user who dumps to one path gets one program)."""
+    from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from layout_solver import arm
+    from layout_solver.targets.ethos_u.measure import quantize
+
+    spec = EthosUCompileSpec(target)
+    quantized = quantize(module, inputs, spec)
+    with arm.solver_layouts() if side == "solver" else contextlib.nullcontext():
+        program = to_edge_transform_and_lower(quantized, partitioner=[EthosUPartitioner(spec)])
+    return program.to_executorch().buffer
 
 
 def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
@@ -105,8 +128,15 @@ def run_process(models: list[str], targets: list[str], loaded: bool, log=print) 
                "--models", ",".join(models), "--targets", ",".join(targets)]  # fmt: skip
     records: dict[tuple, dict] = {}
     with (
+        tempfile.TemporaryDirectory() as cache,  # an empty probe and decision cache: each process lowers first time
         cpu_hog() if loaded else contextlib.nullcontext(),
-        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, cwd=REPO) as child,
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "LAYOUT_SOLVER_CACHE": cache, CACHE_ENV: str(Path(cache) / "vela")},
+        ) as child,
     ):
         for line in child.stdout:
             if line.startswith("{"):
@@ -135,7 +165,7 @@ def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--set", default="zoo,outside")
     parser.add_argument("--models", default="")
-    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--targets", default=",".join(TARGETS[:3]), help="default: the three without Vela")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     targets = args.targets.split(",")

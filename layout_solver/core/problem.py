@@ -29,7 +29,7 @@ import math
 from collections import Counter
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 # Costs above this are not device costs but mistakes (and would swamp float sums with rounding).
@@ -143,6 +143,54 @@ class Problem(_Strict):
     def transition_table(self) -> dict[tuple[str, str, str], float]:
         """(value, src, dst) -> explicit transition cost."""
         return {(t.value, t.src, t.dst): t.cost for t in self.transition_costs}
+
+    def with_costs(
+        self,
+        mode_costs: list[list[float]],
+        transition_costs: dict[tuple[str, str, str], float],
+        default_cost_per_byte: float | None = None,
+        name: str | None = None,
+    ) -> Problem:
+        """The same problem at other prices: op i's mode j costs `mode_costs[i][j]`, the listed transitions are
+        `transition_costs` ((value, src, dst) -> cost). Its structure was validated once and is not validated again
+        (that is most of a build's time on a large graph; one graph is priced under several profiles); the prices
+        are: each finite and within [0, MAX_COST], every transition's value and labels in the problem.
+
+        Raises ProblemError naming the op or value whose price is out of range.
+        """
+        if len(mode_costs) != len(self.ops):
+            raise ProblemError(f"{len(mode_costs)} ops priced, the problem has {len(self.ops)}")
+        ops = []
+        for op, costs in zip(self.ops, mode_costs):
+            if len(costs) != len(op.modes):
+                raise ProblemError(f"op {op.id!r}: {len(costs)} modes priced, it has {len(op.modes)}", ops=[op.id])
+            if not all(0.0 <= c <= MAX_COST for c in costs):  # also refuses NaN
+                raise ProblemError(f"op {op.id!r}: a mode price outside [0, {MAX_COST:g}]: {costs}", ops=[op.id])
+            modes = [m.model_copy(update={"cost": float(c)}) for m, c in zip(op.modes, costs)]
+            ops.append(op.model_copy(update={"modes": modes}))
+        domains = {v.id: v.domain for v in self.values}
+        for (value, src, dst), cost in transition_costs.items():
+            if src not in domains.get(value, ()) or dst not in domains[value] or not 0.0 <= cost <= MAX_COST:
+                raise ProblemError(f"transition of {value!r} {src} -> {dst} priced {cost}", values=[value])
+        # One validation call over plain dicts: pydantic-core builds thousands of them faster than Python can.
+        listed = _TRANSITION_LIST.validate_python(
+            [{"value": v, "src": s, "dst": d, "cost": float(c)} for (v, s, d), c in transition_costs.items()]
+        )
+        default = self.default_cost_per_byte if default_cost_per_byte is None else default_cost_per_byte
+        if not 0.0 <= default <= MAX_COST:
+            raise ProblemError(f"default_cost_per_byte {default} outside [0, {MAX_COST:g}]")
+        return self.model_copy(
+            update={
+                "name": self.name if name is None else name,
+                "values": [v.model_copy() for v in self.values],  # a caller may pin one problem's values
+                "ops": ops,
+                "transition_costs": listed,
+                "default_cost_per_byte": float(default),
+            }
+        )
+
+
+_TRANSITION_LIST = TypeAdapter(list[TransitionCost])
 
 
 def validate_references(problem: Problem) -> None:

@@ -197,20 +197,13 @@ def weighted_sum(problems: list[Problem], weights: list[float], name: str | None
         listed = tables[k].get(key)
         return listed if listed is not None else sizes[key[0]] * problems[k].default_cost_per_byte
 
-    data = first.model_dump()
-    data["name"] = name or first.name
-    for i, op in enumerate(data["ops"]):
-        for j, mode in enumerate(op["modes"]):
-            cost = sum(w * p.ops[i].modes[j].cost for w, p in zip(weights, problems))
-            mode["cost"] = min(cost, MAX_COST)
-    data["transition_costs"] = [
-        {
-            "value": v,
-            "src": s,
-            "dst": d,
-            "cost": min(sum(w * price_of(k, (v, s, d)) for k, w in enumerate(weights)), MAX_COST),
-        }
-        for v, s, d in pairs
+    mode_costs = [
+        [
+            min(sum(w * p.ops[i].modes[j].cost for w, p in zip(weights, problems)), MAX_COST)
+            for j in range(len(op.modes))
+        ]
+        for i, op in enumerate(first.ops)
     ]
-    data["default_cost_per_byte"] = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
-    return Problem.model_validate(data)
+    transition_costs = {key: min(sum(w * price_of(k, key) for k, w in enumerate(weights)), MAX_COST) for key in pairs}
+    default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
+    return first.with_costs(mode_costs, transition_costs, default, name or first.name)

@@ -5,6 +5,7 @@ Arm's counterpart is `layout_solver.arm.pricing`."""
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections import Counter
@@ -81,7 +82,25 @@ def modelled_cost_by_node(
     price). Two taggings of copies of one graph share their ops' names, so the ops a change moved can be
     told apart; a transition is keyed by what it converts and to what (each tagging names the clones it
     inserts in its own order)."""
-    priced: dict[str, tuple[str, tuple[str, ...], float]] = {}
+    return modelled_costs_by_node(graph_module, {"": (profile, estimate)})[""]
+
+
+def modelled_costs_by_node(
+    graph_module: torch.fx.GraphModule, pricings: dict[str, tuple[vk_cost.VulkanProfile | None, bool]]
+) -> dict[str, dict[str, tuple[str, tuple[str, ...], float]]]:
+    """`modelled_cost_by_node` under each of `pricings` (name -> (profile, estimate), as `decision_pricings`
+    gives them), reading the graph once: what each node writes and reads is the same under every pricing."""
+    priced: dict[str, dict[str, tuple[str, tuple[str, ...], float]]] = {name: {} for name in pricings}
+    for key, name, labels, price in _priced_nodes(graph_module):
+        for pricing, (profile, estimate) in pricings.items():
+            priced[pricing][key] = (name, labels, price(profile, estimate))
+    return priced
+
+
+def _priced_nodes(graph_module: torch.fx.GraphModule):
+    """Each priced node of a tagged graph: its key in `modelled_cost_by_node`, operator name, the representations
+    it writes and reads, and its price as a function of (profile, estimate)."""
+    keys: set[str] = set()
     for node in graph_module.graph.nodes:
         if node.op != "call_function" or not has_impl(node.target) or node.target == operator.getitem:
             continue
@@ -90,26 +109,32 @@ def modelled_cost_by_node(
         name = _operator_name(node)
         writes = tuple(repr_label(r) for r in reprs_of(node) or [])
         if is_clone(node):
-            record = transition_record(node, profile)
+            record = transition_record(node, None)
             key = f"transition of {record['value']} from {record['src']} to {record['dst']}"
-            while key in priced:  # the same conversion twice (one per consumer group): each is priced
+            while key in keys:  # the same conversion twice (one per consumer group): each is priced
                 key += "'"
-            priced[key] = (name, writes, record["cost"])
+            keys.add(key)
+            yield key, name, writes, functools.partial(_clone_price, node)
             continue
         first = node.args[0] if node.args and isinstance(node.args[0], torch.fx.Node) else None
         first_reprs = reprs_of(first) if first is not None else None
         reads = repr_label(first_reprs[0]) if first_reprs else None
         outputs = node.meta["val"] if isinstance(node.meta["val"], (list, tuple)) else [node.meta["val"]]
-        price = 0.0
-        for r, val in vk_cost.priced_results(
-            op_class(node), profile or vk_cost.load_profile(), list(zip(reprs_of(node) or [], outputs))
-        ):
-            shape, dtype = shape_of(val), dtype_name(val)
-            price += vk_cost.op_mode_cost(
-                op_class(node), shape, dtype, repr_label(r), profile, contraction(node), reads, estimate
-            )
-        priced[node.name] = (name, (*writes, "<-", reads or ""), price)
-    return priced
+        written = list(zip(reprs_of(node) or [], outputs))
+        keys.add(node.name)
+        yield node.name, name, (*writes, "<-", reads or ""), functools.partial(_op_price, node, written, reads)
+
+
+def _clone_price(clone: torch.fx.Node, profile, estimate: bool) -> float:
+    return transition_record(clone, profile)["cost"]
+
+
+def _op_price(node: torch.fx.Node, written: list, reads: str | None, profile, estimate: bool) -> float:
+    cls, k = op_class(node), contraction(node)
+    price = 0.0
+    for r, val in vk_cost.priced_results(cls, profile or vk_cost.load_profile(), written):
+        price += vk_cost.op_mode_cost(cls, shape_of(val), dtype_name(val), repr_label(r), profile, k, reads, estimate)
+    return price
 
 
 def total(priced: dict[str, tuple]) -> float:
@@ -164,9 +189,12 @@ def modelled(
 ) -> dict:
     """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of
     `profiles`; while explaining, the graph with its prices too (`graph_with_prices`)."""
-    priced = modelled_cost_by_node(graph_module, profile, estimate=True)
+    report = object()  # the report profile's key, apart from every label in `profiles`
+    pricings = {report: (profile, True), **{label: (p, True) for label, p in (profiles or {}).items()}}
+    by_pricing = modelled_costs_by_node(graph_module, pricings)
+    priced = by_pricing.pop(report)
     by_op = _by_op(priced)
-    by_profile = {label: modelled_cost(graph_module, p, estimate=True) for label, p in (profiles or {}).items()}
+    by_profile = {label: sum(_by_op(nodes).values()) for label, nodes in by_pricing.items()}
     fields = {"modelled_us": sum(by_op.values()), "modelled_us_by_op": by_op, "modelled_us_by_profile": by_profile}
     if is_explaining():
         fields["graph"] = graph_with_prices(graph_module, profile, priced)

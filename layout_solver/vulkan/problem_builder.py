@@ -19,6 +19,7 @@ want. Prepacked constants have no storage and are not part of the problem.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -190,6 +191,7 @@ class VulkanProblem:
     multi_output_ops: dict[str, list[str]] = field(default_factory=dict)  # op id -> result value ids
     # (value, src, dst) -> the representations of the clones that make it, where that is more than one
     routes: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    draft: _Draft | None = field(default=None, repr=False)  # what `priced_again` re-prices
 
 
 def is_constant_tensor(node) -> bool:
@@ -233,6 +235,7 @@ class _Draft:
     op_node: dict[str, torch.fx.Node] = field(default_factory=dict)
     op_slots: dict[str, list[Slot]] = field(default_factory=dict)
     multi: dict[str, list[str]] = field(default_factory=dict)
+    pricers: list = field(default_factory=list)  # per op (in `ops` order): profile -> its modes' prices
 
     def add_value(self, vid: str, node: torch.fx.Node, val, kind: str) -> None:
         """Register the tensor `val` (held by `node`) as value `vid`; ProblemError for a dynamic shape."""
@@ -287,7 +290,20 @@ def build_problem(
         {"name": name, "values": final_values, "ops": draft.ops, "transition_costs": costs,
          "default_cost_per_byte": 0.0}
     )  # fmt: skip
-    return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes)
+    return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft)
+
+
+def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | None, name: str | None = None):
+    """`built`'s problem priced with another profile: the same values, domains, ops and modes (no profile changes
+    what the registry allows), each mode and transition priced as `build_problem` prices them under `profile`,
+    and the transition routes that profile finds cheapest; the structure is not built or validated again."""
+    draft = dataclasses.replace(built.draft, profile=vk_cost.load_profile(profile))
+    mode_costs = [pricer(draft.profile) for pricer in draft.pricers]
+    _, costs, routes = _domains_and_transition_prices(draft)
+    problem = built.problem.with_costs(
+        mode_costs, {(c["value"], c["src"], c["dst"]): c["cost"] for c in costs}, name=name
+    )
+    return dataclasses.replace(built, problem=problem, routes=routes, draft=draft)
 
 
 def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
@@ -317,17 +333,16 @@ def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
         ]
     pair_rule = RUNTIME_PAIR_RULES.get(node.target)
     if pair_rule is not None and len(slot_sets) == 1 and len(results) == 1:
-        price = functools.partial(
-            _mode,
-            values=values,
-            results=results,
-            op_class=op_class(node),
-            profile=draft.profile,
-            contraction=contraction(node),
-        )
-        modes = [price([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
+        combos = [([a], [b]) for a, b in pair_rule(slot_sets[0], result_sets[0])]
+        resolve = False  # priced point by point, as the pair rule's modes always were
     else:
-        modes = _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, draft.profile)
+        combos = _mode_labels(node, repsets, slot_sets, slot_arg, result_sets, results)
+        resolve = True
+    pricer = functools.partial(_mode_costs, combos, values, results, op_class(node), contraction(node), resolve)
+    modes = [
+        {"name": "|".join(ins + ["->"] + outs), "operands": ins, "results": outs, "cost": cost}
+        for (ins, outs), cost in zip(combos, pricer(draft.profile))
+    ]
     if not modes:
         raise ProblemError(f"node {node.name!r} ({node.target}): no legal representation", ops=[node.name])
     slot_labels = list(zip(*[m["operands"] + m["results"] for m in modes]))
@@ -341,6 +356,7 @@ def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
                       "modes": modes})  # fmt: skip
     draft.op_node[node.name] = node
     draft.op_slots[node.name] = slots
+    draft.pricers.append(pricer)
 
 
 def _add_results(draft: _Draft, node: torch.fx.Node) -> tuple[list[str], object]:
@@ -440,8 +456,14 @@ def transition_route(
     One clone, except buffer -> buffer with another layout, which Clone.cpp
     refuses: that goes through the cheapest texture the tensor fits in.
     """
+    route, cost = _route(tuple(shape), dtype, src, dst, tuple(textures), vk_cost.load_profile(profile))
+    return list(route), cost
+
+
+@functools.lru_cache(maxsize=65536)  # a model's layers repeat their shapes; profiles hash by identity
+def _route(shape, dtype: str, src: str, dst: str, textures: tuple[str, ...], profile) -> tuple[tuple[str, ...], float]:
     if not (storage_of(src) == storage_of(dst) == "BUFFER"):
-        return [dst], vk_cost.transition_cost(shape, dtype, src, dst, profile)
+        return (dst,), vk_cost.transition_cost(shape, dtype, src, dst, profile)
     hops = [
         (
             vk_cost.transition_cost(shape, dtype, src, via, profile)
@@ -451,13 +473,14 @@ def transition_route(
         for via in textures
     ]
     if not hops:
-        return [dst], UNROUTABLE_COST
+        return (dst,), UNROUTABLE_COST
     cost, via = min(hops)
-    return [via, dst], cost
+    return (via, dst), cost
 
 
-def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, profile) -> list[dict]:
-    """Enumerate the op's legal modes from its sync rules and per-slot label sets."""
+def _mode_labels(node, repsets, slot_sets, slot_arg, result_sets, results) -> list[tuple[list[str], list[str]]]:
+    """Enumerate the op's legal modes (each its operands' and results' labels) from its sync rules and per-slot
+    label sets."""
     n_in = len(slot_sets)
     members_in = list(range(n_in))
     groups: list[tuple[list[int], list[int]]] = []  # (operand slot indices, result indices)
@@ -521,29 +544,27 @@ def _modes(node, repsets, slot_sets, slot_arg, result_sets, values, results, pro
                 operand_labels[s] = lab
             for k, lab in zip(outs, out_labels):
                 result_labels[k] = lab
-        modes.append(_mode(operand_labels, result_labels, values, results, op_class(node), profile, contraction(node)))
-    for mode, cost in zip(modes, vk_cost.resolved_mode_costs([m["cost"] for m in modes], profile)):
-        mode["cost"] = cost
+        modes.append((operand_labels, result_labels))
     return modes
 
 
-def _mode(
-    operand_labels: list[str],
-    result_labels: list[str],
+def _mode_costs(
+    combos: list[tuple[list[str], list[str]]],
     values: dict,
     results: list[str],
     op_class: str | None,
+    contraction: int,
+    resolve: bool,
     profile: vk_cost.VulkanProfile,
-    contraction: int = 0,
-) -> dict:
-    reads = operand_labels[0] if operand_labels else None
-    cost = sum(
-        vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction, reads)
-        for r, lab in vk_cost.priced_results(op_class, profile, list(zip(results, result_labels)))
-    )
-    return {
-        "name": "|".join(operand_labels + ["->"] + result_labels),
-        "operands": operand_labels,
-        "results": result_labels,
-        "cost": round(cost, 3),
-    }
+) -> list[float]:
+    """Each mode's price under `profile` (`combos`: its operands' and results' labels); with `resolve`, prices the
+    profile cannot tell apart are made one (`resolved_mode_costs`)."""
+    costs = []
+    for operand_labels, result_labels in combos:
+        reads = operand_labels[0] if operand_labels else None
+        cost = sum(
+            vk_cost.op_mode_cost(op_class, values[r]["shape"], values[r]["dtype"], lab, profile, contraction, reads)
+            for r, lab in vk_cost.priced_results(op_class, profile, list(zip(results, result_labels)))
+        )
+        costs.append(round(cost, 3))
+    return vk_cost.resolved_mode_costs(costs, profile) if resolve else costs

@@ -320,3 +320,35 @@ def test_every_public_function_and_class_has_a_docstring():
         for entry in _undocumented(path.relative_to(root), ast.parse(path.read_text()).body)
     ]
     assert not missing, "\n".join(missing)
+
+
+def test_a_problem_priced_again_is_the_problem_validated_at_those_prices():
+    """`with_costs` skips re-validating the structure; the result is what validating the same problem at the new
+    prices gives, and a price out of range is refused with its op or value named."""
+    import random
+
+    problem = random_problem(5, n_ops=8, p_fixed=0.0)
+    rng = random.Random(5)
+    mode_costs = [[round(rng.uniform(0, 40), 3) for _ in op.modes] for op in problem.ops]
+    domains = {v.id: v.domain for v in problem.values}
+    transitions = {
+        (v, s, d): round(rng.uniform(0, 9), 3) for v, dom in domains.items() for s in dom for d in dom if s != d
+    }
+    repriced = problem.with_costs(mode_costs, transitions, 0.5, name="again")
+    data = problem.model_dump()
+    data.update(name="again", default_cost_per_byte=0.5)
+    for op, costs in zip(data["ops"], mode_costs):
+        for mode, cost in zip(op["modes"], costs):
+            mode["cost"] = cost
+    data["transition_costs"] = [{"value": v, "src": s, "dst": d, "cost": c} for (v, s, d), c in transitions.items()]
+    assert repriced == Problem.model_validate(data)
+    assert problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], problem.transition_table()) == problem
+    bad = [list(costs) for costs in mode_costs]
+    bad[2][0] = float("nan")
+    with pytest.raises(ProblemError, match=f"op '{problem.ops[2].id}'"):
+        problem.with_costs(bad, transitions)
+    value = problem.values[0]
+    with pytest.raises(ProblemError, match=f"transition of '{value.id}'"):
+        problem.with_costs(mode_costs, {(value.id, value.domain[0], "NOT_A_LABEL"): 1.0})
+    with pytest.raises(ProblemError, match="ops priced"):
+        problem.with_costs(mode_costs[:-1], transitions)

@@ -158,6 +158,65 @@ def test_problem_comes_from_the_registry():
     assert wide and all(label.startswith("BUFFER") for v in wide for label in v.domain)
 
 
+def test_a_graph_priced_again_under_another_profile_is_the_problem_built_under_it():
+    """The solver pass builds a delegate's problem once and prices it again under each other profile
+    (`priced_again`): the same problem, transition routes included, as a build under that profile."""
+    from cost_models import vulkan as vk_cost
+
+    built = {}
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def call(self, gm):
+            first = rules.build_problem(gm, self.texture_limits, profile="mobile-gpu")
+            built["again"] = rules.priced_again(first, "lavapipe")
+            built["direct"] = rules.build_problem(gm, self.texture_limits, profile=vk_cost.load_profile("lavapipe"))
+            built["first"] = first
+            return super().call(gm)
+
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{TINY}:mixed")
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
+        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    again, direct, first = built["again"], built["direct"], built["first"]
+    assert again.problem == direct.problem and again.routes == direct.routes
+    assert again.problem != first.problem  # the two profiles price this graph differently
+
+
+def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
+    """The solver pass tags copies of the delegate graph (stock's tagging, each candidate) and adopts the chosen
+    one: a copy's specs are its own (tagging it leaves the original untagged), and nodes that share a spec in
+    the graph (the output node reads its producers' specs) share one in the copy, as stock's tagging of the
+    graph itself would see it; the adopted graph is the one the module then runs."""
+    from executorch.backends.vulkan import utils
+    from executorch.exir.pass_base import PassResult
+
+    seen = {}
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def call(self, gm):
+            copy = vk_passes._detached_copy(gm)
+            TagMemoryMetaPass.call(self, copy)
+            seen["original"] = [utils.has_node_repr(n) for n in gm.graph.nodes if n.op != "output"]
+            output = next(n for n in copy.graph.nodes if n.op == "output")
+            producers = [a for a in output.args[0]]
+            shared = [s for p in producers for s in (p.meta["spec"] if isinstance(p.meta["spec"], (list, tuple))
+                      else [p.meta["spec"]])]  # fmt: skip
+            outs = output.meta["spec"] if isinstance(output.meta["spec"], (list, tuple)) else [output.meta["spec"]]
+            seen["shared"] = bool(outs) and all(any(o is s for s in shared) for o in outs)
+            vk_passes._adopt(gm, copy)  # stock's tagging, adopted: the program lowers and serializes with it
+            seen["adopted"] = gm.graph is copy.graph and copy.graph.owning_module is gm
+            return PassResult(gm, True)
+
+    from layout_solver.zoo.models import build
+
+    module, inputs = build(f"{TINY}:mixed")
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
+        program = to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    assert len(program.to_executorch().buffer) > 1000
+    assert not any(seen["original"]) and seen["shared"] and seen["adopted"]
+
+
 def test_mode_costs_the_profile_cannot_tell_apart_are_equal_in_the_problem(monkeypatch):
     """A layer_norm's buffer modes, priced within the lavapipe profile's fit error of each other, reach the
     solver at one price; a mode priced far above them keeps its own."""
