@@ -3,7 +3,8 @@ same problem gets the same answer on any machine under any load. The wall-clock 
 that says so when it fires (solve.py).
 
 A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
-at NODES_PER_UNIT, HiGHS's simplex iterations at ITERATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
+at NODES_PER_UNIT plus its model's nonzeros at MODEL_NONZEROS_PER_UNIT, HiGHS's simplex iterations at
+ITERATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
 solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
 """
 
@@ -20,6 +21,11 @@ ITERATIONS_PER_UNIT = 20000
 # Nonzeros of the constraint matrix multiplied per unit by PDLP (the first-order LP method for the largest
 # relaxations; it counts its passes over the matrix): about a second of one core here.
 NONZEROS_PER_UNIT = 6e7
+# Constraint-matrix nonzeros of a MIP model per unit: building it in Python and SCIP's root LP, which its node
+# count does not see (about a second of one core here: a MobileViT delegate's block DP solved 410 small MIPs,
+# 1.7M nonzeros in all, in 34 s, and was charged 0.2 units for them by its nodes, so its 30 s wall-clock safety
+# net fired before a 7.5-unit budget and the answer depended on the machine's speed).
+MODEL_NONZEROS_PER_UNIT = 50000
 # What one large-neighbourhood window costs whatever its search spends (its model building and LP), so a sweep
 # of windows that each close at the root still ends.
 WINDOW_UNITS = 0.05

@@ -13,7 +13,7 @@ import time
 
 from ortools.linear_solver import pywraplp
 
-from layout_solver.core.solvers.budget import NODES_PER_UNIT, WorkBudget
+from layout_solver.core.solvers.budget import MODEL_NONZEROS_PER_UNIT, NODES_PER_UNIT, WorkBudget
 from layout_solver.core.solvers.cpsat import Trace
 from layout_solver.core.solvers.formulation import formulate
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult, stopped_by
@@ -32,11 +32,16 @@ def solve_mip(
 ) -> SubResult | None:
     """Solve a subproblem with OR-Tools' SCIP MIP until `deadline` (or `stop_event`), warm-started from `hint`;
     returns its best answer and proven bound, or None when SCIP is unavailable or finds nothing. Given a
-    `budget`, SCIP also stops at its node limit (`WorkBudget.nodes`), which it counts the same on any machine."""
+    `budget`, SCIP also stops at its node limit (`WorkBudget.nodes`), which it counts the same on any machine, and
+    the solve is charged its nodes and its model's size (MODEL_NONZEROS_PER_UNIT)."""
     solver = pywraplp.Solver.CreateSolver("SCIP")
     if solver is None:
         return None
     lm = formulate(sub)
+    # What building the model and SCIP's root LP cost grows with the model, and SCIP's node count misses it: a
+    # block DP that solves hundreds of small pieces spends seconds at one node each (charged below).
+    nonzeros = sum(len(lits) for lits in lm.choose) + sum(1 + len(lits) for _, lits in lm.implies_any)
+    nonzeros += sum(len(lits) + 1 for lits, _ in lm.covers)
     b = [solver.BoolVar("") for _ in range(lm.n_bools)]
     for k, lits in enumerate(lm.choose):
         solver.Add(solver.Sum([b[i] for i in lits]) == 1)
@@ -65,7 +70,7 @@ def solve_mip(
     with stopped_by(stop_event, solver.InterruptSolve):
         status = solver.Solve()
     if budget is not None:
-        budget.spend(solver.nodes() / NODES_PER_UNIT)
+        budget.spend(solver.nodes() / NODES_PER_UNIT + nonzeros / MODEL_NONZEROS_PER_UNIT)
     if status not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         return None
     options = [max(range(len(lits)), key=lambda k: b[lits[k]].solution_value()) for lits in lm.choose]
