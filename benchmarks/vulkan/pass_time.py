@@ -24,22 +24,16 @@ from layout_solver.lowering.quiet import quiet
 from layout_solver.targets.vulkan.measure import lower_vulkan
 from layout_solver.vulkan import solver_layouts
 from layout_solver.vulkan.hooks import substituted_pass
+from layout_solver.vulkan.passes import detach_specs
 from layout_solver.zoo.models import build, expand_names
 
 BOUND_FACTOR, BOUND_SECONDS = 2.0, 0.100  # issue 69: the stage's pass <= 2x stock's TagMemoryMetaPass + 100 ms
 
 
 def _untagged_copy(graph_module):
-    """A copy of a delegate graph module whose tagging cannot show through in the original (fx copies node meta
-    shallowly; the tagging writes onto the TensorSpec objects in it)."""
+    """A copy of a delegate graph module whose tagging cannot show through in the original."""
     detached = copy.deepcopy(graph_module)
-    copies: dict[int, object] = {}  # one copy per spec: nodes that share one (the output's) still share it
-    for node in detached.graph.nodes:
-        spec = node.meta.get("spec")
-        if isinstance(spec, (list, tuple)):
-            node.meta["spec"] = type(spec)(copies.setdefault(id(s), copy.copy(s)) for s in spec)
-        elif spec is not None:
-            node.meta["spec"] = copies.setdefault(id(spec), copy.copy(spec))
+    detach_specs(detached.graph)
     return detached
 
 

@@ -67,22 +67,29 @@ class GraphCopy:
 
 
 def _detached_copy(graph_module: torch.fx.GraphModule) -> GraphCopy:
-    """A copy of the graph that can be tagged without touching the original: fx copies each node's meta
-    shallowly, and the Vulkan tagging writes representations onto the TensorSpec objects in meta["spec"],
-    which the copy would share (a tagging of the copy showed through in the original)."""
+    """A copy of the graph that can be tagged without touching the original (see `detach_specs`)."""
     detached = copy.deepcopy(graph_module.graph)  # the nodes, names kept; no module, no recompile
-    copies: dict[int, object] = {}  # one copy per spec: nodes that share one (the output's) still share it
+    detach_specs(detached)
+    return GraphCopy(detached)
+
+
+def detach_specs(graph: torch.fx.Graph) -> None:
+    """Give a copied graph's nodes their own TensorSpec objects: fx copies each node's meta shallowly, and the
+    Vulkan tagging writes representations onto the specs in meta["spec"], which the copy would share with the
+    original (a tagging of the copy showed through in it). One copy per spec: nodes that share one in the
+    original (the output node reads its producers' specs) share it in the copy, as a tagging of the original
+    would see them."""
+    copies: dict[int, object] = {}
 
     def copied(spec):
         return copies.setdefault(id(spec), copy.copy(spec))
 
-    for node in detached.nodes:
+    for node in graph.nodes:
         spec = node.meta.get("spec")
         if isinstance(spec, (list, tuple)):
             node.meta["spec"] = type(spec)(copied(s) for s in spec)
         elif spec is not None:
             node.meta["spec"] = copied(spec)
-    return GraphCopy(detached)
 
 
 def _adopt(graph_module: torch.fx.GraphModule, tagged: GraphCopy) -> None:
