@@ -28,16 +28,21 @@ def is_clone(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target == exir_ops.edge.aten.clone.default
 
 
-def transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | None) -> dict:
-    """One transition as a pass report lists it: the clone's value, representations and modelled cost."""
+def _transition_labels(clone: torch.fx.Node) -> tuple[str, str, str]:
+    """The value a clone converts and the representations it converts between."""
     source = clone.args[0]
     src = utils.get_node_repr(source)
     src_label = repr_label(src) if isinstance(src, utils.TensorRepr) else repr_label(src.vals[0])
-    dst_label = repr_label(utils.get_node_repr(clone))
+    return source.name, src_label, repr_label(utils.get_node_repr(clone))
+
+
+def transition_record(clone: torch.fx.Node, profile: vk_cost.VulkanProfile | None) -> dict:
+    """One transition as a pass report lists it: the clone's value, representations and modelled cost."""
+    value, src_label, dst_label = _transition_labels(clone)
     val = clone.meta["val"]
     shape, dtype = shape_of(val), dtype_name(val)
     return {
-        "value": source.name,
+        "value": value,
         "src": src_label,
         "dst": dst_label,
         "bytes": vk_cost.tensor_bytes(shape, dtype),
@@ -109,8 +114,7 @@ def _priced_nodes(graph_module: torch.fx.GraphModule):
         name = _operator_name(node)
         writes = tuple(repr_label(r) for r in reprs_of(node) or [])
         if is_clone(node):
-            record = transition_record(node, None)
-            key = f"transition of {record['value']} from {record['src']} to {record['dst']}"
+            key = "transition of {} from {} to {}".format(*_transition_labels(node))  # no price: it is per pricing
             while key in keys:  # the same conversion twice (one per consumer group): each is priced
                 key += "'"
             keys.add(key)
