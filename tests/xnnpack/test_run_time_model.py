@@ -106,3 +106,14 @@ def test_a_kernel_call_is_keyed_by_everything_its_speed_depends_on():
     broadcast = calls(torch.rand(1, 1, 2) > 0.5, torch.randn(4, 4, 2))["where"]
     integer = calls(torch.rand(4, 4, 2) > 0.5, torch.randint(0, 5, (4, 4, 2)))["where"]
     assert len({same, broadcast, integer}) == 3
+
+
+def test_an_events_time_per_run_sums_its_instances_each_without_its_slowest_tenth():
+    from layout_solver.targets.xnnpack.runtime import per_run_ms
+
+    runs = 30
+    small = [0.1] * (runs - 1) + [5.0]  # one run the machine interrupted
+    large = [1.0] * runs
+    # Inspector lists each instance's runs in turn: the large instance is counted whole, the interruption not.
+    assert abs(per_run_ms(small + large, runs) - 1.1) < 1e-9
+    assert abs(per_run_ms(large + small, runs) - 1.1) < 1e-9

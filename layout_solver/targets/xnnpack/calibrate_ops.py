@@ -13,7 +13,6 @@ median speed over the whole calibration, so the machine's drift while it runs do
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -279,7 +278,7 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
     from layout_solver.targets.xnnpack.clock import reference_ratio, run_reference
     from layout_solver.targets.xnnpack.cpu_ops import program_ops
     from layout_solver.targets.xnnpack.lowering import lower, quantize
-    from layout_solver.targets.xnnpack.runtime import etdump_events
+    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
     from layout_solver.xnnpack import stock_layouts
 
     with quiet():
@@ -300,19 +299,10 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
     for n in threads:
         # Each run after one of the reference, as every measured run (interleaved with another program) starts.
         events = etdump_events(buffer, inputs, n, rounds, between=run_reference(n))
-        # Each event's microseconds per run: its mean occurrence times its occurrences per run.
-        kernels = {name: _trimmed_mean(raw) * 1e3 * len(raw) / rounds
-                   for name, raw in events.items() if name not in BOOKKEEPING}  # fmt: skip
+        kernels = {name: per_run_ms(raw, rounds) * 1e3 for name, raw in events.items() if name not in BOOKKEEPING}
         ratio, reference_ms = reference_ratio(buffer, inputs, n, rounds)
         out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, ops, delegates, io_kib, reference_ms * 1e3))
     return out
-
-
-def _trimmed_mean(raw: list[float]) -> float:
-    """The mean with the slowest tenth left out (ETDump counts whole microseconds: the mean of many runs resolves
-    a kernel shorter than one tick)."""
-    kept = sorted(raw)[: max(1, len(raw) - len(raw) // 10)]
-    return statistics.fmean(kept) if kept else 0.0
 
 
 # XNNPACK's events that are not the kernel a probe measures: its I/O conversions, reshapes and int8 converts.

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import platform
-import statistics
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,14 +140,14 @@ def probe_us(op: CpuOp, threads: int, runs: int = RUNS) -> float:
     from executorch.exir import to_edge
 
     from layout_solver.lowering.quiet import quiet
-    from layout_solver.targets.xnnpack.runtime import etdump_events
+    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
 
     module, inputs = _build(op)
     with quiet():
         buffer = to_edge(torch.export.export(module, inputs)).to_executorch().buffer
     events = etdump_events(buffer, inputs, threads, runs)
     mine = [raw for name, raw in events.items() if name.startswith(f"native_call_{op.name}.")]
-    return sum(statistics.fmean(raw) * len(raw) / runs for raw in mine) * 1e3
+    return sum(per_run_ms(raw, runs) for raw in mine) * 1e3
 
 
 def default_cache() -> Path:
