@@ -145,7 +145,8 @@ def section(r: dict, warm: dict | None) -> tuple[list[str], list[str]]:
 
 def main() -> int:
     parser = harness.parser(__doc__)
-    parser.add_argument("--models", default=",".join(MULTI_METHOD_ZOO))
+    # The 32-layer llama_decoder has its own benchmark (benchmarks/vulkan/llama_decoder.py).
+    parser.add_argument("--models", default=",".join(m for m in MULTI_METHOD_ZOO if m != "llama_decoder"))
     parser.add_argument("--targets", default="ethos-u55-128,vulkan")
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()

@@ -21,7 +21,7 @@ from layout_solver.arm.pipeline_fork import STAGE_PASS, active_fork
 from layout_solver.core.multimethod import SubproblemCache
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.lowering.client import solve_problem
-from layout_solver.lowering.joint_lowering import JointReports, joint_preprocess
+from layout_solver.lowering.joint_lowering import JointReports, joint_preprocess, per_thread_pass
 from layout_solver.lowering.pass_report import collecting_reports
 
 # Stock heuristics the solver takes over: they push permutes through views and merge them without a cost
@@ -316,14 +316,18 @@ def solver_layouts(
             f"methods={sorted((method_weights or {}).items())} constant_byte_cost={constant_byte_cost}"
         )
         stack.enter_context(ethos_u_preprocess(verify, reports, settings))
-        solver_pass = SolverLayoutPass(
-            time_limit,
-            service,
-            current_program,
-            pinned_kinds,
-            canonical=CanonicalTransposePass(),
-            target_spec=current_ethos_u_spec,
-            enabled=stage_on,
+        canonical = CanonicalTransposePass()
+        solver_pass = per_thread_pass(
+            SolverLayoutPass,
+            lambda: SolverLayoutPass(
+                time_limit,
+                service,
+                current_program,
+                pinned_kinds,
+                canonical=canonical,
+                target_spec=current_ethos_u_spec,
+                enabled=stage_on,
+            ),
         )
         stack.enter_context(inserted_passes(before={InsertConstShapesPass: [solver_pass]}))
         yield reports

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,6 +24,30 @@ def current_partition() -> str:
     """`method#index` of the partition being preprocessed in a multi-method lowering (joint, or inside
     `naming_partitions`), else ""."""
     return PARTITION.get()
+
+
+# Seconds the partition being preprocessed has waited for a joint solve (a one-item list, set per partition thread):
+# the other partitions' preprocessing runs meanwhile, and is not this partition's pass's time.
+_WAITED: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("layout_solver_waited", default=None)
+
+
+def stage_clock() -> float:
+    """What the stage's passes time themselves with: `time.perf_counter()` less the seconds this partition has
+    waited for a joint solve."""
+    waited = _WAITED.get()
+    return time.perf_counter() - (waited[0] if waited else 0.0)
+
+
+def count_waiting_from_here() -> None:
+    """Start this partition's (this thread's context's) ledger of waiting."""
+    _WAITED.set([0.0])
+
+
+def waited(seconds: float) -> None:
+    """Record `seconds` this partition waited for a joint solve."""
+    ledger = _WAITED.get()
+    if ledger is not None:
+        ledger[0] += seconds
 
 
 @dataclass

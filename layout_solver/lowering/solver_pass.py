@@ -14,7 +14,6 @@ State lives on the instance for one graph at a time (`before`, `run`, `report`),
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,7 @@ from layout_solver.core.problem import Problem, Solution
 from layout_solver.core.solve import gc_paused
 from layout_solver.lowering.client import solve_problem
 from layout_solver.lowering.joint_lowering import program_links, solve_partition
-from layout_solver.lowering.pass_report import PassReport
+from layout_solver.lowering.pass_report import PassReport, stage_clock
 
 PHASES = ("build", "solve", "write_back", "check")
 
@@ -64,10 +63,10 @@ class SolverPass:
         super().ensures(graph_module)
         if self.run is None:
             return
-        started = time.perf_counter()
+        started = stage_clock()
         with gc_paused():
             self.check(graph_module, self.before)
-        seconds = time.perf_counter() - started
+        seconds = stage_clock() - started
         self.run.phase_seconds["check"] = self.run.phase_seconds.get("check", 0.0) + seconds
         if self.report is not None:  # its phase_seconds is the run's own dict (solver_report)
             self.report.pass_seconds += seconds
@@ -76,13 +75,13 @@ class SolverPass:
         """Build (unless `built` is given), solve (unless `solution` is), write back; the run is kept as
         `self.run` for `ensures`. Exceptions propagate (a pass may fall back on a build error)."""
         with gc_paused():
-            marks = [time.perf_counter()]
+            marks = [stage_clock()]
             built = self.build(graph_module) if built is None else built
-            marks.append(time.perf_counter())
+            marks.append(stage_clock())
             solution = self.solve(built) if solution is None else solution
-            marks.append(time.perf_counter())
+            marks.append(stage_clock())
             written = self.write_back(graph_module, built, solution)
-            marks.append(time.perf_counter())
+            marks.append(stage_clock())
         phases = {phase: b - a for phase, a, b in zip(PHASES, marks, marks[1:])}
         self.run = SolverPassRun(built, solution, written, phases)
         return self.run

@@ -29,7 +29,7 @@ from layout_solver.core import robust
 from layout_solver.core.problem import ProblemError, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, gc_paused
 from layout_solver.lowering.joint_lowering import in_joint_lowering
-from layout_solver.lowering.pass_report import PassReport, record
+from layout_solver.lowering.pass_report import PassReport, record, stage_clock
 from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.vulkan.pricing import (
     decision_pricings,
@@ -225,7 +225,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             return self._call(graph_module)
 
     def _call(self, graph_module: torch.fx.GraphModule) -> PassResult:
-        start = time.perf_counter()
+        start = stage_clock()
         clones_before = {n.name for n in graph_module.graph.nodes if is_clone(n)}  # names: the graph may be adopted
         self.graph_module = graph_module
         self.profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
@@ -250,7 +250,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             record(
                 PassReport(
                     "stock-fallback",
-                    pass_seconds=time.perf_counter() - start,
+                    pass_seconds=stage_clock() - start,
                     notes=[str(exc)],
                     tensors_by_repr=_tensors_by_repr(graph_module),
                     **modelled(graph_module, self.cost_profile, self.cost_profiles),
@@ -265,7 +265,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         ]
         report = self.report = solver_report(
             run,
-            time.perf_counter() - start,
+            stage_clock() - start,
             transitions=[transition_record(c, self.cost_profile) for c in clones],
             tensors_by_repr=_tensors_by_repr(graph_module),
             kept_stock=kept_stock,

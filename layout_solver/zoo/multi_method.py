@@ -78,9 +78,31 @@ def convnext_two_res() -> MultiMethodModel:
     )
 
 
+def llama_decoder(layers: int = 32) -> MultiMethodModel:
+    """A Llama-style decoder from transformers (LlamaConfig: RMSNorm, rotary embeddings, grouped-query attention,
+    SwiGLU) of `layers` layers at small widths: prefill 16 tokens once, then decode one token at a time (64 per
+    use); the KV cache (64 positions) is an input of both methods, as in `outside.llama_decode`."""
+    import transformers
+
+    from layout_solver.zoo.outside import DecodeStep
+
+    kv_heads, head_dim, positions = 2, 16, 64
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=kv_heads, max_position_embeddings=256, attn_implementation="eager",
+    )  # fmt: skip
+    past = torch.randn(layers, 2, 1, kv_heads, positions, head_dim)
+    return MultiMethodModel(
+        DecodeStep(transformers.LlamaForCausalLM(config), layers).requires_grad_(False),
+        {"prefill": (torch.randint(0, 256, (1, 16)), past), "decode": (torch.tensor([[7]]), past)},
+        {"prefill": 1.0, "decode": 64.0},
+    )
+
+
 MULTI_METHOD_ZOO: dict[str, Callable[[], MultiMethodModel]] = {
     "decoder_kv": decoder_kv,
     "convnext_two_res": convnext_two_res,
+    "llama_decoder": llama_decoder,
 }
 
 

@@ -113,3 +113,57 @@ def test_links_name_buffers_by_fqn_and_constants_by_their_bytes():
     assert links["p_a"] == links["p_b"] != links["p_c"]
     assert links["b_state"] == "buffer:state"
     assert "x" not in links
+
+
+def _joint_lowering(model, monkeypatch, fail_in: str | None = None):
+    """A joint Vulkan lowering of `model`, counting VulkanBackend.preprocess calls per partition; `fail_in`: a
+    partition whose preprocess raises after its solve."""
+    from executorch.backends.vulkan.partitioner.vulkan_partitioner import VulkanPartitioner
+    from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
+    from executorch.exir import to_edge_transform_and_lower
+
+    from layout_solver.lowering.pass_report import current_partition
+    from layout_solver.vulkan import solver_layouts
+
+    calls: list[str] = []
+    preprocess = VulkanBackend.preprocess.__func__
+
+    def counted(cls, program, specs):
+        calls.append(current_partition())
+        out = preprocess(cls, program, specs)
+        if current_partition() == fail_in:
+            raise RuntimeError(f"{fail_in} failed after its solve")
+        return out
+
+    monkeypatch.setattr(VulkanBackend, "preprocess", classmethod(counted))
+    exported = {m: torch.export.export(copy.deepcopy(model.module), i) for m, i in model.inputs.items()}
+    with solver_layouts(method_weights=model.weights) as reports:
+        buffer = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()]).to_executorch().buffer
+    return buffer, reports, calls
+
+
+def test_a_joint_lowering_preprocesses_each_partition_once(monkeypatch):
+    buffer, reports, calls = _joint_lowering(tiny_decoder(), monkeypatch)
+    assert sorted(calls) == ["decode#0", "prefill#0"]  # the collect phase runs the backend's passes no second time
+    assert len(reports.joint) == 1 and reports.joint[0].groups == 2
+    assert sorted(r.partition for r in reports) == ["decode#0", "prefill#0"]
+    assert buffer
+
+
+def test_a_partition_that_fails_in_a_joint_lowering_raises_and_releases_the_others(monkeypatch):
+    import threading
+
+    with pytest.raises(Exception, match="prefill#0 failed after its solve"):
+        _joint_lowering(tiny_decoder(), monkeypatch, fail_in="prefill#0")
+    assert not [t for t in threading.enumerate() if t.name.startswith("layout-solver ")]  # none left waiting
+
+
+def test_the_llama_decoder_is_one_transformers_model_exported_as_prefill_and_decode():
+    from layout_solver.zoo.multi_method import build_methods, llama_decoder
+
+    assert build_methods("llama_decoder").module.layers == 32
+    model = llama_decoder(layers=2)
+    assert model.weights == {"prefill": 1.0, "decode": 64.0}
+    for method, tokens in (("prefill", 16), ("decode", 1)):
+        program = torch.export.export(model.module, model.inputs[method])
+        assert tuple(program.module()(*model.inputs[method]).shape) == (1, tokens, 256)

@@ -65,6 +65,10 @@ def methods_sides(
             "weighted_modelled_us": weighted(per_method, weights, "modelled_us"),
             "lower_seconds": round(time.perf_counter() - start, 3),
             "solve_seconds": round(sum(r.phase_seconds.get("solve", 0.0) for r in reports), 4),
+            # The stage's own time: its passes (stock's pass on the stock side) and the joint solve between them.
+            "stage_seconds": round(
+                sum(r.pass_seconds for r in reports) + sum(j.solve_seconds for j in getattr(reports, "joint", [])), 3
+            ),
             **program_bytes(manager, program),
         }
         record.update(joint_fields(reports))
