@@ -8,8 +8,8 @@ The zoo's `llama_decoder` (transformers LlamaConfig: RMSNorm, rotary embeddings,
 both) lowered for Vulkan three ways in one process (`targets.vulkan.methods.methods_sides`): stock, each method
 solved on its own, and one joint solve over both methods. Per side: the whole lowering's seconds (export,
 to_edge_transform_and_lower, to_executorch), the stage's own seconds (its passes over every delegate and the joint
-solve between them; stock's pass on the stock side) and their ratio, the delegates, transitions and the default
-profile's modelled cost per method; with the Vulkan runtime set, every method of every side run on it and checked
+solve between them; stock's pass on the stock side) and their ratio, the delegates, transitions, and the default
+profile's modelled cost weighted over the methods; with the Vulkan runtime set, every method of every side run on it and checked
 against eager.
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     for side in ("stock", "per_method", "joint"):
         record = sides.get(side, {})
         if "error" in record:
-            rows.append([side, record["error"][:120], "", "", "", "", ""])
+            rows.append([side, record["error"][:120], "", "", "", "", "", ""])
             continue
         share = record["stage_seconds"] / record["lower_seconds"]
         methods = record["per_method"]
@@ -54,10 +54,11 @@ def main() -> None:
             side, f"{record['lower_seconds']:.1f}", f"{record['stage_seconds']:.2f}", f"{share:.1%}",
             " / ".join(str(methods[m]["delegates"]) for m in built.weights),
             " / ".join(str(methods[m]["transitions"]) for m in built.weights),
+            f"{record['weighted_modelled_us']:,.0f}" if record.get("weighted_modelled_us") is not None else "",
             " / ".join(_executed(methods[m]) for m in built.weights),
         ])  # fmt: skip
     lines += harness.table(["side", "lowering s", "stage s", "stage share", "delegates (prefill / decode)",
-                            "transitions", "on the device vs eager"], rows)  # fmt: skip
+                            "transitions", "weighted modelled us", "on the device vs eager"], rows)  # fmt: skip
     joint = sides.get("joint", {})
     if "stage_seconds" in joint:
         share = joint["stage_seconds"] / joint["lower_seconds"]

@@ -192,6 +192,7 @@ class MethodsSide(_Record):
     weighted_run_ms: float | None = None
     lower_seconds: float | None = None
     solve_seconds: float | None = None
+    stage_seconds: float | None = None  # the stage's passes and its joint solve (Vulkan)
     pte_bytes: int | None = None
     delegate_bytes: int | None = None
     constant_bytes: int | None = None

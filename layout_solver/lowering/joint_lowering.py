@@ -181,6 +181,17 @@ def in_joint_lowering() -> bool:
     return session is not None and session.phase in ("collect", "apply") and bool(current_partition())
 
 
+def bound_to_joint_answer() -> bool:
+    """Whether the partition being preprocessed must keep its share of the joint answer: it is in a joint
+    lowering and one of its values is linked to another partition's (a constant stored once, shared state). A
+    partition that shares nothing may take another answer of its own, as a lowering without weights would."""
+    session, key = _session.get(), current_partition()
+    if not in_joint_lowering() or key not in session.collected:
+        return in_joint_lowering()
+    mine = set(session.collected[key].links.values())
+    return any(mine & set(other.links.values()) for name, other in session.collected.items() if name != key)
+
+
 def solve_partition(
     problem: Problem, solve_fn: Callable[[Problem], Solution], links: Callable[[], dict[str, str]]
 ) -> Solution:

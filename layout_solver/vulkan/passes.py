@@ -28,7 +28,7 @@ from layout_solver._moved import moved_attributes
 from layout_solver.core import robust
 from layout_solver.core.problem import ProblemError, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, gc_paused
-from layout_solver.lowering.joint_lowering import in_joint_lowering
+from layout_solver.lowering.joint_lowering import bound_to_joint_answer
 from layout_solver.lowering.pass_report import PassReport, record, stage_clock
 from layout_solver.lowering.solver_pass import SolverPass, lowering_solver, solver_report
 from layout_solver.vulkan.pricing import (
@@ -193,7 +193,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         channels-packed layer_norms the estimate prices 0.7 ms below the layout it bought (lavapipe).
         """
         estimate = {name: v for name, v in decision_pricings({label: self.profiles[label]}).items() if v[1]}
-        if in_joint_lowering() or not estimate:
+        if bound_to_joint_answer() or not estimate:
             return
         (name,) = estimate
         stock = total(self._stock_prices(self.graph_module, estimate)[name])
@@ -320,8 +320,10 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
 
         price(list(candidates))
         # The combined optimum is usually admissible; each profile's own optimum costs one more solve
-        # apiece, so they are tried only when it is not (or there is none, or no joint answer to keep).
-        if not candidates or (robust.choose(prices, stock, margins).chosen is None and not in_joint_lowering()):
+        # apiece, so they are tried only when it is not (or there is none), unless the joint answer must be kept
+        # (a value linked to another method's partition). A 32-layer Llama's prefill kept stock's tagging (192
+        # transitions) in a joint lowering where the per-method one took the lavapipe optimum (129).
+        if not candidates or (robust.choose(prices, stock, margins).chosen is None and not bound_to_joint_answer()):
             for label in labels:
                 candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
             price([f"{label} optimum" for label in labels])

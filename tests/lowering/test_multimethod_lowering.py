@@ -122,15 +122,18 @@ def _joint_lowering(model, monkeypatch, fail_in: str | None = None):
     from executorch.backends.vulkan.vulkan_preprocess import VulkanBackend
     from executorch.exir import to_edge_transform_and_lower
 
+    from layout_solver.lowering.joint_lowering import bound_to_joint_answer
     from layout_solver.lowering.pass_report import current_partition
     from layout_solver.vulkan import solver_layouts
 
     calls: list[str] = []
+    bound: list[bool] = []
     preprocess = VulkanBackend.preprocess.__func__
 
     def counted(cls, program, specs):
         calls.append(current_partition())
         out = preprocess(cls, program, specs)
+        bound.append(bound_to_joint_answer())
         if current_partition() == fail_in:
             raise RuntimeError(f"{fail_in} failed after its solve")
         return out
@@ -139,12 +142,13 @@ def _joint_lowering(model, monkeypatch, fail_in: str | None = None):
     exported = {m: torch.export.export(copy.deepcopy(model.module), i) for m, i in model.inputs.items()}
     with solver_layouts(method_weights=model.weights) as reports:
         buffer = to_edge_transform_and_lower(exported, partitioner=[VulkanPartitioner()]).to_executorch().buffer
-    return buffer, reports, calls
+    return buffer, reports, calls, bound
 
 
 def test_a_joint_lowering_preprocesses_each_partition_once(monkeypatch):
-    buffer, reports, calls = _joint_lowering(tiny_decoder(), monkeypatch)
+    buffer, reports, calls, bound = _joint_lowering(tiny_decoder(), monkeypatch)
     assert sorted(calls) == ["decode#0", "prefill#0"]  # the collect phase runs the backend's passes no second time
+    assert bound == [False, False]  # Vulkan links nothing between them: each may take an answer of its own
     assert len(reports.joint) == 1 and reports.joint[0].groups == 2
     assert sorted(r.partition for r in reports) == ["decode#0", "prefill#0"]
     assert buffer
