@@ -22,7 +22,7 @@ from layout_solver.core.solve import DEFAULT_TIME_LIMIT
 from layout_solver.lowering.quiet import quiet
 from layout_solver.targets.vulkan.methods import methods_sides
 from layout_solver.targets.vulkan.runtime import ENV_VAR
-from layout_solver.zoo.multi_method import llama_decoder
+from layout_solver.zoo.multi_method import build_methods
 
 SHARE_BOUND = 0.10  # issue 69: the stage's time <= 10% of the lowering
 
@@ -31,11 +31,7 @@ def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--layers", type=int, default=32)
     args = parser.parse_args()
-    import torch
-
-    torch.manual_seed(0)
-    built = llama_decoder(args.layers)
-    built.module.eval()
+    built = build_methods("llama_decoder", layers=args.layers)
     runtime = os.environ.get(ENV_VAR) or None
     with quiet():
         sides = methods_sides(built, built.weights, DEFAULT_TIME_LIMIT, execute=runtime is not None, runtime=runtime)

@@ -185,9 +185,11 @@ def bound_to_joint_answer() -> bool:
     """Whether the partition being preprocessed must keep its share of the joint answer: it is in a joint
     lowering and one of its values is linked to another partition's (a constant stored once, shared state). A
     partition that shares nothing may take another answer of its own, as a lowering without weights would."""
+    if not in_joint_lowering():
+        return False
     session, key = _session.get(), current_partition()
-    if not in_joint_lowering() or key not in session.collected:
-        return in_joint_lowering()
+    if key not in session.collected:  # not collected (yet): nothing says it shares nothing
+        return True
     mine = set(session.collected[key].links.values())
     return any(mine & set(other.links.values()) for name, other in session.collected.items() if name != key)
 

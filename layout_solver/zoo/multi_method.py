@@ -106,11 +106,12 @@ MULTI_METHOD_ZOO: dict[str, Callable[[], MultiMethodModel]] = {
 }
 
 
-def build_methods(name: str, seed: int = 0) -> MultiMethodModel:
-    """A built-in multi-method model by name (seeded random weights, eval mode)."""
+def build_methods(name: str, seed: int = 0, **options) -> MultiMethodModel:
+    """A built-in multi-method model by name (seeded random weights, eval mode); `options` go to its factory
+    (`layers` for llama_decoder)."""
     if name not in MULTI_METHOD_ZOO:
         raise ModelError(f"unknown multi-method model {name!r}: expected one of {', '.join(MULTI_METHOD_ZOO)}")
     torch.manual_seed(seed)
-    built = MULTI_METHOD_ZOO[name]()
+    built = MULTI_METHOD_ZOO[name](**options)
     built.module.eval()
     return built
