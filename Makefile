@@ -33,7 +33,7 @@ test: $(STAMP)
 	@scripts/ensure_chromium.sh
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.core.solver

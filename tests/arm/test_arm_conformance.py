@@ -1,6 +1,6 @@
 """ExecuTorch's own Arm op tests (TOSA INT pipelines on the reference model) pass with the solver stage active.
 
-CI runs a deterministic sample: every 16th test of each layout-relevant file, and the first test of every 3rd of the
+CI runs a deterministic sample: every 24th test of each layout-relevant file, and the first test of every 4th of the
 other op-test files (by name); the whole set, stock and solver side by side, is `benchmarks/arm/conformance.py`
 (results in benchmarks/results/arm_conformance.md).
 """
@@ -11,15 +11,16 @@ pytest.importorskip("executorch.backends.arm")
 
 from layout_solver.targets.ethos_u import conformance
 
-EVERY = 16
-EVERY_OTHER_FILE = 3
+# 16 and 3 (93 tests, 367 s on 2 cores) until CI took 57 minutes; now 70 tests.
+EVERY = 24
+EVERY_OTHER_FILE = 4
 
 
 def test_peer_tests_that_pass_stock_pass_with_the_solver_stage(tmp_path):
     files = conformance.peer_test_files()
     assert len(files) >= 15, [f.name for f in files]
     ids = conformance.sample(conformance.collect(files, "tosa_INT"), EVERY)
-    assert len({t.split("::")[0] for t in ids}) >= 15 and len(ids) >= 40
+    assert len({t.split("::")[0] for t in ids}) >= 15 and len(ids) >= 30
     others = conformance.other_peer_test_files()
     assert len(others) >= 100, len(others)
     ids += conformance.first_of_each_file(conformance.collect(others[::EVERY_OTHER_FILE], "tosa_INT"))

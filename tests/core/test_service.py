@@ -146,7 +146,12 @@ def test_time_limit_gives_best_answer_with_gap_in_time(server):
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["status"] == "feasible" and 0 < answer["gap"] < 1 and answer["bound"] <= answer["objective"]
-    assert elapsed < 1.5 + 3.0, f"answered after {elapsed:.1f} s"
+    assert any("time limit reached" in note for note in answer["notes"]), answer["notes"]
+    # The limit bounds the solver's own clock (compile + search); the request adds parsing 11,000 ops and sending
+    # the answer, which on a loaded 2-core machine (CI) took 3 s on its own, so the request's time is bounded loosely.
+    solver_seconds = answer["timings"]["compile"] + answer["timings"]["solve"]
+    assert solver_seconds < 1.5 + 1.0, f"the solver ran {solver_seconds:.1f} s on a 1.5 s limit"
+    assert elapsed < 1.5 + 10.0, f"answered after {elapsed:.1f} s"
 
 
 @pytest.mark.parametrize(

@@ -150,6 +150,12 @@ class VulkanTarget(Target):
             action="store_true",
             help="with --rescale: one factor per op class in each storage (each rests on one sample of the profile)",
         )
+        c.add_argument(
+            "--reference-passes",
+            type=int,
+            help="with --rescale or --extend: passes over the reference probes, each probe's time the median over "
+            "them (default 7: one pass's factor moves by up to 1.5x on lavapipe)",
+        )
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
@@ -163,6 +169,7 @@ class VulkanTarget(Target):
             "extend": args.extend,
             "rescale": args.rescale,
             "by_class": args.by_class,
+            "reference_passes": args.reference_passes,
         }
 
     def calibrate(
@@ -177,6 +184,7 @@ class VulkanTarget(Target):
         extend: str | None = None,
         rescale: str | None = None,
         by_class: bool = False,
+        reference_passes: int | None = None,
         command: str = "",
         log=print,
     ) -> str:
@@ -191,8 +199,9 @@ class VulkanTarget(Target):
         unknown = sorted(set(ops or []) - set(calibration.PROBES))
         if unknown:
             raise ValueError(f"unknown op classes {unknown}; known: {', '.join(calibration.PROBES)}")
-        if not 1 <= sizes <= 3 or rounds < 3:
-            raise ValueError("--sizes takes 1 to 3, --rounds at least 3")
+        reference_passes = rescaling.REFERENCE_PASSES if reference_passes is None else reference_passes
+        if not 1 <= sizes <= 3 or rounds < 3 or reference_passes < 1:
+            raise ValueError("--sizes takes 1 to 3, --rounds at least 3, --reference-passes at least 1")
         out = Path(out)
         if not out.parent.is_dir():
             raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
@@ -214,11 +223,13 @@ class VulkanTarget(Target):
         except VulkanRuntimeUnavailable as exc:
             raise ValueError(str(exc)) from exc
         if rescale:
-            profile = rescaling.rescale(base, command, by_class, runtime=runtime, rounds=rounds, log=log)
+            profile = rescaling.rescale(
+                base, command, by_class, runtime=runtime, rounds=rounds, log=log, passes=reference_passes
+            )
         else:
             profile = calibration.calibrate(
                 runtime, ops=ops, sizes=sizes, rounds=rounds, transitions=transitions, log=log, command=command,
-                shapes=shapes, extend=base,
+                shapes=shapes, extend=base, reference_passes=reference_passes,
             )  # fmt: skip
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")

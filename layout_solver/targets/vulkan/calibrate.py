@@ -45,6 +45,7 @@ from layout_solver.targets.vulkan.probing import (
     _probe_runs,
     _read,
 )
+from layout_solver.targets.vulkan.rescale import REFERENCE_PASSES as _REFERENCE_PASSES
 from layout_solver.targets.vulkan.rescale import overall, reference_factors, shown
 from layout_solver.targets.vulkan.runtime import device_name, locate_runtime
 
@@ -97,6 +98,7 @@ def calibrate(
     command: str = "",
     shapes: list[tuple[int, ...]] | None = None,
     extend: vk_cost.VulkanProfile | None = None,
+    reference_passes: int = _REFERENCE_PASSES,
 ) -> vk_cost.VulkanProfile:
     """Measure op modes and transitions on the present device; returns the fitted profile.
 
@@ -105,9 +107,9 @@ def calibrate(
     touched (class, label) or transition is refitted over old and new points:
     probing the shapes a model actually has (one-token decode, say) without
     measuring everything again. The same run re-times `extend`'s reference probes
-    and brings the new points to its scale first (the device's speed moves
-    between days by up to 2x on lavapipe: points of two days on one line would
-    price the day, not the shape).
+    and brings the new points to its scale first, in `reference_passes` passes
+    (the device's speed moves between days by up to 2x on lavapipe: points of
+    two days on one line would price the day, not the shape).
     """
     logging.getLogger().setLevel(logging.WARNING)
     locate_runtime(runtime)
@@ -116,7 +118,7 @@ def calibrate(
     points = _read(probes, measured)
     if extend is not None:
         try:
-            factors = overall(reference_factors(extend, runtime, links, rounds, workers, log))
+            factors = overall(reference_factors(extend, runtime, links, rounds, workers, log, reference_passes))
         except ProblemError as exc:  # a profile measured at other shapes: no probe to scale by
             log(f"[calibrate] new points kept at today's scale: {exc}")
             factors = {"*": 1.0}
