@@ -118,6 +118,10 @@ class Overheads(_Strict):
     # Beyond one thread: each delegate call's first parallel operator wakes the pool's workers (they sleep in the
     # gaps between calls and across CPU kernels); the op curves hold none of it.
     pool_wake_us: float = Field(default=0.0, ge=0)
+    # What a run spends beyond its kernels' ETDump events in proportion to them (microseconds per kernel
+    # microsecond): fitted with the I/O term on the single-op probes, whose run beyond their one kernel grows with
+    # the kernel's size (8-15% of a large convolution or matrix product here), not with any count of operators.
+    kernel_fraction: float = Field(default=0.0, ge=0)
 
     def xnnpack_op(self, op_class: str) -> float:
         """One XNNPACK operator's overhead, by its class's family."""
@@ -285,7 +289,7 @@ def run_us(
     """A program's predicted microseconds per run, by part: each op class's kernels ("conversion" for every
     layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time), "overhead"
     (the call, each of its `delegates`, each XNNPACK operator and each CPU kernel, its `io_kib` of inputs and
-    outputs) and "total"."""
+    outputs, the share of its kernels' time that runs beyond them) and "total"."""
     overheads = profile.overhead(threads)
     measured = measured or {}
     out: dict[str, float] = {}
@@ -299,10 +303,11 @@ def run_us(
             part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads)
         out[part] = out.get(part, 0.0) + us
     cpu_ops = sum(not op.in_delegate for op in ops)
+    kernels = sum(out.values())
     out["overhead"] = (overheads.call_us + (overheads.delegate_us + overheads.pool_wake_us) * delegates
                        + overheads.cpu_op_us * cpu_ops
                        + sum(overheads.xnnpack_op(op.op_class) for op in ops if op.in_delegate)
-                       + overheads.io_us_per_kib * io_kib)  # fmt: skip
+                       + overheads.io_us_per_kib * io_kib + overheads.kernel_fraction * kernels)  # fmt: skip
     out["total"] = sum(out.values())
     return out
 

@@ -46,10 +46,11 @@ def _diff(outputs, expected) -> float:
     return float(max(np.abs(o.astype(np.float64) - e).max() for o, e in zip(outputs, expected)))
 
 
-# CI runs half the zoo on the device, one model of each kind (a residual CNN, depthwise, the upstream-wrong ConvNeXt,
-# a decoder, windowed attention, an encoder-decoder; 12 models took 520 of the suite's 6,494 test-seconds);
+# CI runs five of the zoo's twelve on the device, one of each kind (a residual CNN, the upstream-wrong ConvNeXt with its
+# depthwise convolutions, a decoder, windowed attention, an encoder-decoder; 12 models took 520 of the suite's 6,494
+# test-seconds, and with six CI still took 47 minutes);
 # LAYOUT_SOLVER_VULKAN_ZOO=all runs the whole zoo, as does `layout-solver zoo --target vulkan --execute`.
-CI_ZOO = ["resnet8", "mobilenet_v2", "convnext_stack", "decoder_stack", "swin_like", "unet_like"]
+CI_ZOO = ["resnet8", "convnext_stack", "decoder_stack", "swin_like", "unet_like"]
 ZOO_ON_DEVICE = list(ZOO) if os.environ.get("LAYOUT_SOLVER_VULKAN_ZOO") == "all" else CI_ZOO
 
 
@@ -364,13 +365,14 @@ def test_calibrate_cli_writes_a_loadable_profile(runtime, tmp_path, capsys):
     assert "brought to this profile's scale" in grown.notes[-1] and "(today / profile: * " in grown.notes[-1]
     # Rescaling: the reference probes (view in a width-packed texture and buffer, the smallest 4-D shape)
     # re-timed a minute later on the same device: a factor near 1 (the median of their ratios), written into
-    # every price and the notes; with --by-class, each class's own in each storage.
+    # every price and the notes.
     again = tmp_path / "rescaled.json"
     # Two passes over the reference probes, not the default seven: the suite's time (each pass is a device run).
     argv = ["calibrate", "vulkan", "--out", str(again), "--vulkan-runtime", str(runtime), "--rounds", "3",
             "--reference-passes", "2"]  # fmt: skip
     label = "TEXTURE_3D:TENSOR_WIDTH_PACKED"
-    for flags, applied in (([], r"\* ([0-9.]+)"), (["--by-class"], r"view@TEXTURE_3D ([0-9.]+)")):
+    # The CLI's plain rescale only: --by-class's factors are test_vulkan's (rescale_factors), each pass a device run.
+    for flags, applied in (([], r"\* ([0-9.]+)"),):
         written = tmp_path / f"rescaled{len(flags)}.json"  # profiles are loaded once per path
         assert main([*argv[:2], "--out", str(written), *argv[4:], "--rescale", str(out), *flags]) == 0
         fresh = load_profile(str(written))

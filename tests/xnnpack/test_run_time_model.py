@@ -24,7 +24,7 @@ def _profile(**overheads) -> xnn_cost.XnnpackProfile:
 
 
 def test_a_programs_prediction_is_its_kernels_its_conversions_and_its_overheads():
-    profile = _profile(io_us_per_kib=0.5)
+    profile = _profile(io_us_per_kib=0.5, kernel_fraction=0.1)
     ops = [
         xnn_cost.PredictedOp("gemm", 4000.0, 4, True),
         xnn_cost.PredictedOp("elementwise", 2000.0, 4, True),
@@ -37,7 +37,8 @@ def test_a_programs_prediction_is_its_kernels_its_conversions_and_its_overheads(
     assert parts["cpu:native_layer_norm"] == 7.5  # the measured kernel's own time
     assert parts["cpu:erf"] == 3.0
     assert parts["conversion"] == profile.curve(1, 4, "transpose").at(64.0)
-    assert parts["overhead"] == 5.0 + 2 * 2.0 + 3 * 0.5 + 2 * 1.0 + 8.0 * 0.5
+    kernels = 4.0 + 2.0 + 7.5 + 3.0 + parts["conversion"]  # a tenth of their time runs beyond them
+    assert abs(parts["overhead"] - (5.0 + 2 * 2.0 + 3 * 0.5 + 2 * 1.0 + 8.0 * 0.5 + 0.1 * kernels)) < 1e-9
     assert abs(parts["total"] - sum(v for k, v in parts.items() if k != "total")) < 1e-9
 
 
@@ -117,3 +118,27 @@ def test_an_events_time_per_run_sums_its_instances_each_without_its_slowest_tent
     # Inspector lists each instance's runs in turn: the large instance is counted whole, the interruption not.
     assert abs(per_run_ms(small + large, runs) - 1.1) < 1e-9
     assert abs(per_run_ms(large + small, runs) - 1.1) < 1e-9
+
+
+def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
+    """Probe runs made from known costs (per call, delegate and operator on chains of tiny adds; per KiB of I/O
+    and a share of the kernels' time on single large adds) give those costs back."""
+    from types import SimpleNamespace
+
+    from layout_solver.targets.xnnpack.calibrate_ops import ProbeRun, overheads
+
+    call, delegate, per_op, per_kib, fraction = 5.0, 2.0, 0.5, 0.02, 0.1
+
+    def run(op_class, ops, kernels, io_kib):
+        overhead = call + delegate + per_op * len(ops) + per_kib * io_kib + fraction * kernels
+        probe = SimpleNamespace(name=f"{op_class} {len(ops)} {kernels}", op_class=op_class)
+        return ProbeRun(probe, 1, {"kernel": kernels}, kernels + overhead, ops, 1, io_kib, 300.0)
+
+    add = xnn_cost.PredictedOp("elementwise", 8.0, 4, True)
+    chains = [run(None, [add] * count, 0.01 * count, 0.0) for count in (1, 12, 36)]
+    large = [xnn_cost.PredictedOp("elementwise", 1e6, 4, True)]
+    singles = [run("elementwise", large, us, io) for us, io in ((2, 1), (40, 64), (900, 16), (3000, 1024), (8, 512))]
+    fitted = overheads(chains + singles, [1])["1"]
+    assert abs(fitted.call_us + fitted.delegate_us - (call + delegate)) < 0.05  # one delegate per probe: one sum
+    assert abs(fitted.xnnpack_op("elementwise") - per_op) < 0.01
+    assert abs(fitted.io_us_per_kib - per_kib) < 1e-3 and abs(fitted.kernel_fraction - fraction) < 1e-3

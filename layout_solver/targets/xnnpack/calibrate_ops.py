@@ -283,6 +283,8 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
 
     with quiet():
         module, inputs = probe.build()
+        if probe.delegated and probe.op_class is not None:
+            module = _twice(module)
         if probe.int8:
             module = quantize(module, inputs)
         if probe.delegated:
@@ -305,15 +307,35 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
     return out
 
 
+def _twice(module):
+    """The probe's op twice on the same inputs (each its own copy of the weights, as two layers of a program), in
+    one delegate call: the second runs as a program's operators do, right after another. The first pays for waking
+    the thread pool's workers, asleep since the last call (15-50 us on two threads here, from one probe to the
+    next, where a one-op probe's op takes 1 us on one)."""
+    import copy
+
+    import torch
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = module, copy.deepcopy(module)
+
+        def forward(self, *xs):
+            return self.first(*xs), self.second(*xs)
+
+    return Twice().eval()
+
+
 # XNNPACK's events that are not the kernel a probe measures: its I/O conversions, reshapes and int8 converts.
 _HELPER_EVENTS = ("Transpose", "Static Reshape", "Convert", "native_call_")
 
 
 def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
-    """Per probe run, the time of one op of its class: its class's events (XNNPACK's kernels besides the
-    helpers, or the CPU kernel's own event) over the number of such ops the predictor reads off the program."""
+    """Per probe run, the time of one op of its class: a CPU kernel's own event over the number of its calls; in
+    a delegate (where the probe runs its op twice), the second op's events (XNNPACK's kernels besides the helpers,
+    in the order they ran: their second half), else all of them over the number of ops the predictor reads."""
     out = []
-    one_thread = {run.probe.name: run for run in runs if run.threads == 1}
     for run in runs:
         op_class = run.probe.op_class
         mine = [op for op in run.ops if op.op_class == op_class]
@@ -321,23 +343,14 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
             continue
         if op_class.startswith(xnn_cost.CPU_PREFIX):
             name = op_class.removeprefix(xnn_cost.CPU_PREFIX).split("@")[0]
-            us = sum(v for k, v in run.kernel_us.items() if k.startswith(f"native_call_{name}."))
+            us = sum(v for k, v in run.kernel_us.items() if k.startswith(f"native_call_{name}.")) / len(mine)
         else:
-            us = _kernels_us(run)
-            first = next(iter(run.kernel_us), "")
-            if not first.startswith(_HELPER_EVENTS):  # it ran first: the pool's wake-up is in its time, not its curve
-                # The wake-up is a median and varies: never below the perfect speed-up of the one-thread time.
-                alone = one_thread.get(run.probe.name)
-                floor = _kernels_us(alone) / run.threads if alone is not None else 0.0
-                us = max(floor, us - run.wake_us)
+            kernels = [v for k, v in run.kernel_us.items() if not k.startswith(_HELPER_EVENTS)]
+            second = kernels[len(kernels) // 2 :]
+            us = sum(second) if len(mine) == 2 and len(kernels) % 2 == 0 else sum(kernels) / len(mine)
         out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
-                                          threads=run.threads, us=round(us / len(mine), 3), probe=run.probe.name))  # fmt: skip
+                                          threads=run.threads, us=round(us, 3), probe=run.probe.name))  # fmt: skip
     return out
-
-
-def _kernels_us(run: ProbeRun) -> float:
-    """A delegated probe's kernels' microseconds per run, its helpers' left out."""
-    return sum(v for k, v in run.kernel_us.items() if not k.startswith(_HELPER_EVENTS))
 
 
 def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]:
@@ -365,7 +378,8 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
     one of 5 ms) to what each probe's run time holds beyond its kernels (ETDump's): first on the chain probes,
     against their calls, delegates, CPU kernels and XNNPACK operators of each family (a family's chains of 1, 12
     and 36 small operators make its overhead their slope); then the single-op probes, whose inputs and outputs
-    span 1 KiB to 1 MiB, give the cost per KiB of them beyond what the first fit already prices."""
+    span 1 KiB to 1 MiB and whose kernels 1 us to 4 ms, give the cost per KiB of them and the share of the
+    kernels' time the run spends beyond them (`kernel_fraction`), past what the first fit already prices."""
     from scipy.optimize import nnls
 
     chains = [r for r in runs if r.probe.op_class is None]
@@ -389,12 +403,14 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
         singles = [r for r in runs if r.threads == n and r.probe.op_class is not None and r.io_kib > 0]
         left = np.array([beyond(r) - float(np.dot(counts(r), coef)) for r in singles])
         weights = 1.0 / np.maximum([r.run_us for r in singles], 1.0)
-        io, _ = nnls((np.array([r.io_kib for r in singles]) * weights)[:, None], left * weights)
+        per_io_and_kernel = np.array([[r.io_kib, sum(r.kernel_us.values())] for r in singles])
+        io, _ = nnls(per_io_and_kernel * weights[:, None], left * weights)
         by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
         out[str(n)] = xnn_cost.Overheads(
             call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
             pool_wake_us=round(mine[0].wake_us, 3) if mine else 0.0,
-            io_us_per_kib=round(float(io[0]), 5), xnnpack_op_us=round(float(np.median(coef[3:])), 3) if families else 0.0,
+            io_us_per_kib=round(float(io[0]), 5), kernel_fraction=round(float(io[1]), 4),
+            xnnpack_op_us=round(float(np.median(coef[3:])), 3) if families else 0.0,
             xnnpack_op_us_by_class=by_family,
         )  # fmt: skip
     return out
