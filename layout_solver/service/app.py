@@ -29,6 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Literal
 
@@ -190,11 +191,21 @@ class SolverService:
         entry, outcome = await asyncio.shield(task)
         return self._respond(entry, outcome)
 
+    async def _solved(self, body: bytes, time_limit: float) -> dict:
+        """The worker's answer; where every worker died under the pool ("All workers expired": pebble fails every
+        task it holds, a request just sent among them), the pool is replaced and the request sent once more."""
+        future = self.pool.submit(body, time_limit)
+        try:
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            self.pool.replace(future.pool)
+            return await asyncio.wrap_future(self.pool.submit(body, time_limit))
+
     async def _run(self, body_sha: str, body: bytes, time_limit: float) -> tuple[CacheEntry, str]:
         assert self.pool is not None, "the service has not started"
         self.metrics.inflight.inc()
         try:
-            result = await asyncio.wrap_future(self.pool.submit(body, time_limit))
+            result = await self._solved(body, time_limit)
         except FutureTimeout as exc:
             self.metrics.solves.labels("timeout").inc()
             raise ServiceError(

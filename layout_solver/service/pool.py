@@ -83,7 +83,8 @@ class SolverPool:
     """`submit(body, time_limit)` -> a concurrent Future of solve_request's dict.
 
     The future raises concurrent.futures.TimeoutError past hard_limit(), and
-    pebble.ProcessExpired when the worker died; the pool replaces the worker.
+    pebble.ProcessExpired when the worker died; the pool replaces the worker. It raises BrokenProcessPool where
+    every worker died (pebble then fails every task it holds): `replace(future.pool)` and submit again.
     """
 
     def __init__(self, workers: int, cache: SolutionCache):
@@ -99,15 +100,24 @@ class SolverPool:
         """Solve the problem JSON `body` in a worker (killed past a hard limit above `time_limit`); returns a future of
         the worker's answer. A pool broken by a killed worker is replaced."""
         args = (body, time_limit, str(self.cache.directory), self.cache.max_bytes)
+        pool = self._pool
         try:
-            return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
+            future = pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
         except RuntimeError:
             # pebble gives up on the whole pool when a worker is killed while it holds the shared task
             # channel (an idle worker, say, taken by the OOM killer): replace the pool, keep serving.
-            self._pool.stop()
+            self.replace(pool)
+            pool = self._pool
+            future = pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
+        future.pool = pool  # the pool it runs in, for `replace` if that one breaks under it
+        return future
+
+    def replace(self, broken: ProcessPool) -> None:
+        """Replace the pool `broken` (once: a request that finds it already replaced goes on with the new one)."""
+        if self._pool is broken:
+            broken.stop()
             self._pool = self._new_pool()
             self.restarts += 1
-            return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
 
     def warm_up(self) -> None:
         """Start every worker now, so the first requests do not pay for it."""

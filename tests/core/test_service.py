@@ -294,9 +294,14 @@ def test_worker_killed_mid_solve_fails_cleanly_and_pool_recovers(server, victims
         w.send_signal(signal.SIGKILL)
     thread.join(60)
     r = reply["r"]
-    assert r.status_code == 503 and "worker died" in r.json()["detail"], r.text
+    # Where pebble reads the idle worker's death first, it gives the whole pool up ("All workers expired") and the
+    # service sends the request again to a new pool: an answer, not an error.
+    retried = victims == "every worker" and r.status_code == 200
+    assert retried or (r.status_code == 503 and "worker died" in r.json()["detail"]), r.text
     assert proc.poll() is None
-    for blocks in (4, 5, 6):  # new problems: they must reach a (replaced) worker
+    # New problems reach a (replaced) worker, also right after every worker died (pebble failed such a request
+    # with BrokenProcessPool until the service replaced the pool and sent it again).
+    for blocks in (4, 5, 6):
         fresh = client.post("/v1/solve", content=cnn_like(blocks, channels=8 * blocks + len(victims)).model_dump_json())
         assert fresh.status_code == 200 and fresh.headers["x-layout-solver-cache"] == "miss", fresh.text
 

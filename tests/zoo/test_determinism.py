@@ -1,13 +1,13 @@
 """The same model gives the same program in two processes, one of them beside a CPU hog on every core.
 
 The whole zoo and outside set is `benchmarks/zoo/determinism.py` (benchmarks/results/determinism.md); CI lowers
-ds_cnn on each target it covers (two minutes of the suite).
+ds_cnn on XNNPACK (fp32) and Vulkan (with int8 too it took 219 test-seconds, when CI ran over its 40 minutes).
 """
 
 from benchmarks.zoo.determinism import compare_runs, run_process
 
 MODELS = ["ds_cnn"]
-TARGETS = ["xnnpack", "xnnpack-int8", "vulkan"]
+TARGETS = ["xnnpack", "vulkan"]
 
 
 def test_programs_are_byte_identical_in_two_processes_one_under_load():
