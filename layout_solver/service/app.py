@@ -194,11 +194,10 @@ class SolverService:
     async def _solved(self, body: bytes, time_limit: float) -> dict:
         """The worker's answer; where every worker died under the pool ("All workers expired": pebble fails every
         task it holds, a request just sent among them), the pool is replaced and the request sent once more."""
-        future = self.pool.submit(body, time_limit)
         try:
-            return await asyncio.wrap_future(future)
+            return await asyncio.wrap_future(self.pool.submit(body, time_limit))
         except BrokenProcessPool:
-            self.pool.replace(future.pool)
+            self.pool.replace_if_broken()
             return await asyncio.wrap_future(self.pool.submit(body, time_limit))
 
     async def _run(self, body_sha: str, body: bytes, time_limit: float) -> tuple[CacheEntry, str]:

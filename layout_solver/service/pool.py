@@ -84,7 +84,7 @@ class SolverPool:
 
     The future raises concurrent.futures.TimeoutError past hard_limit(), and
     pebble.ProcessExpired when the worker died; the pool replaces the worker. It raises BrokenProcessPool where
-    every worker died (pebble then fails every task it holds): `replace(future.pool)` and submit again.
+    every worker died (pebble then fails every task it holds): `replace_if_broken()` and submit again.
     """
 
     def __init__(self, workers: int, cache: SolutionCache):
@@ -100,22 +100,18 @@ class SolverPool:
         """Solve the problem JSON `body` in a worker (killed past a hard limit above `time_limit`); returns a future of
         the worker's answer. A pool broken by a killed worker is replaced."""
         args = (body, time_limit, str(self.cache.directory), self.cache.max_bytes)
-        pool = self._pool
         try:
-            future = pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
-        except RuntimeError:
-            # pebble gives up on the whole pool when a worker is killed while it holds the shared task
-            # channel (an idle worker, say, taken by the OOM killer): replace the pool, keep serving.
-            self.replace(pool)
-            pool = self._pool
-            future = pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
-        future.pool = pool  # the pool it runs in, for `replace` if that one breaks under it
-        return future
+            return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
+        except RuntimeError:  # the pool was given up (`replace_if_broken`): a new one, keep serving
+            self.replace_if_broken()
+            return self._pool.schedule(solve_request, timeout=hard_limit(time_limit), args=args)
 
-    def replace(self, broken: ProcessPool) -> None:
-        """Replace the pool `broken` (once: a request that finds it already replaced goes on with the new one)."""
-        if self._pool is broken:
-            broken.stop()
+    def replace_if_broken(self) -> None:
+        """Replace the pool where pebble gave it up: a worker killed while it held the shared task channel (an idle
+        worker, say, taken by the OOM killer), or every worker dead ("All workers expired"). A pool another request
+        already replaced is active and kept."""
+        if not self._pool.active:
+            self._pool.stop()
             self._pool = self._new_pool()
             self.restarts += 1
 

@@ -1,6 +1,6 @@
 """Differential testing of the Arm stage on generated graphs (layout_solver.zoo.generated / .differential).
 
-CI lowers the first 16 seeded graphs, alternating the targets, stock against the stage; `benchmarks/arm/generated.py`
+CI lowers the first 8 seeded graphs, alternating the targets, stock against the stage; `benchmarks/arm/generated.py`
 runs hundreds (results in benchmarks/results/arm_generated.md). The generator's own properties are checked on many
 seeds here, without lowering.
 """
@@ -15,14 +15,14 @@ from layout_solver.zoo.models import ModelError, build, expand_names
 
 # Seeds lowered in CI (stock and solver on one target each): the first 8 seeds, alternating the targets (8 to 50 s a
 # graph on 2 cores, 1,524 of the suite's 6,494 test-seconds at 80 seeds when CI took 57 minutes: 200 until CI took 41
-# minutes, 150 until it took 47, 100 took 40, 24 took 42 with the rest cut, 16 took 47; the benchmark runs hundreds, each on both
-# targets), and cases chosen by what they hold: 11 permutes around a linear, a merged-axes view and a conv; 12 a split
-# view, permute, matmul, GroupNorm and cat; 4 pooling, matmul, a conv and a linear on Ethos-U85; 485 an input permute
-# that stock leaves on the CPU and the stage's layout lets the NPU take (partitions differ: the whole programs are
-# compared on the example inputs); 800 the model's own transpose and transpose back, 903 a permute the write-back left
-# undoing another (both stopped the lowering at the stage's post-condition); 1286 a layout whose TOSA crashes Vela 5.1's
-# compiler core (a segfault took the whole process): verification compiles the stage's TOSA in a child process and keeps
-# stock's delegate.
+# minutes, 150 until it took 47, 100 took 40, 24 took 42 with the rest cut, 16 took 47; the benchmark runs hundreds,
+# each on both targets), and cases chosen by what they hold: 11 permutes around a linear, a merged-axes view and a
+# conv; 12 a split view, permute, matmul, GroupNorm and cat; 4 pooling, matmul, a conv and a linear on Ethos-U85; 485
+# an input permute that stock leaves on the CPU and the stage's layout lets the NPU take (partitions differ: the whole
+# programs are compared on the example inputs); 800 the model's own transpose and transpose back, 903 a permute the
+# write-back left undoing another (both stopped the lowering at the stage's post-condition); 1286 a layout whose TOSA
+# crashes Vela 5.1's compiler core (a segfault took the whole process): verification compiles the stage's TOSA in a
+# child process and keeps stock's delegate.
 CI_SEEDS = 8
 CI_CASES = sorted(
     {
