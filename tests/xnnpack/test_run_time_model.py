@@ -142,3 +142,19 @@ def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
     assert abs(fitted.call_us + fitted.delegate_us - (call + delegate)) < 0.05  # one delegate per probe: one sum
     assert abs(fitted.xnnpack_op("elementwise") - per_op) < 0.01
     assert abs(fitted.io_us_per_kib - per_kib) < 1e-3 and abs(fitted.kernel_fraction - fraction) < 1e-3
+
+
+def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
+    """A real probe run (one thread, a few rounds): its op twice in one delegate call, each XNNPACK event timed,
+    the run timed in the state a paired timing runs it in (after its twin), and one measurement of its class
+    filed from the second op's events."""
+    from layout_solver.targets.xnnpack.calibrate_ops import Probe, _binary, op_measurements, run_probe
+
+    probe = Probe("add(64, 256)", "elementwise", _binary(torch.add, (64, 256)))
+    (run,) = run_probe(probe, [1], rounds=5)
+    adds = [name for name in run.kernel_us if name.startswith("Add (ND)")]
+    assert len(adds) == 2 and len([op for op in run.ops if op.op_class == "elementwise"]) == 2
+    assert run.run_us > 0 and run.reference_us > 0 and run.io_kib > 0
+    (measured,) = op_measurements([run])
+    assert measured.op_class == "elementwise" and measured.work == 64 * 256 and measured.threads == 1
+    assert measured.us == round(run.kernel_us[adds[1]], 3)

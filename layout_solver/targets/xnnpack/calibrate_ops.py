@@ -275,7 +275,7 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
     from executorch.exir import to_edge
 
     from layout_solver.lowering.quiet import quiet
-    from layout_solver.targets.xnnpack.clock import reference_ratio, run_reference
+    from layout_solver.targets.xnnpack.clock import reference_ratio, run_twin
     from layout_solver.targets.xnnpack.cpu_ops import program_ops
     from layout_solver.targets.xnnpack.lowering import lower, quantize
     from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
@@ -299,8 +299,8 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
         delegates, io_kib = outside.delegates, outside.io_kib
     out = []
     for n in threads:
-        # Each run after one of the reference, as every measured run (interleaved with another program) starts.
-        events = etdump_events(buffer, inputs, n, rounds, between=run_reference(n))
+        # Each run after its twin's, as a paired timing runs a program after the other side's of the same model.
+        events = etdump_events(buffer, inputs, n, rounds, between=run_twin(buffer, inputs, n))
         kernels = {name: per_run_ms(raw, rounds) * 1e3 for name, raw in events.items() if name not in BOOKKEEPING}
         ratio, reference_ms = reference_ratio(buffer, inputs, n, rounds)
         out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, ops, delegates, io_kib, reference_ms * 1e3))
