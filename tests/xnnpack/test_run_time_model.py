@@ -158,3 +158,23 @@ def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
     (measured,) = op_measurements([run])
     assert measured.op_class == "elementwise" and measured.work == 64 * 256 and measured.threads == 1
     assert measured.us == round(run.kernel_us[adds[1]], 3)
+
+
+def test_etdump_events_and_prediction_parts_are_read_as_the_same_classes():
+    """The prediction-by-class benchmark files ETDump's events and the predictor's parts under one name."""
+    from benchmarks.xnnpack.prediction_parts import event_class, predicted_class
+
+    pairs = [
+        ("Convolution (NHWC, F32) DWConv", "dwconv:9"),
+        ("Convolution (NHWC, QC8) IGEMM", "conv"),
+        ("Fully Connected (NC, F32) GEMM", "gemm"),
+        ("Batch Matrix Multiply (NC, F32) GEMM", "bmm"),
+        ("Transpose (ND, X32)", "conversion:transpose"),
+        ("Copy (NC, X8)", "copy"),
+        ("GELU (NC)", "transcendental"),
+        ("Add (ND)", "elementwise"),
+        ("native_call_native_layer_norm.out", "cpu:native_layer_norm"),
+        ("native_call_upsample_nearest2d.vec_out", "cpu:upsample_nearest2d@channels_last"),
+    ]
+    for event, part in pairs:
+        assert event_class(event) == predicted_class(part), (event, part)
