@@ -94,8 +94,22 @@ OP_CLASSES = {
     "transcendental": "elements",  # gelu, sigmoid, tanh, exp, ... (of the result)
     "pool": "elements",  # max / average pooling, mean (of the input)
     "copy": "elements",  # cat, slice, pad, clone (of the result)
+    "copy@strided": "elements",  # a cat or slice whose contiguous runs are short (STRIDED_RUN_BYTES)
     "resize": "elements",  # bilinear upsampling (of the result)
 }
+# XNNPACK copies a concatenation's inputs (and a slice) run by run, a run being what is contiguous in memory on
+# both sides: one whole input for NCHW along channels, C elements per pixel for NHWC. Runs shorter than this pay per
+# run (an int8 concatenation of 32- and 64-byte runs, 32 x 32 pixels: 43 us against 6 NCHW here) and are priced by
+# their own curve; a profile without one prices them as "copy" (`XnnpackProfile.op_us` drops the "@" variant).
+STRIDED_RUN_BYTES = 512
+STRIDED_COPY = "copy@strided"
+
+
+def copy_class(run_bytes: float) -> str:
+    """The class of a concatenation or slice whose shortest contiguous run is `run_bytes` long."""
+    return STRIDED_COPY if run_bytes < STRIDED_RUN_BYTES else "copy"
+
+
 # A CPU (portable) kernel's class is "cpu:" and its op name ("cpu:native_layer_norm.default"), "@channels_last"
 # added where it reads a channels-last tensor; an op the profile has no curve for is priced as CPU_FALLBACK.
 CPU_PREFIX = "cpu:"

@@ -13,7 +13,8 @@ Which ops want which order is read from executorch's own pass (`ChannelsLastTagg
 `memory_sensitive_ops_nhwc` / `_nchw` sets), so a new channels-last op of a later executorch is one more member
 there, not here. What is written here is what stock leaves implicit in its visitors: an op that follows its
 inputs into channels_last is one whose visitor is layout-blind (element-wise ops) or remaps its axes under the
-tag (cat, slice_copy, constant_pad_nd: 4-D only); any other op (softmax over the last dim, bmm, ...) stays
+tag (cat, slice_copy, constant_pad_nd: 4-D only; cat and slice_copy priced by the runs they copy in each
+order, `StridedCopy`); any other op (softmax over the last dim, bmm, ...) stays
 contiguous, where every visitor is right. Two kinds of op may read one order and write the other, serialized by
 the stage's own visitors (`visitors.py`): a permute runs its physical permutation (`physical_permutation`), and
 elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
@@ -29,6 +30,7 @@ from typing import ClassVar
 
 import torch
 
+from cost_models.xnnpack import copy_class
 from graph_io.fx import tensor_of
 
 CONTIGUOUS = "contiguous"
@@ -153,6 +155,47 @@ def tensor_inputs(node) -> list:
     return [n for n in node.all_input_nodes if rank(n) is not None]
 
 
+class Prices:
+    """What a rule's modes are priced with: called, a conversion's microseconds (`Price`); `op_us(op_class, work,
+    elem_bytes)`, one op's, where the problem is built with a run-time profile (else None: no op is priced)."""
+
+    def __init__(self, conversion: Price, op_us: Callable[[str, float, int], float] | None = None):
+        self.conversion, self.op_us = conversion, op_us
+
+    def __call__(self, shape, elem: int, perm) -> float:
+        return self.conversion(shape, elem, perm)
+
+
+def contiguous_run(node, label: str) -> int | None:
+    """The elements of the shortest run a cat or slice_copy copies whole with its result stored in `label`'s
+    order: the copied dim's extent (each input's, for cat) times every dim stored inside it; None for other ops."""
+    name = short_target(node.target)
+    if name not in ("cat.default", "slice_copy.Tensor"):
+        return None
+    sources = node.args[0] if name == "cat.default" else [node]
+    tensors = [tensor_of(n) for n in sources if isinstance(n, torch.fx.Node)]
+    if not tensors or any(t is None for t in tensors):
+        return None
+    ndim = tensors[0].dim()
+    dim = (node.args[1] if len(node.args) > 1 else 0) % ndim
+    order = dim_order(label, ndim)
+    inner = order[order.index(dim) :]
+    return min(int(torch.Size([t.shape[d] for d in inner]).numel()) for t in tensors)
+
+
+def strided_copy_us(node, label: str, op_us: Callable[[str, float, int], float]) -> float:
+    """What a cat or slice_copy costs in `label`'s order beyond a copy of whole runs (0 where its runs are long, or
+    the profile prices both alike)."""
+    run, val = contiguous_run(node, label), tensor_of(node)
+    if run is None or val is None:
+        return 0.0
+    elem = elem_bytes(node)
+    op_class = copy_class(run * elem)
+    if op_class == "copy":
+        return 0.0
+    return max(0.0, op_us(op_class, float(val.numel()), elem) - op_us("copy", float(val.numel()), elem))
+
+
 class OpRule:
     """Default: every tensor input is an operand; all contiguous."""
 
@@ -220,6 +263,24 @@ class Follow(OpRule):
         out = [mode([CONTIGUOUS] * len(operands), CONTIGUOUS)]
         if rank(node) in self.ranks and all(rank(n) == rank(node) for n in operands):
             out.append(mode([CHANNELS_LAST] * len(operands), CHANNELS_LAST))
+        return out
+
+
+class StridedCopy(Follow):
+    """cat and slice_copy: `Follow` at rank 4, each mode priced (where the problem has a run-time profile) by what
+    the copy costs in that order beyond whole runs (`strided_copy_us`): NHWC along channels copies C elements per
+    pixel."""
+
+    def __init__(self):
+        super().__init__(ranks=(4,))
+
+    def modes(self, node, operands, price):
+        """`Follow`'s modes, each with its order's price."""
+        out = super().modes(node, operands, price)
+        op_us = getattr(price, "op_us", None)
+        if op_us is not None:
+            for each in out:
+                each["cost"] = round(strided_copy_us(node, each["results"][0], op_us), 4)
         return out
 
 
@@ -385,7 +446,7 @@ def _stock_sets() -> tuple[frozenset[str], frozenset[str]]:
 for _name in ELEMENTWISE_TARGETS:
     register(_name, Follow())
 for _name in NHWC_REMAPPING_TARGETS:
-    register(_name, Follow(ranks=(4,)))
+    register(_name, StridedCopy() if _name in ("cat.default", "slice_copy.Tensor") else Follow(ranks=(4,)))
 for _name in RESHAPE_TARGETS:
     register(_name, Reshape())
 register("permute_copy.default", Permute())

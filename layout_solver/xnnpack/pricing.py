@@ -23,6 +23,7 @@ from layout_solver.xnnpack.op_rules import (
     physical_permutation,
     physical_shape,
     short_target,
+    strided_copy_us,
 )
 from layout_solver.xnnpack.visitors import label_of
 
@@ -46,14 +47,16 @@ class Conversion:
 
 @dataclass
 class LayoutCost:
-    """A tagged graph's conversions and their modelled sum."""
+    """A tagged graph's conversions, what its concatenations and slices pay for the order they copy in beyond
+    whole runs (`op_rules.strided_copy_us`, by node), and their modelled sum."""
 
     conversions: list[Conversion] = field(default_factory=list)
+    strided_copies: dict[str, float] = field(default_factory=dict)
 
     @property
     def us(self) -> float:
-        """The conversions' modelled microseconds, summed."""
-        return sum(c.us for c in self.conversions)
+        """The conversions' and strided copies' modelled microseconds, summed."""
+        return sum(c.us for c in self.conversions) + sum(self.strided_copies.values())
 
     @property
     def transposes(self) -> int:
@@ -91,6 +94,11 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
             continue
         name = short_target(node.target)
         val = tensor_of(node)
+        if val is not None and name in ("cat.default", "slice_copy.Tensor"):
+            extra = strided_copy_us(node, label_of(node), lambda c, w, e: profile.op_us(c, w, e, threads))
+            if extra > 0:
+                out.strided_copies[node.name] = extra
+            continue
         if val is None or name not in ("_to_copy.default", "permute_copy.default") or node.name in removed:
             continue
         source = node.args[0]

@@ -22,6 +22,7 @@ from layout_solver.xnnpack.op_rules import (
     CONTIGUOUS,
     ORDERED_RANKS,
     OpRule,
+    Prices,
     conversion_us,
     elem_bytes,
     is_dequantize,
@@ -79,9 +80,10 @@ def build_problem(graph_module, exported_program, profile, threads: int = 1, nam
     """The layout problem of one XNNPACK delegate graph (before ChannelsLastTaggedReshapePass)."""
     from executorch.backends.xnnpack.utils.utils import is_param_node
 
-    def price(shape, elem, perm):
+    def conversion(shape, elem, perm):
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
+    price = Prices(conversion, lambda op_class, work, elem: profile.op_us(op_class, work, elem, threads))
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
     ops = op_modes(graph_module, nodes, price, domains={v.id: v.domain for v in values.values()})
     transitions = conversion_prices(values, nodes, price)

@@ -16,6 +16,7 @@ from graph_io.fx import tensor_of
 from layout_solver.xnnpack.op_rules import (
     ELEMENTWISE_TARGETS,
     RESHAPE_TARGETS,
+    contiguous_run,
     elem_bytes,
     is_dequantize,
     is_quantize,
@@ -23,6 +24,7 @@ from layout_solver.xnnpack.op_rules import (
 )
 from layout_solver.xnnpack.pricing import LayoutCost
 from layout_solver.xnnpack.program import has_symbolic_shapes
+from layout_solver.xnnpack.visitors import label_of
 
 TRANSCENDENTAL = ("gelu.default", "sigmoid.default", "tanh.default", "exp.default", "log.default", "sqrt.default",
                   "rsqrt.default", "elu.default", "hardswish.default", "sin.default", "cos.default",
@@ -64,7 +66,8 @@ def classify(node) -> tuple[str, float] | None:
     if name in POOLS:
         return "pool", _numel(node.args[0])
     if name in COPIES:
-        return "copy", _numel(node)
+        run = contiguous_run(node, label_of(node))  # a cat or slice in short runs has its own curve
+        return ("copy" if run is None else xnn_cost.copy_class(run * elem_bytes(node))), _numel(node)
     if name.startswith("upsample_bilinear2d"):
         return "resize", _numel(node)
     if name in RESHAPE_TARGETS:

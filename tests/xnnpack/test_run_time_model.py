@@ -178,3 +178,43 @@ def test_etdump_events_and_prediction_parts_are_read_as_the_same_classes():
     ]
     for event, part in pairs:
         assert event_class(event) == predicted_class(part), (event, part)
+
+
+def test_a_concatenation_along_nhwc_channels_is_priced_by_its_short_runs():
+    """NHWC along channels, a cat copies each input C elements per pixel (NCHW: the whole input in one run): the
+    order's price beyond whole runs is in the problem's modes (a profile with a strided-copy curve), and none where
+    the profile has no such curve (the shipped one: decisions as before)."""
+    from layout_solver.xnnpack.op_rules import (
+        CHANNELS_LAST,
+        CONTIGUOUS,
+        Prices,
+        contiguous_run,
+        rule_for,
+        strided_copy_us,
+    )
+
+    class Cat(nn.Module):
+        def forward(self, x, y):
+            return torch.cat([x, y], 1)
+
+    exported = torch.export.export(Cat(), (torch.randn(1, 8, 16, 16), torch.randn(1, 24, 16, 16)))
+    cat = next(n for n in exported.graph.nodes if n.op == "call_function")
+    assert contiguous_run(cat, CONTIGUOUS) == 8 * 16 * 16 and contiguous_run(cat, CHANNELS_LAST) == 8
+
+    per_thousand = {"copy": 1.0, xnn_cost.STRIDED_COPY: 10.0, "elementwise": 1.0}
+    curves = {k: xnn_cost.WorkCurve(work=[1000.0], us=[v]) for k, v in per_thousand.items()}
+    profile = xnn_cost.load_profile().model_copy(update={"op_curves": {"1": {"4": curves}}})
+    elements = 32 * 16 * 16
+    extra = profile.op_us(xnn_cost.STRIDED_COPY, elements, 4, 1) - profile.op_us("copy", elements, 4, 1)
+    assert extra > 0
+
+    def op_us(op_class, work, elem):
+        return profile.op_us(op_class, work, elem, 1)
+
+    assert strided_copy_us(cat, CONTIGUOUS, op_us) == 0.0
+    assert abs(strided_copy_us(cat, CHANNELS_LAST, op_us) - extra) < 1e-9
+    modes = rule_for(cat).modes(cat, list(cat.all_input_nodes), Prices(lambda *_: 0.0, op_us))
+    assert {m["results"][0]: m["cost"] for m in modes} == {CONTIGUOUS: 0.0, CHANNELS_LAST: round(extra, 4)}
+
+    shipped = xnn_cost.load_profile()
+    assert strided_copy_us(cat, CHANNELS_LAST, lambda c, w, e: shipped.op_us(c, w, e, 1)) == 0.0

@@ -152,6 +152,23 @@ def _overhead_chains(count: int) -> list:
     ]  # fmt: skip
 
 
+def _copy_probes(maps) -> list[Probe]:
+    """Concatenations: along the channels of NCHW feature maps (whole inputs in one run each), and of NHWC ones
+    (C elements per pixel in each run: `cost_models.xnnpack.STRIDED_RUN_BYTES`), fp32 and int8."""
+    import torch
+
+    cl = torch.channels_last
+    thin = [(1, 4, 32, 32), (1, 8, 32, 32), (1, 16, 32, 32), (1, 32, 32, 32), (1, 16, 64, 64), (1, 64, 16, 16)]
+    whole = lambda x, y: torch.cat([x, y], 1)
+    strided = lambda x, y: torch.cat([x.to(memory_format=cl), y.to(memory_format=cl)], 1)
+    return [
+        *[Probe(f"cat{m}", "copy", _binary(whole, m)) for m in maps],
+        *[Probe(f"cat{m} channels_last", xnn_cost.STRIDED_COPY, _binary(strided, m)) for m in thin],
+        *[Probe(f"int8 cat{m} channels_last", xnn_cost.STRIDED_COPY, _binary(strided, m), int8=True) for m in thin],
+        *[Probe(f"int8 cat{m}", "copy", _binary(whole, m), int8=True) for m in thin],
+    ]
+
+
 def probes() -> list[Probe]:
     """Every op-class probe, and the overhead probes (chains of tiny ops, alternating delegates and CPU kernels)."""
     import torch
@@ -203,7 +220,7 @@ def probes() -> list[Probe]:
     maps = [(1, 16, 16, 16), (1, 32, 32, 32), (1, 64, 32, 32), (1, 64, 56, 56), (1, 128, 28, 28)]
     out += [Probe(f"maxpool{m}", "pool", _unary(lambda x: F.max_pool2d(x, 3, 2, 1), m)) for m in maps]
     out += [Probe(f"mean{m}", "pool", _unary(lambda x: x.mean((2, 3), keepdim=True), m)) for m in maps]
-    out += [Probe(f"cat{m}", "copy", _binary(lambda x, y: torch.cat([x, y], 1), m)) for m in maps]
+    out += _copy_probes(maps)
     out += [Probe(f"bilinear{m}", "resize", _unary(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), m))
             for m in maps[:4]]  # fmt: skip
     # int8: the kernels that dominate quantized programs.
