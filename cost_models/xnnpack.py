@@ -99,8 +99,9 @@ OP_CLASSES = {
 }
 # XNNPACK copies a concatenation's inputs (and a slice) run by run, a run being what is contiguous in memory on
 # both sides: one whole input for NCHW along channels, C elements per pixel for NHWC. Runs shorter than this pay per
-# run (an int8 concatenation of 32- and 64-byte runs, 32 x 32 pixels: 43 us against 6 NCHW here) and are priced by
-# their own curve; a profile without one prices them as "copy" (`XnnpackProfile.op_us` drops the "@" variant).
+# run (int8 unet_like with a concatenation of 32- and 64-byte runs over 32 x 32 pixels: its Copy operators 43 us per
+# run, against 6 in stock's order) and are priced by their own curve; a profile without one prices them as "copy"
+# (`XnnpackProfile.op_us` drops the "@" variant).
 STRIDED_RUN_BYTES = 512
 STRIDED_COPY = "copy@strided"
 

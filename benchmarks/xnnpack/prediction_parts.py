@@ -46,9 +46,11 @@ def event_class(name: str) -> str:
 
 
 def predicted_class(part: str) -> str:
-    """A prediction part's class as `event_class` names it ("dwconv:9" -> "dwconv", "cpu:x@channels_last" ->
-    "cpu:x")."""
-    return part.split("@")[0].split(":")[0] if not part.startswith("cpu:") else part.split("@")[0]
+    """A prediction part's class as `event_class` names it: a CPU kernel's without its order
+    ("cpu:x@channels_last" -> "cpu:x"), any other its family ("dwconv:9" -> "dwconv")."""
+    from cost_models.xnnpack import CPU_PREFIX, op_family
+
+    return part.split("@")[0] if part.startswith(CPU_PREFIX) else op_family(part)
 
 
 def model_parts(name: str, threads: int, profile, int8: bool, rounds: int) -> dict[str, tuple[float, float]]:

@@ -166,11 +166,15 @@ class Prices:
         return self.conversion(shape, elem, perm)
 
 
+# The ops XNNPACK runs as copies of runs (`contiguous_run`), whose price depends on the order they copy in.
+STRIDED_COPY_TARGETS = ("cat.default", "slice_copy.Tensor")
+
+
 def contiguous_run(node, label: str) -> int | None:
     """The elements of the shortest run a cat or slice_copy copies whole with its result stored in `label`'s
     order: the copied dim's extent (each input's, for cat) times every dim stored inside it; None for other ops."""
     name = short_target(node.target)
-    if name not in ("cat.default", "slice_copy.Tensor"):
+    if name not in STRIDED_COPY_TARGETS:
         return None
     sources = node.args[0] if name == "cat.default" else [node]
     tensors = [tensor_of(n) for n in sources if isinstance(n, torch.fx.Node)]
@@ -183,17 +187,21 @@ def contiguous_run(node, label: str) -> int | None:
     return min(int(torch.Size([t.shape[d] for d in inner]).numel()) for t in tensors)
 
 
+def copy_op_class(node, label: str) -> str:
+    """A copy's op class with its result stored in `label`'s order: "copy@strided" for a cat or slice_copy in
+    short runs (`cost_models.xnnpack.copy_class`), else "copy"."""
+    run = contiguous_run(node, label)
+    return "copy" if run is None else copy_class(run * elem_bytes(node))
+
+
 def strided_copy_us(node, label: str, op_us: Callable[[str, float, int], float]) -> float:
     """What a cat or slice_copy costs in `label`'s order beyond a copy of whole runs (0 where its runs are long, or
     the profile prices both alike)."""
-    run, val = contiguous_run(node, label), tensor_of(node)
-    if run is None or val is None:
+    op_class, val = copy_op_class(node, label), tensor_of(node)
+    if op_class == "copy" or val is None:
         return 0.0
-    elem = elem_bytes(node)
-    op_class = copy_class(run * elem)
-    if op_class == "copy":
-        return 0.0
-    return max(0.0, op_us(op_class, float(val.numel()), elem) - op_us("copy", float(val.numel()), elem))
+    work, elem = float(val.numel()), elem_bytes(node)
+    return max(0.0, op_us(op_class, work, elem) - op_us("copy", work, elem))
 
 
 class OpRule:
@@ -274,13 +282,12 @@ class StridedCopy(Follow):
     def __init__(self):
         super().__init__(ranks=(4,))
 
-    def modes(self, node, operands, price):
+    def modes(self, node, operands, price: Prices):
         """`Follow`'s modes, each with its order's price."""
         out = super().modes(node, operands, price)
-        op_us = getattr(price, "op_us", None)
-        if op_us is not None:
+        if price.op_us is not None:
             for each in out:
-                each["cost"] = round(strided_copy_us(node, each["results"][0], op_us), 4)
+                each["cost"] = round(strided_copy_us(node, each["results"][0], price.op_us), 4)
         return out
 
 
@@ -446,7 +453,7 @@ def _stock_sets() -> tuple[frozenset[str], frozenset[str]]:
 for _name in ELEMENTWISE_TARGETS:
     register(_name, Follow())
 for _name in NHWC_REMAPPING_TARGETS:
-    register(_name, StridedCopy() if _name in ("cat.default", "slice_copy.Tensor") else Follow(ranks=(4,)))
+    register(_name, StridedCopy() if _name in STRIDED_COPY_TARGETS else Follow(ranks=(4,)))
 for _name in RESHAPE_TARGETS:
     register(_name, Reshape())
 register("permute_copy.default", Permute())

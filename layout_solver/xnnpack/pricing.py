@@ -18,6 +18,7 @@ from graph_io.fx import graph_snapshot, tensor_of
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
+    STRIDED_COPY_TARGETS,
     elem_bytes,
     permute_elided,
     physical_permutation,
@@ -89,13 +90,17 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
     serializer will run them once RemoveRedundantCopyPass has run."""
     out = LayoutCost()
     removed = removed_by_stock(graph_module)
+
+    def op_us(op_class, work, elem):
+        return profile.op_us(op_class, work, elem, threads)
+
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
             continue
         name = short_target(node.target)
         val = tensor_of(node)
-        if val is not None and name in ("cat.default", "slice_copy.Tensor"):
-            extra = strided_copy_us(node, label_of(node), lambda c, w, e: profile.op_us(c, w, e, threads))
+        if val is not None and name in STRIDED_COPY_TARGETS:
+            extra = strided_copy_us(node, label_of(node), op_us)
             if extra > 0:
                 out.strided_copies[node.name] = extra
             continue

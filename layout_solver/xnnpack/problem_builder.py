@@ -76,14 +76,24 @@ def orders_distinct(shape) -> bool:
     return not nhwc.is_contiguous() and tuple(dim_order_from_stride(nhwc.stride())) == NHWC_ORDER
 
 
-def build_problem(graph_module, exported_program, profile, threads: int = 1, name: str = "xnnpack") -> BuiltProblem:
-    """The layout problem of one XNNPACK delegate graph (before ChannelsLastTaggedReshapePass)."""
-    from executorch.backends.xnnpack.utils.utils import is_param_node
+def prices(profile, threads: int) -> Prices:
+    """What the rules' modes and the conversions are priced with: `profile`'s conversion and op curves at
+    `threads`."""
 
     def conversion(shape, elem, perm):
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
-    price = Prices(conversion, lambda op_class, work, elem: profile.op_us(op_class, work, elem, threads))
+    def op_us(op_class, work, elem):
+        return profile.op_us(op_class, work, elem, threads)
+
+    return Prices(conversion, op_us)
+
+
+def build_problem(graph_module, exported_program, profile, threads: int = 1, name: str = "xnnpack") -> BuiltProblem:
+    """The layout problem of one XNNPACK delegate graph (before ChannelsLastTaggedReshapePass)."""
+    from executorch.backends.xnnpack.utils.utils import is_param_node
+
+    price = prices(profile, threads)
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n))
     ops = op_modes(graph_module, nodes, price, domains={v.id: v.domain for v in values.values()})
     transitions = conversion_prices(values, nodes, price)

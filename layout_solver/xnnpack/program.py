@@ -22,7 +22,6 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass, PassResult
 
-from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
 from layout_solver.core.problem import Problem, Solution
 from layout_solver.xnnpack.op_rules import (
@@ -40,6 +39,7 @@ from layout_solver.xnnpack.problem_builder import (
     conversion_prices,
     op_modes,
     orders_distinct,
+    prices,
     stored_label,
     values_and_domains,
 )
@@ -77,9 +77,7 @@ def build_program_problem(graph_module, exported_program, delegated: set[str], p
     """One problem over the whole edge program (see the module docstring)."""
     from executorch.backends.xnnpack.utils.utils import is_param_node
 
-    def price(shape, elem, perm):
-        return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
-
+    price = prices(profile, threads)
     # The program hands tensors between delegates and CPU kernels at rank 4 only (dim-order copies, NHWC).
     values, nodes = values_and_domains(graph_module, lambda n: is_param_node(exported_program, n), ranks=(4,))
     for value in values.values():

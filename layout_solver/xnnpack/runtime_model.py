@@ -16,7 +16,7 @@ from graph_io.fx import tensor_of
 from layout_solver.xnnpack.op_rules import (
     ELEMENTWISE_TARGETS,
     RESHAPE_TARGETS,
-    contiguous_run,
+    copy_op_class,
     elem_bytes,
     is_dequantize,
     is_quantize,
@@ -66,8 +66,7 @@ def classify(node) -> tuple[str, float] | None:
     if name in POOLS:
         return "pool", _numel(node.args[0])
     if name in COPIES:
-        run = contiguous_run(node, label_of(node))  # a cat or slice in short runs has its own curve
-        return ("copy" if run is None else xnn_cost.copy_class(run * elem_bytes(node))), _numel(node)
+        return copy_op_class(node, label_of(node)), _numel(node)  # a cat or slice in short runs: its own curve
     if name.startswith("upsample_bilinear2d"):
         return "resize", _numel(node)
     if name in RESHAPE_TARGETS:

@@ -145,9 +145,9 @@ def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
 
 
 def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
-    """A real probe run (one thread, a few rounds): its op twice in one delegate call, each XNNPACK event timed,
-    the run timed in the state a paired timing runs it in (after its twin), and one measurement of its class
-    filed from the second op's events."""
+    """A real probe run (one thread, a few rounds, each after a run of its twin): its op twice in one delegate
+    call, each XNNPACK event timed, the run and the reference timed, and one measurement of its class filed from
+    the second op's events. (Whether the twin's state matches a paired timing is the benchmark's to measure.)"""
     from layout_solver.targets.xnnpack.calibrate_ops import Probe, _binary, op_measurements, run_probe
 
     probe = Probe("add(64, 256)", "elementwise", _binary(torch.add, (64, 256)))
@@ -183,7 +183,7 @@ def test_etdump_events_and_prediction_parts_are_read_as_the_same_classes():
 def test_a_concatenation_along_nhwc_channels_is_priced_by_its_short_runs():
     """NHWC along channels, a cat copies each input C elements per pixel (NCHW: the whole input in one run): the
     order's price beyond whole runs is in the problem's modes (a profile with a strided-copy curve), and none where
-    the profile has no such curve (the shipped one: decisions as before)."""
+    the profile has no such curve (it prices both orders as "copy": decisions as before it had one)."""
     from layout_solver.xnnpack.op_rules import (
         CHANNELS_LAST,
         CONTIGUOUS,
@@ -216,5 +216,6 @@ def test_a_concatenation_along_nhwc_channels_is_priced_by_its_short_runs():
     modes = rule_for(cat).modes(cat, list(cat.all_input_nodes), Prices(lambda *_: 0.0, op_us))
     assert {m["results"][0]: m["cost"] for m in modes} == {CONTIGUOUS: 0.0, CHANNELS_LAST: round(extra, 4)}
 
-    shipped = xnn_cost.load_profile()
-    assert strided_copy_us(cat, CHANNELS_LAST, lambda c, w, e: shipped.op_us(c, w, e, 1)) == 0.0
+    without = {k: v for k, v in curves.items() if k != xnn_cost.STRIDED_COPY}
+    plain = profile.model_copy(update={"op_curves": {"1": {"4": without}}})
+    assert strided_copy_us(cat, CHANNELS_LAST, lambda c, w, e: plain.op_us(c, w, e, 1)) == 0.0
