@@ -96,7 +96,14 @@ OP_CLASSES = {
     "copy": "elements",  # cat, slice, pad, clone (of the result)
     "copy@strided": "elements",  # a cat or slice whose contiguous runs are short (STRIDED_RUN_BYTES)
     "resize": "elements",  # bilinear upsampling (of the result)
+    "convert": "elements",  # an int8 program's quantize or dequantize XNNPACK runs (priced as "elementwise")
 }
+# Classes whose kernel also pays per unit of a second count, beyond its curve of work: XNNPACK's softmax runs three
+# passes per row (max, exp and sum, scale), each a microkernel call; its batched product packs and runs each matrix
+# apart. Short rows and small matrices are dominated by that cost (16-element rows: 5x the curve's time), so such
+# an op costs `XnnpackProfile.unit_us` per unit beyond its curve, fitted on probes made of many short rows / small
+# matrices (`layout_solver.targets.xnnpack.calibrate_ops`).
+OP_UNITS = {"softmax": "rows", "bmm": "matrices"}
 # XNNPACK copies a concatenation's inputs (and a slice) run by run, a run being what is contiguous in memory on
 # both sides: one whole input for NCHW along channels, C elements per pixel for NHWC. Runs shorter than this pay per
 # run (int8 unet_like with a concatenation of 32- and 64-byte runs over 32 x 32 pixels: its Copy operators 43 us per
@@ -169,6 +176,9 @@ class OpMeasurement(_Strict):
     threads: int
     us: float = Field(ge=0)
     probe: str = ""
+    units: float = Field(default=0.0, ge=0)  # its OP_UNITS count (rows, matrices), where its class has one
+    # Whether the probe was made to measure the per-unit cost (many short rows / small matrices), not the curve.
+    unit_probe: bool = False
 
 
 class XnnpackProfile(_Strict):
@@ -190,26 +200,32 @@ class XnnpackProfile(_Strict):
     # threads -> the reference program's microseconds (the speed every op time is stated at;
     # layout_solver.targets.xnnpack.runtime.reference_program)
     reference_us: dict[str, float] = Field(default_factory=dict)
+    # threads -> element bytes -> class -> microseconds per unit of its OP_UNITS count, beyond its curve; a class
+    # without one (or a profile measured before it) pays its curve alone.
+    unit_us: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
 
     @property
     def predicts_run_time(self) -> bool:
         """Whether the profile has op curves and overheads (schema 2, measured by `calibrate xnnpack`)."""
         return bool(self.op_curves and self.overheads)
 
-    def op_us(self, op_class: str, work: float, elem_bytes: int, threads: int) -> float:
-        """Microseconds of one op of `op_class` doing `work` (its kernel alone), at the nearest measured thread
-        count: the class's curve at the nearest measured element size, else its fp32 curve (an int8 program's
-        softmax or batched product runs in float), its variant nearest a numeric one ("dwconv:25" -> "dwconv:49")
-        first, its order dropped for a CPU kernel; a class without any curve is priced as CPU_FALLBACK (a CPU
-        kernel) or "elementwise"."""
-        by_threads = self.op_curves[_nearest(self.op_curves, threads)]
-        tables = [by_threads[_nearest(by_threads, elem_bytes)], by_threads[_nearest(by_threads, 4)]]
+    def op_us(self, op_class: str, work: float, elem_bytes: int, threads: int, units: float = 0.0) -> float:
+        """Microseconds of one op of `op_class` doing `work` (its kernel alone) over `units` of its OP_UNITS count,
+        at the nearest measured thread count: the class's curve at the nearest measured element size, else its
+        fp32 curve (an int8 program's softmax or batched product runs in float), its variant nearest a numeric one
+        ("dwconv:25" -> "dwconv:49") first, its order dropped for a CPU kernel, plus that table's `unit_us` per
+        unit; a class without any curve is priced as CPU_FALLBACK (a CPU kernel) or "elementwise"."""
+        threads_key = _nearest(self.op_curves, threads)
+        by_threads = self.op_curves[threads_key]
+        elem_keys = [_nearest(by_threads, elem_bytes), _nearest(by_threads, 4)]
         fallback = CPU_FALLBACK if op_class.startswith(CPU_PREFIX) else "elementwise"
         for wanted in (op_class, fallback):
-            for by_class in tables:
+            for elem_key in elem_keys:
+                by_class = by_threads[elem_key]
                 for name in (wanted, wanted.split("@")[0], _nearest_variant(by_class, wanted)):
                     if name in by_class:
-                        return by_class[name].at(work)
+                        per_unit = self.unit_us.get(threads_key, {}).get(elem_key, {}).get(name, 0.0)
+                        return by_class[name].at(work) + per_unit * units
         raise ValueError(f"profile {self.device!r} has no {fallback!r} curve to price {op_class!r}")
 
     def overhead(self, threads: int) -> Overheads:
@@ -288,6 +304,7 @@ class PredictedOp(NamedTuple):
     elem_bytes: int
     in_delegate: bool
     key: str = ""  # a CPU kernel call's digest, where its time was measured (`run_us`'s `measured`)
+    units: float = 0.0  # its class's OP_UNITS count (a softmax's rows, a batched product's matrices)
 
 
 CONVERSION_PREFIX = "conversion:"
@@ -315,7 +332,7 @@ def run_us(
             part = "conversion"
             us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
         else:
-            part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads)
+            part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units)
         out[part] = out.get(part, 0.0) + us
     cpu_ops = sum(not op.in_delegate for op in ops)
     kernels = sum(out.values())

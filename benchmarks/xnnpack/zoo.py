@@ -2,6 +2,11 @@
 
 Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outside,issue,transpose_counts,catalog]
      [--targets xnnpack,xnnpack-int8] [--threads 1,2] [--rounds 30] [--cache DIR] [--out benchmarks/results/xnnpack.md]
+     [--repredict xnnpack-int8]
+
+`--repredict TARGETS` reads the cached records of those targets' predicted run times again with this checkout's
+run-time model, the timings kept: each side lowered again and checked to be the same program (its .pte digest), a
+record whose program differs left as it was. For a change to the prediction alone (it decides no layout).
 
 Sets: the built-in zoo, the outside set (transformers configs), "issue" (the issue's own model,
 benchmarks/xnnpack/issue_models.py), "transpose_counts" (ExecuTorch's 36 transpose-count modules,
@@ -21,6 +26,7 @@ the profile's speed by the reference program timed in the same rounds (and raw).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 import sys
@@ -78,6 +84,35 @@ def run_one(model: str, target: str, threads: list[int], rounds: int) -> dict:
         record = {"model": model, "target": target, "status": "error", **error_record(exc, limit=2)}
     record["seconds"] = round(time.perf_counter() - started, 1)
     return record
+
+
+def repredict(record: dict, threads: list[int]) -> bool:
+    """Read a cached record's predicted run times again (`--repredict`); False where a side's program is not the
+    one the record timed."""
+    from cost_models import xnnpack as xnn_cost
+    from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.xnnpack.cpu_ops import CpuOpTimes
+    from layout_solver.targets.xnnpack.measure import lower, predicted_run, quantize
+    from layout_solver.xnnpack import solver_layouts, stock_layouts
+    from layout_solver.zoo.models import build
+
+    profile = xnn_cost.load_profile(record.get("cost_profile"))
+    module, inputs = build(record["model"])
+    contexts = {"stock": lambda: stock_layouts(profile, threads[0]),
+                "solver": lambda: solver_layouts(cost_profile=profile, threads=threads[0])}  # fmt: skip
+    predicted = {}
+    with quiet():
+        program_module = quantize(module, inputs) if record["target"].endswith("int8") else module
+        for side, context in contexts.items():
+            lowered = lower(program_module, inputs, context)
+            if hashlib.sha256(lowered.buffer).hexdigest()[:16] != record[side].get("pte_sha256"):
+                return False
+            predicted[side] = {str(n): predicted_run(lowered, profile, n, CpuOpTimes()) for n in threads}
+    for side, by_threads in predicted.items():
+        if all(by_threads.values()):
+            record[side]["predicted_run_ms_by_threads"] = {n: round(p["total"] / 1e3, 4) for n, p in by_threads.items()}
+            record[side]["predicted_run_us_by_part"] = by_threads[str(threads[0])]
+    return True
 
 
 def _fmt(x, digits=3) -> str:
@@ -214,6 +249,7 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cache", default="zoo-out/xnnpack-bench")
+    parser.add_argument("--repredict", default="", help="targets whose cached predictions to read again")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     models = args.models.split(",") if args.models else model_names(args.set.split(","))
@@ -226,6 +262,12 @@ def main() -> None:
         path = cache / f"{target}__{model.replace('/', '_').replace(':', '_')}.json"
         if path.is_file():
             records.append(json.loads(path.read_text()))
+            if target in args.repredict.split(",") and records[-1].get("status") == "ok" and "stock" in records[-1]:
+                same = repredict(records[-1], threads)
+                path.write_text(json.dumps(records[-1]))
+                print(f"[{i}/{len(jobs)}] {target} {model}: predicted again" if same else
+                      f"[{i}/{len(jobs)}] {target} {model}: another program now, left as it was",
+                      file=sys.stderr, flush=True)  # fmt: skip
             continue
         record = run_one(model, target, threads, args.rounds)
         path.write_text(json.dumps(record))

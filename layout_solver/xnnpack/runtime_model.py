@@ -4,12 +4,14 @@ finished program (`layout_solver.targets.xnnpack.cpu_ops`).
 
 Work is what the class's curve is measured in: multiply-accumulates for convolutions and matrix products,
 elements otherwise (the result's, or the input's for a reduction). Layout conversions and permutes are priced
-apart, by the conversion curves (`pricing.layout_cost`); q / dq inside a delegate are implicit (no operator).
+apart, by the conversion curves (`pricing.layout_cost`); a q / dq the partitioner tagged implicit runs no operator,
+any other one a Convert.
 """
 
 from __future__ import annotations
 
 import torch
+from executorch.backends.xnnpack.utils.quant_utils import is_tagged_as_implicit_q_dq
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
@@ -42,11 +44,16 @@ def _numel(node) -> int:
     return int(val.numel()) if val is not None else 0
 
 
-def classify(node) -> tuple[str, float] | None:
-    """The op class and work of a call_function node of a delegate graph, or None where it runs no operator."""
+def classify(node) -> tuple[str, float] | tuple[str, float, float] | None:
+    """The op class and work (and, for a class in OP_UNITS, its count of units) of a call_function node of a
+    delegate graph, or None where it runs no operator."""
     name = short_target(node.target)
-    if name in NOT_OPERATORS or name.startswith("dequantize_per_channel") or is_quantize(node) or is_dequantize(node):
+    if name in NOT_OPERATORS or name.startswith("dequantize_per_channel"):
         return None
+    if is_quantize(node) or is_dequantize(node):
+        # Folded into the quantized op next to it where the partitioner tagged it so; else XNNPACK runs it as a
+        # Convert operator (an int8 delegate's fp32 inputs and outputs, a float op's inputs and result inside it).
+        return None if is_tagged_as_implicit_q_dq(node) else ("convert", _numel(node))
     if name == "convolution.default":
         weight = tensor_of(node.args[1])
         macs = _numel(node) * int(torch.Size(weight.shape[1:]).numel())
@@ -58,9 +65,13 @@ def classify(node) -> tuple[str, float] | None:
         # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
         return ("gemm" if pointwise and not transposed else "conv"), macs
     if name in MATMULS:
-        return MATMULS[name], _numel(node) * int(tensor_of(node.args[0]).shape[-1])
-    if name in ("_softmax.default", "softmax.int"):
-        return "softmax", _numel(node)
+        out, macs = tensor_of(node), _numel(node) * int(tensor_of(node.args[0]).shape[-1])
+        if MATMULS[name] == "bmm":  # and its matrices: every dim but the last two
+            return "bmm", macs, int(torch.Size(out.shape[:-2]).numel())
+        return MATMULS[name], macs
+    if name in ("_softmax.default", "softmax.int"):  # and its rows: every dim but the reduced one
+        out = tensor_of(node)
+        return "softmax", _numel(node), out.numel() // max(1, int(out.shape[node.args[1]]) if out.dim() else 1)
     if name in TRANSCENDENTAL:
         return "transcendental", _numel(node)
     if name in POOLS:
@@ -83,7 +94,9 @@ def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
         if node.op == "call_function":
             classified = classify(node)
             if classified is not None:
-                out.append(xnn_cost.PredictedOp(classified[0], float(classified[1]), elem_bytes(node), True))
+                op_class, work, *units = classified
+                out.append(xnn_cost.PredictedOp(op_class, float(work), elem_bytes(node), True,
+                                                units=float(units[0]) if units else 0.0))  # fmt: skip
     return out
 
 

@@ -122,16 +122,17 @@ def test_an_events_time_per_run_sums_its_instances_each_without_its_slowest_tent
 
 def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
     """Probe runs made from known costs (per call, delegate and operator on chains of tiny adds; per KiB of I/O
-    and a share of the kernels' time on single large adds) give those costs back."""
+    and a share of the kernels' time on single large adds) give those costs back; chains of a program's layers,
+    where there are some, give the share."""
     from types import SimpleNamespace
 
     from layout_solver.targets.xnnpack.calibrate_ops import ProbeRun, overheads
 
     call, delegate, per_op, per_kib, fraction = 5.0, 2.0, 0.5, 0.02, 0.1
 
-    def run(op_class, ops, kernels, io_kib):
-        overhead = call + delegate + per_op * len(ops) + per_kib * io_kib + fraction * kernels
-        probe = SimpleNamespace(name=f"{op_class} {len(ops)} {kernels}", op_class=op_class)
+    def run(op_class, ops, kernels, io_kib, kernel_bound=False, share=fraction):
+        overhead = call + delegate + per_op * len(ops) + per_kib * io_kib + share * kernels
+        probe = SimpleNamespace(name=f"{op_class} {len(ops)} {kernels}", op_class=op_class, kernel_bound=kernel_bound)
         return ProbeRun(probe, 1, {"kernel": kernels}, kernels + overhead, ops, 1, io_kib, 300.0)
 
     add = xnn_cost.PredictedOp("elementwise", 8.0, 4, True)
@@ -142,6 +143,10 @@ def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
     assert abs(fitted.call_us + fitted.delegate_us - (call + delegate)) < 0.05  # one delegate per probe: one sum
     assert abs(fitted.xnnpack_op("elementwise") - per_op) < 0.01
     assert abs(fitted.io_us_per_kib - per_kib) < 1e-3 and abs(fitted.kernel_fraction - fraction) < 1e-3
+
+    programs = [run(None, large * 8, us, 16.0, kernel_bound=True, share=0.25) for us in (800.0, 3000.0)]
+    fitted = overheads(chains + singles + programs, [1])["1"]
+    assert abs(fitted.io_us_per_kib - per_kib) < 1e-3 and abs(fitted.kernel_fraction - 0.25) < 1e-3
 
 
 def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
@@ -219,3 +224,52 @@ def test_a_concatenation_along_nhwc_channels_is_priced_by_its_short_runs():
     without = {k: v for k, v in curves.items() if k != xnn_cost.STRIDED_COPY}
     plain = profile.model_copy(update={"op_curves": {"1": {"4": without}}})
     assert strided_copy_us(cat, CHANNELS_LAST, lambda c, w, e: plain.op_us(c, w, e, 1)) == 0.0
+
+
+def test_a_softmax_is_read_with_its_rows_and_a_batched_product_with_its_matrices_each_priced_per_unit():
+    """XNNPACK's softmax pays per row and its batched product per matrix beyond their curves of work: the reader
+    counts them off the node, and the profile's `unit_us` prices them."""
+    from layout_solver.xnnpack.runtime_model import classify
+
+    class Attention(nn.Module):
+        def forward(self, q, k):
+            return torch.softmax(torch.bmm(q, k), -1)
+
+    exported = torch.export.export(Attention(), (torch.randn(6, 16, 8), torch.randn(6, 8, 16)))
+    read = [classify(n) for n in exported.graph.nodes if n.op == "call_function"]
+    assert ("bmm", 6 * 16 * 16 * 8, 6) in read and ("softmax", 6 * 16 * 16, 6 * 16) in read
+
+    profile = _profile().model_copy(update={"unit_us": {"1": {"4": {"elementwise": 0.5}}}})
+    assert profile.op_us("elementwise", 1000.0, 4, 1, units=4) == 1.0 + 0.5 * 4
+    assert profile.op_us("gemm", 1000.0, 4, 1, units=4) == 1.0  # no cost per unit: its curve alone
+
+
+def test_the_curve_fit_passes_over_an_odd_probe_and_fits_the_cost_per_unit_on_its_own_probes():
+    from layout_solver.targets.xnnpack.calibrate_ops import op_curves
+
+    def measured(op_class, work, us, units=0.0, unit_probe=False):
+        return xnn_cost.OpMeasurement(op_class=op_class, work=work, elem_bytes=4, threads=1, us=us, units=units,
+                                      unit_probe=unit_probe)  # fmt: skip
+
+    # A convolution class at 1 us per 1000 MACs, one probe of an odd shape at 3x that among them.
+    convs = [measured("conv", w, w / 1000 * (3.0 if w == 1e5 else 1.0)) for w in (1e3, 1e4, 1e5, 1e6)]
+    # Softmax at 1 us per 1000 elements and 0.05 us per row: rows of 1000 on the curve, of 10 in the unit probes.
+    softmax = [measured("softmax", w, w / 1000 + 0.05 * w / 1000, units=w / 1000) for w in (1e3, 1e4, 1e5, 1e6)]
+    softmax += [measured("softmax", w, w / 1000 + 0.05 * w / 10, units=w / 10, unit_probe=True) for w in (1e4, 1e5)]
+    curves, unit_us = op_curves(convs + softmax)
+    assert abs(curves["1"]["4"]["conv"].at(1e5) - 100.0) < 1e-6  # the odd probe's neighbours set its rate
+    assert abs(unit_us["1"]["4"]["softmax"] - 0.05) < 1e-3
+    assert abs(curves["1"]["4"]["softmax"].at(1e5) - 100.0) < 0.1  # the curve's own probes' rows taken off
+
+
+def test_an_int8_delegates_quantize_and_dequantize_run_as_converts_unless_folded_into_a_quantized_op():
+    """XNNPACK folds a q / dq the partitioner tagged implicit into the quantized op beside it; any other (the
+    delegate's fp32 input quantized, its result dequantized) is a Convert operator the prediction prices."""
+    from layout_solver.targets.xnnpack.lowering import quantize
+
+    module = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 8)).eval()
+    inputs = (torch.randn(4, 16),)
+    lowered = lower(quantize(module, inputs), inputs, stock_layouts)
+    classes = [op.op_class for r in lowered.reports for op in r.run_ops]
+    assert classes.count("gemm") == 2 and classes.count("convert") == 2  # the input's q, the result's dq
+    assert "convert" in predicted_run(lowered, xnn_cost.load_profile(), 1, None)  # priced (64 elements: ~0 us)

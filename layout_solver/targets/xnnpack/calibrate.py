@@ -86,7 +86,9 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
                 done += 1
                 log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
                     + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
-    op_measurements, op_curves, overheads, reference = calibrate_ops(threads, rounds, log) if ops else ([], {}, {}, {})
+    op_measurements, op_curves, unit_us, overheads, reference = (
+        calibrate_ops(threads, rounds, log) if ops else ([], {}, {}, {}, {})
+    )
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({cpu_model()})".replace("  ", " "),
         measured=True,
@@ -94,6 +96,7 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
         curves=curves(measurements),
         measurements=measurements,
         op_curves=op_curves,
+        unit_us=unit_us,
         overheads=overheads,
         reference_us=reference,
         op_measurements=op_measurements,

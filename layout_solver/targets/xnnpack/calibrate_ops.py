@@ -36,6 +36,10 @@ class Probe:
     build: Callable[[], tuple]
     delegated: bool = True
     int8: bool = False
+    unit_probe: bool = False  # made of many short rows / small matrices: measures its class's cost per unit
+    # A chain of layers of a program's sizes (an overhead probe whose kernels dominate): it fits what a run spends
+    # beyond its kernels in proportion to them, not the per-operator costs the chains of tiny ops fit.
+    kernel_bound: bool = False
 
 
 def _module(forward, *params):
@@ -169,6 +173,24 @@ def _copy_probes(maps) -> list[Probe]:
     ]
 
 
+def _attention_probes() -> list[Probe]:
+    """Batched products and softmax: their curves, and many small matrices (window attention's heads x windows)
+    and short rows for their cost per unit (`cost_models.xnnpack.OP_UNITS`)."""
+    import torch
+
+    bmms = [(2, 16, 16, 16), (4, 64, 32, 64), (8, 49, 32, 49), (2, 196, 32, 196), (4, 256, 64, 256), (2, 128, 128, 128)]
+    small_bmms = [(48, 16, 16, 16), (192, 16, 16, 16), (96, 16, 8, 16), (64, 49, 32, 49), (24, 64, 16, 64)]
+    rows = [(1, 256), (8, 512), (64, 256), (196, 384), (256, 1024), (1024, 1024)]
+    short_rows = [(768, 16), (3072, 16), (1024, 49), (2048, 32), (512, 64)]
+    softmax = lambda x: torch.softmax(x, -1)
+    return [
+        *[Probe(f"bmm{b}", "bmm", _bmm(*b)) for b in bmms],
+        *[Probe(f"bmm{b}", "bmm", _bmm(*b), unit_probe=True) for b in small_bmms],
+        *[Probe(f"softmax{s}", "softmax", _unary(softmax, s)) for s in rows],
+        *[Probe(f"softmax{s}", "softmax", _unary(softmax, s), unit_probe=True) for s in short_rows],
+    ]
+
+
 def probes() -> list[Probe]:
     """Every op-class probe, and the overhead probes (chains of tiny ops, alternating delegates and CPU kernels)."""
     import torch
@@ -211,10 +233,8 @@ def probes() -> list[Probe]:
         (4, 32, 32),
     ]
     out += [Probe(f"gemm{g}", "gemm", _linear(*g)) for g in gemms]
-    bmms = [(2, 16, 16, 16), (4, 64, 32, 64), (8, 49, 32, 49), (2, 196, 32, 196), (4, 256, 64, 256), (2, 128, 128, 128)]
-    out += [Probe(f"bmm{b}", "bmm", _bmm(*b)) for b in bmms]
+    out += _attention_probes()
     sizes = [(1, 256), (8, 512), (64, 256), (196, 384), (256, 1024), (1024, 1024)]
-    out += [Probe(f"softmax{s}", "softmax", _unary(lambda x: torch.softmax(x, -1), s)) for s in sizes]
     out += [Probe(f"add{s}", "elementwise", _binary(torch.add, s)) for s in sizes]
     out += [Probe(f"gelu{s}", "transcendental", _unary(F.gelu, s)) for s in sizes]
     maps = [(1, 16, 16, 16), (1, 32, 32, 32), (1, 64, 32, 32), (1, 64, 56, 56), (1, 128, 28, 28)]
@@ -267,7 +287,37 @@ def probes() -> list[Probe]:
         out += _overhead_chains(count)
     for count in (4, 16):  # delegates of one parallel convolution each, cut by a CPU kernel: each wakes the pool
         out.append(Probe(f"delegate chain {count}", None, _layer_chain(_conv_then_erf, count, (1, 8, 16, 16))))
-    return out
+    return out + _program_chains()
+
+
+def _program_chains() -> list[Probe]:
+    """Chains of layers of a program's sizes, each layer its own weights (several MiB in all, as a model's are
+    cold in cache from one call to the next): a single-op probe runs beyond its kernels a smaller share of them
+    than a program does (MLP chains here: 7-10% of their kernels against 3-4%)."""
+    import torch
+    import torch.nn.functional as F
+
+    class Mlp(torch.nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            return self.down(F.gelu(self.up(x))) + x
+
+    def block(cin, cout):
+        return torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 3, padding=1), torch.nn.ReLU())
+
+    chains = [
+        ("mlp chain 4x256", lambda: Mlp(256), 4, (64, 256)),
+        ("mlp chain 3x384", lambda: Mlp(384), 3, (196, 384)),
+        ("gemm chain 8x384", lambda: torch.nn.Linear(384, 384), 8, (196, 384)),
+        ("conv chain 8x32", lambda: block(32, 32), 8, (1, 32, 32, 32)),
+        ("conv chain 6x64", lambda: block(64, 64), 6, (1, 64, 16, 16)),
+        ("dwconv chain 6x96", lambda: torch.nn.Conv2d(96, 96, 3, padding=1, groups=96), 6, (1, 96, 28, 28)),
+    ]
+    return [Probe(name, None, _layer_chain(make, count, shape), kernel_bound=True)
+            for name, make, count, shape in chains]  # fmt: skip
 
 
 @dataclass
@@ -366,27 +416,66 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
             second = kernels[len(kernels) // 2 :]
             us = sum(second) if len(mine) == 2 and len(kernels) % 2 == 0 else sum(kernels) / len(mine)
         out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
-                                          threads=run.threads, us=round(us, 3), probe=run.probe.name))  # fmt: skip
+                                          threads=run.threads, us=round(us, 3), probe=run.probe.name,
+                                          units=mine[0].units, unit_probe=run.probe.unit_probe))  # fmt: skip
     return out
 
 
-def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]:
-    """Per (threads, element bytes, class): microseconds by work, made non-decreasing; "cpu:other" is the CPU's
+OpCurves = dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]
+UnitCosts = dict[str, dict[str, dict[str, float]]]
+
+
+def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> tuple[OpCurves, UnitCosts]:
+    """Per (threads, element bytes, class): microseconds by work (`_curves`), and for a class in OP_UNITS the
+    microseconds per unit beyond its curve (`_unit_costs`, from its unit probes). The two are fitted in turn twice:
+    the curve's probes pay a little per unit too (a softmax of 1,024-element rows), taken off before their curve."""
+    on_curve = [m for m in measurements if not m.unit_probe]
+    unit_probes = [m for m in measurements if m.unit_probe]
+    unit_us: UnitCosts = {}
+    for _ in range(2):
+        curves = _curves(on_curve, unit_us)
+        unit_us = _unit_costs(unit_probes, curves)
+    return curves, unit_us
+
+
+def _curves(measurements: list[xnn_cost.OpMeasurement], unit_us: UnitCosts) -> OpCurves:
+    """Per (threads, element bytes, class): microseconds by work (what each probe's units cost taken off), each
+    point's rate (microseconds per unit of work) the median of its own and its neighbours' (a probe of an odd
+    shape, a 3-channel convolution or a 4 MiB weight matrix, would otherwise bend the curve for every op between
+    its neighbours: resnet8's convolutions priced 40% over), made non-decreasing; "cpu:other" is the CPU's
     element-wise add (a kernel the profile has no curve for is priced as one)."""
     groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in measurements:
-        groups[(m.threads, m.elem_bytes, m.op_class)][m.work].append(m.us)
+        per_unit = unit_us.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class, 0.0)
+        groups[(m.threads, m.elem_bytes, m.op_class)][m.work].append(max(0.0, m.us - per_unit * m.units))
     out: dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]] = defaultdict(lambda: defaultdict(dict))
     for (threads, elem, op_class), by_work in sorted(groups.items()):
-        work = sorted(w for w in by_work if w > 0)
-        if not work:
+        work = np.array(sorted(w for w in by_work if w > 0))
+        if not len(work):
             continue
-        us = np.maximum.accumulate([float(np.median(by_work[w])) for w in work])
-        out[str(threads)][str(elem)][op_class] = xnn_cost.WorkCurve(work=work, us=[round(float(u), 3) for u in us])
+        rate = np.array([float(np.median(by_work[w])) for w in work]) / work
+        smooth = [float(np.median(rate[max(0, i - 1) : i + 2])) for i in range(len(rate))]
+        us = np.maximum.accumulate(np.array(smooth) * work)
+        out[str(threads)][str(elem)][op_class] = xnn_cost.WorkCurve(work=[float(w) for w in work],
+                                                                    us=[round(float(u), 3) for u in us])  # fmt: skip
     for by_elem in out.values():
         for by_class in by_elem.values():
             if f"{xnn_cost.CPU_PREFIX}add" in by_class:
                 by_class[xnn_cost.CPU_FALLBACK] = by_class[f"{xnn_cost.CPU_PREFIX}add"]
+    return {t: dict(v) for t, v in out.items()}
+
+
+def _unit_costs(measurements: list[xnn_cost.OpMeasurement], curves: OpCurves) -> UnitCosts:
+    """Per (threads, element bytes, class): the median over its unit probes of what each took beyond its class's
+    curve, per unit (never below 0)."""
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for m in measurements:
+        curve = curves.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class)
+        if curve is not None and m.units > 0:
+            groups[(str(m.threads), str(m.elem_bytes), m.op_class)].append((m.us - curve.at(m.work)) / m.units)
+    out: UnitCosts = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, op_class), per_unit in sorted(groups.items()):
+        out[threads][elem][op_class] = round(max(0.0, float(np.median(per_unit))), 5)
     return {t: dict(v) for t, v in out.items()}
 
 
@@ -396,10 +485,11 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
     against their calls, delegates, CPU kernels and XNNPACK operators of each family (a family's chains of 1, 12
     and 36 small operators make its overhead their slope); then the single-op probes, whose inputs and outputs
     span 1 KiB to 1 MiB and whose kernels 1 us to 4 ms, give the cost per KiB of them and the share of the
-    kernels' time the run spends beyond them (`kernel_fraction`), past what the first fit already prices."""
+    kernels' time the run spends beyond them (`kernel_fraction`), past what the first fit already prices; where
+    there are chains of a program's layers (`_program_chains`), the share is theirs."""
     from scipy.optimize import nnls
 
-    chains = [r for r in runs if r.probe.op_class is None]
+    chains = [r for r in runs if r.probe.op_class is None and not r.probe.kernel_bound]
     families = sorted({xnn_cost.op_family(op.op_class) for r in chains for op in r.ops if op.in_delegate})
 
     def counts(r: ProbeRun) -> list[float]:
@@ -422,6 +512,11 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
         weights = 1.0 / np.maximum([r.run_us for r in singles], 1.0)
         per_io_and_kernel = np.array([[r.io_kib, sum(r.kernel_us.values())] for r in singles])
         io, _ = nnls(per_io_and_kernel * weights[:, None], left * weights)
+        programs = [r for r in runs if r.threads == n and r.probe.kernel_bound]
+        if programs:  # the share beyond the kernels as a program's layers run it, the I/O priced as fitted
+            left = np.array([beyond(r) - float(np.dot(counts(r), coef)) - io[0] * r.io_kib for r in programs])
+            kernels = np.array([sum(r.kernel_us.values()) for r in programs])
+            io[1] = float(nnls((kernels / np.maximum(kernels, 1.0))[:, None], left / np.maximum(kernels, 1.0))[0][0])
         by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
         out[str(n)] = xnn_cost.Overheads(
             call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
@@ -448,9 +543,9 @@ def at_reference_speed(runs: list[ProbeRun]) -> dict[str, float]:
     return reference
 
 
-def calibrate_ops(threads: list[int], rounds: int, log=print) -> tuple[list, dict, dict, dict]:
-    """Run every probe at every thread count: (op measurements, op curves, overheads, the reference program's
-    microseconds), all at the reference's median speed."""
+def calibrate_ops(threads: list[int], rounds: int, log=print) -> tuple[list, dict, dict, dict, dict]:
+    """Run every probe at every thread count: (op measurements, op curves, per-unit costs, overheads, the
+    reference program's microseconds), all at the reference's median speed."""
     from layout_solver.targets.xnnpack.clock import pool_wake_us
 
     runs: list[ProbeRun] = []
@@ -467,4 +562,5 @@ def calibrate_ops(threads: list[int], rounds: int, log=print) -> tuple[list, dic
                         for r in measured))  # fmt: skip
     reference = at_reference_speed(runs)
     measurements = op_measurements(runs)
-    return measurements, op_curves(measurements), overheads(runs, threads), reference
+    curves, unit_us = op_curves(measurements)
+    return measurements, curves, unit_us, overheads(runs, threads), reference
