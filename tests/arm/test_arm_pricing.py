@@ -411,3 +411,17 @@ def test_a_slice_behind_a_permute_is_priced_as_vela_copies_it(target):
         lowered = lower_ethos_u(module, inputs, target)
     predicted, measured = sum(r.objective for r in reports), lowered.metrics()["vela_total_cycles"]
     assert abs(predicted / measured - 1) < 0.03, (predicted, measured)
+
+
+def test_a_transpose_count_case_is_the_same_weights_and_inputs_whatever_ran_before():
+    """executorch's cases build their modules and random inputs at import: read from one seed, a case is the same
+    in every process (its int8 program was other bytes from one process to the next)."""
+    from layout_solver.targets.ethos_u.conformance import transpose_count_cases
+
+    def digest():
+        case = transpose_count_cases()["linear_rank2"]
+        return [t.detach().clone() for t in [*case.module.state_dict().values(), *case.inputs]]
+
+    first = digest()
+    torch.randn(1000)  # the process's generator moved on
+    assert all(torch.equal(a, b) for a, b in zip(first, digest(), strict=True))
