@@ -166,6 +166,19 @@ class Prices:
         return self.conversion(shape, elem, perm)
 
 
+def prices(profile, threads: int) -> Prices:
+    """`profile`'s conversion and op curves at `threads`, as the rules' modes and the conversions are priced."""
+    from cost_models import xnnpack as xnn_cost
+
+    def conversion(shape, elem, perm):
+        return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
+
+    def op_us(op_class, work, elem):
+        return profile.op_us(op_class, work, elem, threads)
+
+    return Prices(conversion, op_us)
+
+
 # The ops XNNPACK runs as copies of runs (`contiguous_run`), whose price depends on the order they copy in.
 STRIDED_COPY_TARGETS = ("cat.default", "slice_copy.Tensor")
 

@@ -23,6 +23,7 @@ from layout_solver.xnnpack.op_rules import (
     permute_elided,
     physical_permutation,
     physical_shape,
+    prices,
     short_target,
     strided_copy_us,
 )
@@ -90,10 +91,7 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
     serializer will run them once RemoveRedundantCopyPass has run."""
     out = LayoutCost()
     removed = removed_by_stock(graph_module)
-
-    def op_us(op_class, work, elem):
-        return profile.op_us(op_class, work, elem, threads)
-
+    op_us = prices(profile, threads).op_us
     for node in graph_module.graph.nodes:
         if node.op != "call_function":
             continue

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
 from layout_solver.core.problem import Op, Problem, TransitionCost, Value
 from layout_solver.xnnpack.op_rules import (
@@ -22,12 +21,12 @@ from layout_solver.xnnpack.op_rules import (
     CONTIGUOUS,
     ORDERED_RANKS,
     OpRule,
-    Prices,
     conversion_us,
     elem_bytes,
     is_dequantize,
     is_quantize,
     labels_for,
+    prices,
     rank,
     rule_for,
 )
@@ -74,19 +73,6 @@ def orders_distinct(shape) -> bool:
         return False
     nhwc = torch.empty([int(d) for d in shape], device="meta", memory_format=torch.channels_last)
     return not nhwc.is_contiguous() and tuple(dim_order_from_stride(nhwc.stride())) == NHWC_ORDER
-
-
-def prices(profile, threads: int) -> Prices:
-    """What the rules' modes and the conversions are priced with: `profile`'s conversion and op curves at
-    `threads`."""
-
-    def conversion(shape, elem, perm):
-        return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
-
-    def op_us(op_class, work, elem):
-        return profile.op_us(op_class, work, elem, threads)
-
-    return Prices(conversion, op_us)
 
 
 def build_problem(graph_module, exported_program, profile, threads: int = 1, name: str = "xnnpack") -> BuiltProblem:

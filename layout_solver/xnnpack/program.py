@@ -31,6 +31,7 @@ from layout_solver.xnnpack.op_rules import (
     OpRule,
     is_dequantize,
     is_quantize,
+    prices,
     rank,
     rule_for,
     short_target,
@@ -39,7 +40,6 @@ from layout_solver.xnnpack.problem_builder import (
     conversion_prices,
     op_modes,
     orders_distinct,
-    prices,
     stored_label,
     values_and_domains,
 )

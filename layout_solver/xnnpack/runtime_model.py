@@ -44,9 +44,16 @@ def _numel(node) -> int:
     return int(val.numel()) if val is not None else 0
 
 
-def classify(node) -> tuple[str, float] | tuple[str, float, float] | None:
-    """The op class and work (and, for a class in OP_UNITS, its count of units) of a call_function node of a
-    delegate graph, or None where it runs no operator."""
+def classify(node) -> tuple[str, float, float] | None:
+    """The op class, work and count of units (`cost_models.xnnpack.OP_UNITS`: a softmax's rows, a batched
+    product's matrices; 0 for any other class) of a call_function node of a delegate graph, or None where it runs
+    no operator."""
+    found = _class_and_work(node)
+    return found if found is None or len(found) == 3 else (*found, 0.0)
+
+
+def _class_and_work(node) -> tuple | None:
+    """`classify`'s answer, its units left out where its class has none."""
     name = short_target(node.target)
     if name in NOT_OPERATORS or name.startswith("dequantize_per_channel"):
         return None
@@ -71,7 +78,7 @@ def classify(node) -> tuple[str, float] | tuple[str, float, float] | None:
         return MATMULS[name], macs
     if name in ("_softmax.default", "softmax.int"):  # and its rows: every dim but the reduced one
         out = tensor_of(node)
-        return "softmax", _numel(node), out.numel() // max(1, int(out.shape[node.args[1]]) if out.dim() else 1)
+        return "softmax", out.numel(), out.numel() // max(1, int(out.shape[node.args[1]])) if out.dim() else 1
     if name in TRANSCENDENTAL:
         return "transcendental", _numel(node)
     if name in POOLS:
@@ -94,9 +101,8 @@ def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
         if node.op == "call_function":
             classified = classify(node)
             if classified is not None:
-                op_class, work, *units = classified
-                out.append(xnn_cost.PredictedOp(op_class, float(work), elem_bytes(node), True,
-                                                units=float(units[0]) if units else 0.0))  # fmt: skip
+                op_class, work, units = classified
+                out.append(xnn_cost.PredictedOp(op_class, float(work), elem_bytes(node), True, units=float(units)))
     return out
 
 

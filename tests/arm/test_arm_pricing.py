@@ -418,8 +418,8 @@ def test_a_transpose_count_case_is_the_same_weights_and_inputs_whatever_ran_befo
     in every process (its int8 program was other bytes from one process to the next)."""
     from layout_solver.targets.ethos_u.conformance import transpose_count_cases
 
-    def digest():
-        case = transpose_count_cases()["linear_rank2"]
+    def digest():  # built afresh each time (the function itself caches its one build per process)
+        case = transpose_count_cases.__wrapped__()["linear_rank2"]
         return [t.detach().clone() for t in [*case.module.state_dict().values(), *case.inputs]]
 
     first = digest()

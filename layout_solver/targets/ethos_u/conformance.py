@@ -15,6 +15,7 @@ shows up as zero. `peer_test_dir()` finds the suite in the installed wheel.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -226,9 +227,10 @@ def regressions(stock: dict[str, dict], solver: dict[str, dict]) -> list[str]:
 # --- ExecuTorch's transpose-count cases (backends/arm/test/misc/test_transpose_counts.py) -----------------
 
 
+@functools.cache
 def transpose_count_cases() -> dict:
     """name -> executorch's TransposeCountCase (module, inputs, expected_transposes): its FP cases and its INT
-    one, 36 in executorch 1.5.1."""
+    one, 36 in executorch 1.5.1 (built once per process)."""
     import importlib
 
     import torch

@@ -516,7 +516,7 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
         if programs:  # the share beyond the kernels as a program's layers run it, the I/O priced as fitted
             left = np.array([beyond(r) - float(np.dot(counts(r), coef)) - io[0] * r.io_kib for r in programs])
             kernels = np.array([sum(r.kernel_us.values()) for r in programs])
-            io[1] = float(nnls((kernels / np.maximum(kernels, 1.0))[:, None], left / np.maximum(kernels, 1.0))[0][0])
+            io[1] = max(0.0, float(np.mean(left / np.maximum(kernels, 1.0))))
         by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
         out[str(n)] = xnn_cost.Overheads(
             call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
