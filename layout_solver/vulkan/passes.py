@@ -323,7 +323,11 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         # apiece, so they are tried only when it is not (or there is none), unless the joint answer must be kept
         # (a value linked to another method's partition). A 32-layer Llama's prefill kept stock's tagging (192
         # transitions) in a joint lowering where the per-method one took the lavapipe optimum (129).
-        if not candidates or (robust.choose(prices, stock, margins).chosen is None and not bound_to_joint_answer()):
+        if not candidates or (
+            robust.choose(prices, stock, margins).chosen is None
+            and not bound_to_joint_answer()
+            and not robust.none_admissible(candidates["every profile"][1].bound, len(labels))
+        ):
             for label in labels:
                 candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
             price([f"{label} optimum" for label in labels])
@@ -340,6 +344,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         """Every pricing's (`decision_pricings`) prices of stock's own tagging of a copy of the graph, by node
         (`modelled_cost_by_node`)."""
         stock_graph = self.tagged[None] = _detached_copy(graph_module)
+        # The registry's answers for the graph's ops were read once by the build: stock's pass reads each again
+        # through its cache (a third of its time on a ViT delegate); what it constrains it makes afresh.
+        repsets = next(iter(self.built.values())).draft.repsets
+        for node in stock_graph.graph.nodes:
+            if node.name in repsets:
+                node.meta.setdefault("etvk_node_repsets", repsets[node.name])
         TagMemoryMetaPass.call(self, stock_graph)
         return modelled_costs_by_node(stock_graph, pricings)
 

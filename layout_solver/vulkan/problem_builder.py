@@ -236,6 +236,8 @@ class _Draft:
     op_slots: dict[str, list[Slot]] = field(default_factory=dict)
     multi: dict[str, list[str]] = field(default_factory=dict)
     pricers: list = field(default_factory=list)  # per op (in `ops` order): profile -> its modes' prices
+    # node name -> the registry's OpRepSets, unconstrained: what the stock pass caches as "etvk_node_repsets"
+    repsets: dict[str, utils.OpRepSets] = field(default_factory=dict)
 
     def add_value(self, vid: str, node: torch.fx.Node, val, kind: str) -> None:
         """Register the tensor `val` (held by `node`) as value `vid`; ProblemError for a dynamic shape."""
@@ -357,6 +359,7 @@ def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
     draft.op_node[node.name] = node
     draft.op_slots[node.name] = slots
     draft.pricers.append(pricer)
+    draft.repsets[node.name] = repsets
 
 
 def _add_results(draft: _Draft, node: torch.fx.Node) -> tuple[list[str], object]:

@@ -136,3 +136,38 @@ def test_the_uncertainty_counts_only_what_the_change_moved():
     shaky = lambda name, record: name == "ln" and record[1][0] == "B:W"
     assert robust.uncertainty(stock, moved, 0.5, shaky, 4.0) == pytest.approx((4.0 * 40 + 0.5 * (35 + 30 + 5)) / 2)
     assert robust.uncertainty(stock, stock, 0.5, shaky, 4.0) == 0.0  # nothing moved: nothing to be off
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_combined_bound_above_the_profile_count_rules_out_every_layout(seed):
+    """`none_admissible`: where the weighted sum's proven bound is above the number of profiles, no layout is
+    priced at most stock's (+ NOISE_US) under every profile, so no profile's own optimum is worth a solve. Stock
+    is cheaper than every layout (below each optimum by more than the noise: a layout the problem cannot
+    express) or dearer (1.1x each optimum)."""
+    first = random_problem(seed, n_ops=5, p_fixed=0.0, binary=True)
+    second = _repriced(first, seed + 200)
+    optima = [brute_force(p)[0] for p in (first, second)]
+    verdicts = []
+    for factor in (0.8, 1.1):
+        stock = [max(factor * o - 2 * robust.NOISE_US, 0.0) if factor < 1 else factor * o for o in optima]
+        weights = [1.0 / (s + robust.NOISE_US) for s in stock]
+        bound = solve(robust.weighted_sum([first, second], weights)).bound
+        ruled_out = robust.none_admissible(bound, 2)
+        verdicts.append(ruled_out)
+        rng = random.Random(seed)
+        for _ in range(60):
+            modes = {op.id: rng.choice(op.modes).name for op in first.ops}
+            free = {v.id: rng.choice(v.domain) for v in first.values}
+            try:
+                prices = [evaluate(p, modes, free).objective for p in (first, second)]
+            except ProblemError:
+                continue
+            no_dearer = all(p <= s + robust.NOISE_US for p, s in zip(prices, stock))
+            assert not (ruled_out and no_dearer), (factor, prices, stock, bound)
+        # the optimum of each profile is a layout too
+        for p in (first, second):
+            _, modes, free = brute_force(p)
+            prices = [evaluate(q, modes, free).objective for q in (first, second)]
+            assert not (ruled_out and all(x <= s + robust.NOISE_US for x, s in zip(prices, stock)))
+    if min(optima) > 2 * robust.NOISE_US:
+        assert verdicts[0], "stock cheaper than every layout under both profiles must rule every layout out"
