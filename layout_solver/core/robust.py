@@ -161,19 +161,23 @@ def choose(
 PRICE_AGREEMENT = 0.005
 
 
-def none_admissible(combined_bound: float, n_profiles: int) -> bool:
-    """Whether the proven lower bound of the `weighted_sum` problem (weights 1 / (stock's price + NOISE_US), one
-    per profile) rules out every candidate `choose` could take, so no profile's own optimum needs solving.
+def own_optimum_ruled_out(combined_bound: float, n_profiles: int, first_ratio: float) -> bool:
+    """Whether one profile's own optimum cannot be a candidate `choose` takes, so it need not be solved: from the
+    proven lower bound of the `weighted_sum` problem (weights 1 / (stock's price + NOISE_US), one per profile) and
+    `first_ratio`, that problem's optimum's ratio to stock's price under the profile.
 
-    A candidate no profile prices above stock's price + NOISE_US has a weighted sum of at most `n_profiles`; no
-    layout's weighted sum is below the bound. A DeiT delegate whose layer norms stock writes to width-packed
-    textures (a label the solver's runtime rule refuses at its shapes) has no layout as cheap as stock's under
-    either profile: its combined bound was 2.36 of 2.
+    A candidate `choose` takes is priced at most stock's + NOISE_US by every profile: a weighted price of at most 1
+    each. The profile's own optimum costs it no more than the first candidate does, so its weighted sum is at most
+    n - 1 + min(first_ratio, 1); no layout's is below the bound. With first_ratio >= 1 this rules every layout
+    out: a DeiT delegate whose layer norms stock writes to width-packed textures (a label the solver's runtime rule
+    refuses at its shapes) has no layout as cheap as stock's under either profile: its bound was 2.36 of 2.
 
-    >>> none_admissible(2.36, 2), none_admissible(1.998, 2)
+    >>> own_optimum_ruled_out(2.36, 2, 1.38), own_optimum_ruled_out(1.998, 2, 0.999)
+    (True, False)
+    >>> own_optimum_ruled_out(2.0, 2, 0.88), own_optimum_ruled_out(2.0, 2, 1.14)  # pvt_v2: one solve saved
     (True, False)
     """
-    return combined_bound > n_profiles * (1.0 + PRICE_AGREEMENT)
+    return combined_bound > (1.0 + PRICE_AGREEMENT) * (n_profiles - 1 + min(first_ratio, 1.0))
 
 
 def structure(problem: Problem) -> tuple:

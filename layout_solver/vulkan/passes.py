@@ -323,14 +323,20 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         # apiece, so they are tried only when it is not (or there is none), unless the joint answer must be kept
         # (a value linked to another method's partition). A 32-layer Llama's prefill kept stock's tagging (192
         # transitions) in a joint lowering where the per-method one took the lavapipe optimum (129).
-        if not candidates or (
-            robust.choose(prices, stock, margins).chosen is None
-            and not bound_to_joint_answer()
-            and not robust.none_admissible(candidates["every profile"][1].bound, len(labels))
-        ):
-            for label in labels:
+        if not candidates or (robust.choose(prices, stock, margins).chosen is None and not bound_to_joint_answer()):
+            # ... and each only where the first solve's bound does not already rule it out (own_optimum_ruled_out)
+            first = candidates.get("every profile")
+            tried = [
+                label
+                for label in labels
+                if first is None
+                or not robust.own_optimum_ruled_out(
+                    first[1].bound, len(labels), robust.ratio(prices["every profile"][label], stock[label])
+                )
+            ]
+            for label in tried:
                 candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
-            price([f"{label} optimum" for label in labels])
+            price([f"{label} optimum" for label in tried])
         choice = robust.choose(prices, stock, margins)
         decision["choice"] = choice
         if choice.chosen is None:

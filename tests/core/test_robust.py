@@ -139,35 +139,36 @@ def test_the_uncertainty_counts_only_what_the_change_moved():
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_a_combined_bound_above_the_profile_count_rules_out_every_layout(seed):
-    """`none_admissible`: where the weighted sum's proven bound is above the number of profiles, no layout is
-    priced at most stock's (+ NOISE_US) under every profile, so no profile's own optimum is worth a solve. Stock
-    is cheaper than every layout (below each optimum by more than the noise: a layout the problem cannot
-    express) or dearer (1.1x each optimum)."""
-    first = random_problem(seed, n_ops=5, p_fixed=0.0, binary=True)
-    second = _repriced(first, seed + 200)
-    optima = [brute_force(p)[0] for p in (first, second)]
-    verdicts = []
-    for factor in (0.8, 1.1):
-        stock = [max(factor * o - 2 * robust.NOISE_US, 0.0) if factor < 1 else factor * o for o in optima]
+def test_a_profiles_own_optimum_ruled_out_by_the_combined_bound_is_never_admissible(seed):
+    """`own_optimum_ruled_out`: where it says so, that profile's own optimum is priced above stock's (+ NOISE_US)
+    by some profile, and where the bound exceeds the number of profiles no sampled layout is priced at most
+    stock's by both. Stock is cheaper than every layout (below each optimum by more than the noise: a layout
+    the problem cannot express), about as cheap as the optima, or dearer (1.1x each optimum)."""
+    problems = [random_problem(seed, n_ops=5, p_fixed=0.0, binary=True)]
+    problems.append(_repriced(problems[0], seed + 200))
+    optima = [brute_force(p) for p in problems]
+    ruled = []
+    for factor in (0.8, 1.0, 1.1):
+        stock = [max(0.8 * o[0] - 2 * robust.NOISE_US, 0.0) if factor < 1 else factor * o[0] for o in optima]
         weights = [1.0 / (s + robust.NOISE_US) for s in stock]
-        bound = solve(robust.weighted_sum([first, second], weights)).bound
-        ruled_out = robust.none_admissible(bound, 2)
-        verdicts.append(ruled_out)
-        rng = random.Random(seed)
-        for _ in range(60):
-            modes = {op.id: rng.choice(op.modes).name for op in first.ops}
-            free = {v.id: rng.choice(v.domain) for v in first.values}
-            try:
-                prices = [evaluate(p, modes, free).objective for p in (first, second)]
-            except ProblemError:
+        first = solve(robust.weighted_sum(problems, weights))
+        first_prices = [evaluate(p, first.modes, first.labels).objective for p in problems]
+        for k, (_, modes, free) in enumerate(optima):
+            ratio = robust.ratio(first_prices[k], stock[k])
+            if not robust.own_optimum_ruled_out(first.bound, 2, ratio):
                 continue
-            no_dearer = all(p <= s + robust.NOISE_US for p, s in zip(prices, stock))
-            assert not (ruled_out and no_dearer), (factor, prices, stock, bound)
-        # the optimum of each profile is a layout too
-        for p in (first, second):
-            _, modes, free = brute_force(p)
-            prices = [evaluate(q, modes, free).objective for q in (first, second)]
-            assert not (ruled_out and all(x <= s + robust.NOISE_US for x, s in zip(prices, stock)))
-    if min(optima) > 2 * robust.NOISE_US:
-        assert verdicts[0], "stock cheaper than every layout under both profiles must rule every layout out"
+            ruled.append((factor, k))
+            prices = [evaluate(p, modes, free).objective for p in problems]
+            assert any(x > s + robust.NOISE_US for x, s in zip(prices, stock)), (factor, k, prices, stock)
+        if robust.own_optimum_ruled_out(first.bound, 2, 1.0):  # every layout
+            rng = random.Random(seed)
+            for _ in range(60):
+                modes = {op.id: rng.choice(op.modes).name for op in problems[0].ops}
+                free = {v.id: rng.choice(v.domain) for v in problems[0].values}
+                try:
+                    prices = [evaluate(p, modes, free).objective for p in problems]
+                except ProblemError:
+                    continue
+                assert any(x > s + robust.NOISE_US for x, s in zip(prices, stock)), (factor, prices, stock)
+    if min(o[0] for o in optima) > 2 * robust.NOISE_US:
+        assert {(0.8, 0), (0.8, 1)} <= set(ruled), "stock cheaper than every layout: both optima ruled out"
