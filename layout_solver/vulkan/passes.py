@@ -350,8 +350,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         """Every pricing's (`decision_pricings`) prices of stock's own tagging of a copy of the graph, by node
         (`modelled_cost_by_node`)."""
         stock_graph = self.tagged[None] = _detached_copy(graph_module)
-        # The registry's answers for the graph's ops were read once by the build: stock's pass reads each again
-        # through its cache (a third of its time on a ViT delegate); what it constrains it makes afresh.
+        # The registry's answers for the graph's ops were read once by the build: stock's pass finds them in its own
+        # cache instead of asking the registry again (what it constrains it still makes afresh).
         repsets = next(iter(self.built.values())).draft.repsets
         for node in stock_graph.graph.nodes:
             if node.name in repsets:
