@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m benchmarks.vulkan.layer_norm_rule [--shapes 1x3x5x7,1x65x96] [--out FILE]
 
 The solver's problem refuses width- and height-packed texture layer norms where the runtime got them wrong
-(`layout_solver.vulkan.problem_builder._layer_norm_label_ok`). This reads the runtime itself: LayerNorm -> mul ->
+(`layout_solver.vulkan.problem_builder.RUNTIME_LABEL_RULES`, read here through that registry). This reads the runtime itself: LayerNorm -> mul ->
 Linear over the last dim, lowered with stock's TagMemoryMetaPass (which writes width-packed textures at every shape
 here), executed on the Vulkan device (lavapipe here), compared with eager; the table gives each shape's labels, the
 largest error and whether the rule refuses the label stock wrote. A shape the rule refuses whose error is within
@@ -15,12 +15,13 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from executorch.exir.dialects._ops import ops as exir_ops
 
 from benchmarks import harness
 from layout_solver.targets.vulkan.measure import lower_vulkan
 from layout_solver.targets.vulkan.runtime import execute
 from layout_solver.vulkan import stock_layouts
-from layout_solver.vulkan.problem_builder import _layer_norm_label_ok
+from layout_solver.vulkan.problem_builder import RUNTIME_LABEL_RULES
 
 # 2026-12-04 on lavapipe: wrong only at shape[-3] == 3 with a width above 4.
 DEFAULT_SHAPES = (
@@ -54,7 +55,8 @@ def check(shape: list[int]) -> list[object]:
     if not result.executed:
         return ["x".join(map(str, shape)), ", ".join(labels), f"failed: {result.error}", ""]
     error = (torch.as_tensor(result.outputs[0]) - module(x)).abs().max().item()
-    refused = [label for label in labels if not _layer_norm_label_ok(x, label)]
+    rule = RUNTIME_LABEL_RULES[exir_ops.edge.aten.native_layer_norm.default]
+    refused = [label for label in labels if not rule(x, label)]
     return ["x".join(map(str, shape)), ", ".join(labels), f"{error:.2e}", "refuses" if refused else "allows"]
 
 

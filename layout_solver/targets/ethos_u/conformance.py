@@ -231,8 +231,6 @@ def regressions(stock: dict[str, dict], solver: dict[str, dict]) -> list[str]:
 def transpose_count_cases() -> dict:
     """name -> executorch's TransposeCountCase (module, inputs, expected_transposes): its FP cases and its INT
     one, 36 in executorch 1.5.1 (built once per process)."""
-    import importlib
-
     import torch
     from executorch.backends.arm.test.misc import test_transpose_counts as peer
 
