@@ -343,3 +343,61 @@ def test_first_order_relaxation_is_deterministic_and_bounds():
     (first, point, vertex), (second, again, _) = runs
     assert not vertex and first == second and (point == again).all()
     assert exact - 0.01 * abs(exact) <= first <= exact + 1e-6
+
+
+def test_a_piece_the_simplex_would_not_finish_gets_the_first_order_relaxation_not_the_greedy_answer():
+    """Against the clock: with too little time left for the dual simplex (ITERATIONS_PER_SECOND) but at least
+    FIRST_ORDER_MIN_SECONDS, the piece is relaxed by PDLP: a rounded answer with a real bound, where the greedy
+    answer's bound is only the sum of the unary minima."""
+    import time
+
+    from layout_solver.core.solvers import portfolio
+    from layout_solver.core.synthetic import window_problem
+
+    sub = _whole_piece(window_problem(8000, window=40, seed=4))
+    booleans = sum(sub.n_options) + 2 * len(sub.factors)
+    left = 0.5 * portfolio.ITERATIONS_PER_BOOLEAN * booleans / portfolio.ITERATIONS_PER_SECOND  # half of what it needs
+    assert left >= portfolio.FIRST_ORDER_MIN_SECONDS
+    assert portfolio._relaxation_method(sub, time.perf_counter() + left, None) == "first-order"
+    assert portfolio._relaxation_method(sub, time.perf_counter() + 2 * left * 1.1, None) == "simplex"
+    assert (
+        portfolio._relaxation_method(sub, time.perf_counter() + 0.5 * portfolio.FIRST_ORDER_MIN_SECONDS, None) is None
+    )
+    result = portfolio.solve_hard(sub, time.perf_counter() + left)
+    trivial = sub.offset + sum(min(u) for u in sub.unary)
+    assert result.method in ("lp", "lp-round") and result.bound <= result.value
+    assert result.bound - trivial > 0.5 * (result.value - trivial)  # most of the way from the trivial bound
+
+
+def test_against_the_clock_each_component_gets_its_share_of_the_time():
+    """Components solved in turn against the clock: each takes at most its share of what is left (by its
+    variables, at least MIN_TIME_SHARE), so the last wide piece is not left the greedy answer. Under a work
+    budget the deadline stays whole (the budget decides)."""
+    import time
+
+    from layout_solver.core.solvers import decompose
+    from layout_solver.core.solvers.budget import WorkBudget
+    from layout_solver.core.synthetic import window_problem
+
+    compiled = compile_problem(window_problem(2000, window=12, seed=3))
+    for budget in (None, WorkBudget(10.0)):
+        decomposer = decompose.Decomposer(compiled, deadline=time.perf_counter() + 60, budget=budget)
+        seen = []
+        original = decomposer.solve_component
+
+        def record(variables, factors, original=original, decomposer=decomposer, seen=seen):
+            seen.append((len(variables), decomposer.until - time.perf_counter(),
+                         decomposer.deadline - time.perf_counter()))  # fmt: skip
+            return original(variables, factors)
+
+        decomposer.solve_component = record
+        decomposer.solve()
+        assert len(seen) > 1
+        total = sum(n for n, _, _ in seen)
+        remaining = total
+        for n, share, whole in seen:
+            if budget is None:
+                assert share <= max(n / remaining, decompose.MIN_TIME_SHARE) * whole + 1e-3
+            else:
+                assert share == pytest.approx(whole, abs=1e-3)
+            remaining -= n

@@ -44,6 +44,9 @@ MAX_INTERFACE = 256
 # Components up to this many variables that exact elimination takes whole are not split into blocks (an irregular
 # graph's components; a model's one long component keeps the blocks, whose memo solves a repeated block once).
 DIRECT_VARS = 600
+# The least share of the time left a component may take against the clock, however few its variables: a
+# medium piece (a few hundred variables, a MIP of a fraction of a second) keeps time enough to close.
+MIN_TIME_SHARE = 0.1
 
 
 @dataclass
@@ -108,6 +111,7 @@ class Decomposer:
         self.enumeration_limit = enumeration_limit
         self.use_blocks = use_blocks
         self.deadline = deadline
+        self.until = deadline  # the piece being solved: its component's share of the time (`solve`)
         self.workers = workers
         shared = _shared_memo.get()
         self.memo: dict[tuple, _Table] = shared if shared is not None and memo else {}
@@ -130,7 +134,7 @@ class Decomposer:
             # Exact elimination may give up late on a wide piece: it gets half the time left, CP-SAT the rest;
             # under a work budget its table limit alone decides (the clock only as the safety net).
             now = time.perf_counter()
-            until = self.deadline if self.budget is not None else now + 0.5 * (self.deadline - now)
+            until = self.deadline if self.budget is not None else now + 0.5 * (self.until - now)
             exact = solve_by_elimination(sub, self.elimination_limit, until)
             if exact is not None:
                 return exact
@@ -140,7 +144,7 @@ class Decomposer:
             def trace(phase: str, incumbent: float, bound: float) -> None:
                 self.trace(phase, incumbent, bound, sub.n_vars)
 
-        return solve_hard(sub, self.deadline, self.workers, self.engines, trace, self.budget)
+        return solve_hard(sub, self.until, self.workers, self.engines, trace, self.budget)
 
     def _record(self, result: SubResult) -> None:
         self.stats.by_method[result.method] += 1
@@ -177,8 +181,18 @@ class Decomposer:
         bound = 0.0
         # Smallest first: the many small pieces are solved exactly before a wide one takes the time left.
         components = sorted(self.components(), key=lambda c: len(c[0]))
+        remaining = sum(len(c[0]) for c in components)
         for k, (variables, factors) in enumerate(components):
-            if time.perf_counter() >= self.deadline:
+            now = time.perf_counter()
+            # Against the clock each component gets its share of the time left by its variables (at least
+            # MIN_TIME_SHARE of it): the first wide piece no longer takes it all and leaves the greedy answer to
+            # the next. Under a work budget the budget decides, the clock only as the safety net.
+            share = max(len(variables) / remaining, MIN_TIME_SHARE) if remaining else 1.0
+            self.until = (
+                self.deadline if self.budget is not None else min(self.deadline, now + share * (self.deadline - now))
+            )
+            remaining -= len(variables)
+            if now >= self.deadline:
                 # Out of time: one greedy pass over everything left, not one small search per piece.
                 rest = components[k:]
                 self.stats.components += len(rest)

@@ -44,8 +44,11 @@ LP_PIECE_VARS = 1000
 ITERATIONS_PER_BOOLEAN = 0.4
 # Simplex iterations a second on this project's 2-core machine, for the same decision against the clock.
 ITERATIONS_PER_SECOND = 10000
-# The least budget a first-order relaxation is started with (a few hundred passes over a 100k-op graph's matrix).
+# The least budget a first-order relaxation is started with (a few hundred passes over a 100k-op graph's matrix),
+# and the least time against the clock (PDLP takes half of it; a 5,600-variable piece's bound after 0.3 s is
+# within a few percent, the greedy answer's bound nowhere near).
 FIRST_ORDER_MIN_UNITS = 0.25
+FIRST_ORDER_MIN_SECONDS = 0.25
 # A relaxed piece proven this close to its optimum is done: SCIP would spend the rest of the time limit on root
 # processing to close the last fraction of a percent (8 s at 6,300 variables, measured), a tenth of what the cost
 # models themselves are off by (the shipped profiles' prediction errors are 10% and more).
@@ -63,9 +66,11 @@ def solve_hard(
     """Best answer for `sub` by `deadline` (a time.perf_counter() instant), within `budget` where one is given,
     with a proven bound."""
     start = None
-    if "lp" in engines and sub.n_vars >= LP_PIECE_VARS and _relaxation_fits(sub, deadline, budget):
+    method = _relaxation_method(sub, deadline, budget) if "lp" in engines and sub.n_vars >= LP_PIECE_VARS else None
+    if method is not None:
         # The relaxation's rounded answer comes first; the greedy one only if the relaxation stops short.
-        relaxed = solve_by_relaxation(sub, None, deadline, _exact_repair(deadline, budget), budget, workers)
+        relaxed = solve_by_relaxation(sub, None, deadline, _exact_repair(deadline, budget), budget, workers,
+                                      first_order=method == "first-order")  # fmt: skip
         if relaxed is not None:
             if trace is not None:
                 trace("lp", relaxed.value, relaxed.bound)
@@ -100,19 +105,22 @@ def solve_hard(
     return best
 
 
-def _relaxation_fits(sub: Subproblem, deadline: float, budget: WorkBudget | None) -> bool:
-    """Whether the relaxation is expected to finish on what is left: the dual simplex's iterations against the
-    budget (deterministic) or else the clock; the first-order method has a bound wherever it stops, so it needs
-    only FIRST_ORDER_MIN_UNITS (or a second)."""
+def _relaxation_method(sub: Subproblem, deadline: float, budget: WorkBudget | None) -> str | None:
+    """How to relax `sub` on what is left: "simplex" where the dual simplex is expected to finish (its
+    iterations against the budget, deterministic, or else the clock), else "first-order" (PDLP has a bound
+    wherever it stops, so it needs only FIRST_ORDER_MIN_UNITS, or FIRST_ORDER_MIN_SECONDS: a piece the simplex would not finish
+    gets a bound and a rounded answer, not the greedy one, which left a 20,000-variable window-40 piece 47% open
+    at 10 s), None where not even that is left."""
     booleans = sum(sub.n_options) + 2 * len(sub.factors)
-    if booleans > FIRST_ORDER_BOOLS:
-        if budget is not None:
-            return budget.left >= FIRST_ORDER_MIN_UNITS
-        return deadline - time.perf_counter() >= 1.0
-    needed = ITERATIONS_PER_BOOLEAN * booleans
+    if booleans <= FIRST_ORDER_BOOLS:
+        needed = ITERATIONS_PER_BOOLEAN * booleans
+        if budget is not None and needed <= budget.left * ITERATIONS_PER_UNIT:
+            return "simplex"
+        if budget is None and needed <= (deadline - time.perf_counter()) * ITERATIONS_PER_SECOND:
+            return "simplex"
     if budget is not None:
-        return needed <= budget.left * ITERATIONS_PER_UNIT
-    return needed <= (deadline - time.perf_counter()) * ITERATIONS_PER_SECOND
+        return "first-order" if budget.left >= FIRST_ORDER_MIN_UNITS else None
+    return "first-order" if deadline - time.perf_counter() >= FIRST_ORDER_MIN_SECONDS else None
 
 
 def _exact_repair(deadline: float, budget: WorkBudget | None):

@@ -65,12 +65,13 @@ def relax(
     deadline: float | None = None,
     budget: WorkBudget | None = None,
     workers: int = 1,
+    first_order: bool = False,
 ) -> tuple[float, np.ndarray, bool] | None:
     """The LP relaxation's proven lower bound on `sub`'s optimum, its (near-)optimal point (one value per Boolean
     of `lm`) and whether that point is a simplex vertex. HiGHS's dual simplex up to FIRST_ORDER_BOOLS Booleans
-    (None when it stops short: iteration limit from `budget`, or the `deadline`); above, OR-Tools' PDLP, a
-    first-order method on `workers` threads that has a valid bound wherever it stops (passes over the matrix
-    from `budget`, or the `deadline`)."""
+    (None when it stops short: iteration limit from `budget`, or the `deadline`); above, or where `first_order`
+    is asked for, OR-Tools' PDLP, a first-order method on `workers` threads that has a valid bound wherever it
+    stops (passes over the matrix from `budget`, or the `deadline`)."""
     lm = lm or formulate(sub)
     cost = np.zeros(lm.n_bools)
     for i, c in lm.objective.items():
@@ -79,7 +80,7 @@ def relax(
     left = None if deadline is None else deadline - time.perf_counter()
     if left is not None and left <= 0.01:
         return None
-    if lm.n_bools > FIRST_ORDER_BOOLS:
+    if first_order or lm.n_bools > FIRST_ORDER_BOOLS:
         matrix = vstack([a_eq, a_ub]).tocsc()
         y, x = _first_order(cost, matrix, a_eq.shape[0], left, budget, workers)
         y_eq, y_ub = y[: a_eq.shape[0]], y[a_eq.shape[0] :]
@@ -150,11 +151,13 @@ def solve_by_relaxation(
     exact: Callable[[Subproblem, list[int]], SubResult],
     budget: WorkBudget | None = None,
     workers: int = 1,
+    first_order: bool = False,
 ) -> SubResult | None:
     """The relaxation's bound, and the better of `start` (if any) and the answer rounded from the LP's point (its fractional
-    variables re-solved by `exact(piece, hint options)`), or None when the relaxation stops short."""
+    variables re-solved by `exact(piece, hint options)`), or None when the relaxation stops short (`first_order`:
+    see `relax`)."""
     lm = formulate(sub)
-    relaxed = relax(sub, lm, deadline, budget, workers)
+    relaxed = relax(sub, lm, deadline, budget, workers, first_order)
     if relaxed is None:
         return None
     bound, point, vertex = relaxed
@@ -180,6 +183,9 @@ def solve_by_relaxation(
     value = sub.total(options)
     if start is not None and start.value < value:
         options, value = list(start.options), start.value
+    # A first-order method stopped early can leave a Lagrangian bound below the plain one (every variable at its
+    # cheapest option, no transition paid: valid since transitions cost >= 0); the piece keeps the better.
+    bound = max(bound, sub.offset + sum(min(u) for u in sub.unary))
     bound = min(bound if start is None else max(bound, start.bound), value)
     result = SubResult(options, value, bound, "lp-round")
     if proven(result):
