@@ -273,3 +273,17 @@ def test_an_int8_delegates_quantize_and_dequantize_run_as_converts_unless_folded
     classes = [op.op_class for r in lowered.reports for op in r.run_ops]
     assert classes.count("gemm") == 2 and classes.count("convert") == 2  # the input's q, the result's dq
     assert "convert" in predicted_run(lowered, xnn_cost.load_profile(), 1, None)  # priced (64 elements: ~0 us)
+
+
+def test_the_zoo_report_states_how_far_the_machines_multi_thread_speed_wanders():
+    """The zoo benchmark's line on the reference program's 2-thread over 1-thread time, read off its records
+    (deciles and extremes) beside the profile's own ratio; no line without enough records."""
+    from benchmarks.xnnpack.zoo import reference_spread
+    from cost_models import xnnpack as xnn_cost
+
+    records = [{"reference_ms_by_threads": {"1": 0.5, "2": 0.5 * r}} for r in [0.8, *[1.0] * 9, 1.3]]
+    (line,) = reference_spread(records, [1, 2])
+    profile = xnn_cost.load_profile()
+    assert "median 1.00" in line and "all 0.80 - 1.30 (11 records)" in line
+    assert f"the profile's {profile.reference_us['2'] / profile.reference_us['1']:.2f}" in line
+    assert reference_spread(records[:9], [1, 2]) == [] and reference_spread(records, [1]) == []
