@@ -31,7 +31,7 @@ _ENUMERABLE = 64
 def separable_bound(sub: Subproblem, deadline: float | None = None) -> float:
     """Each unary and each factor at its own minimum (a factor whose scope is too large to enumerate
     counts 0); factors left when `deadline` passes count 0 as well."""
-    bound = sub.offset + sum(min(u) for u in sub.unary)
+    bound = sub.plain_bound
     for k, f in enumerate(sub.factors):
         if k % 512 == 0 and deadline is not None and time.perf_counter() >= deadline:
             break

@@ -83,7 +83,7 @@ def solve_hard(
             start = relaxed
     if start is None:
         start = greedy(sub, deadline=deadline)
-        start.bound = sub.offset + sum(min(u) for u in sub.unary)
+        start.bound = sub.plain_bound
         if trace is not None:
             trace("greedy", start.value, start.bound)
         if time.perf_counter() >= deadline or not engines or (budget is not None and budget.left <= 0):

@@ -183,9 +183,8 @@ def solve_by_relaxation(
     value = sub.total(options)
     if start is not None and start.value < value:
         options, value = list(start.options), start.value
-    # A first-order method stopped early can leave a Lagrangian bound below the plain one (every variable at its
-    # cheapest option, no transition paid: valid since transitions cost >= 0); the piece keeps the better.
-    bound = max(bound, sub.offset + sum(min(u) for u in sub.unary))
+    # A first-order method stopped early can leave a Lagrangian bound below the plain one: keep the better.
+    bound = max(bound, sub.plain_bound)
     bound = min(bound if start is None else max(bound, start.bound), value)
     result = SubResult(options, value, bound, "lp-round")
     if proven(result):

@@ -50,6 +50,12 @@ class Subproblem:
         """The number of variables."""
         return len(self.n_options)
 
+    @property
+    def plain_bound(self) -> float:
+        """A lower bound on any assignment's cost: each variable at its cheapest option, no transition paid (they
+        cost >= 0)."""
+        return self.offset + sum(min(u) for u in self.unary)
+
     def factor_cost(self, f: Factor, opt) -> float:
         """The cost of factor `f` under the options `opt` (variable -> option)."""
         return factor_cost(f, opt, self.cost)
