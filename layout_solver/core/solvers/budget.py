@@ -4,7 +4,7 @@ that says so when it fires (solve.py).
 
 A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
 at NODES_PER_UNIT plus its model's nonzeros at MODEL_NONZEROS_PER_UNIT, HiGHS's simplex iterations at
-ITERATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
+ITERATIONS_PER_UNIT, local-search move evaluations at EVALUATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
 solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
 """
 
@@ -26,6 +26,13 @@ NONZEROS_PER_UNIT = 6e7
 # 1.7M nonzeros in all, in 34 s, and was charged 0.2 units for them by its nodes, so its 30 s wall-clock safety
 # net fired before a 7.5-unit budget and the answer depended on the machine's speed).
 MODEL_NONZEROS_PER_UNIT = 50000
+# Single-variable move evaluations (a factor looked up for one option of one variable) per unit, for the local
+# search's sweeps (greedy.improve): about a second of one core here (336,000 per sweep of a 62,800-variable piece,
+# 8 sweeps in 3.8 s).
+EVALUATIONS_PER_UNIT = 700_000
+# The share of what is left a first-order relaxation may spend when its point is rounded by local search after
+# it: the sweeps get the rest instead of the clock deciding where they stop.
+RELAXATION_SHARE = 0.75
 # What one large-neighbourhood window costs whatever its search spends (its model building and LP), so a sweep
 # of windows that each close at the root still ends.
 WINDOW_UNITS = 0.05

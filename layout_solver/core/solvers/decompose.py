@@ -182,15 +182,19 @@ class Decomposer:
         # Smallest first: the many small pieces are solved exactly before a wide one takes the time left.
         components = sorted(self.components(), key=lambda c: len(c[0]))
         remaining = sum(len(c[0]) for c in components)
+        whole_budget = self.budget
         for k, (variables, factors) in enumerate(components):
             now = time.perf_counter()
-            # Against the clock each component gets its share of the time left by its variables (at least
-            # MIN_TIME_SHARE of it): the first wide piece no longer takes it all and leaves the greedy answer to
-            # the next. Under a work budget the budget decides, the clock only as the safety net.
+            # Each component gets its share of what is left by its variables (at least MIN_TIME_SHARE of it): the
+            # first wide piece no longer takes it all and leaves the greedy answer to the next. Against the clock
+            # the share is of the time; under a work budget of the units (what it leaves unspent passes on), the
+            # clock only the safety net, so the split stays deterministic.
             share = max(len(variables) / remaining, MIN_TIME_SHARE) if remaining else 1.0
-            self.until = (
-                self.deadline if self.budget is not None else min(self.deadline, now + share * (self.deadline - now))
-            )
+            if whole_budget is None:
+                self.until = min(self.deadline, now + share * (self.deadline - now))
+            else:
+                self.until = self.deadline
+                self.budget = WorkBudget(share * whole_budget.left)
             remaining -= len(variables)
             if now >= self.deadline:
                 # Out of time: one greedy pass over everything left, not one small search per piece.
@@ -201,9 +205,15 @@ class Decomposer:
                 self._record(result)
                 for v, o in zip(variables, result.options):
                     options[v] = o
+                self.budget = whole_budget
                 return options, bound + result.bound
             self.stats.components += 1
-            chosen, lb = self.solve_component(variables, factors)
+            try:
+                chosen, lb = self.solve_component(variables, factors)
+            finally:
+                if whole_budget is not None:
+                    whole_budget.spend(self.budget.spent)
+                    self.budget = whole_budget
             for v, o in zip(variables, chosen):
                 options[v] = o
             bound += lb

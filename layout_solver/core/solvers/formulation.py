@@ -33,6 +33,12 @@ class LinearModel:
     objective: dict[int, float] = field(default_factory=dict)  # Boolean -> cost
     constant: float = 0.0
 
+    @property
+    def nonzeros(self) -> int:
+        """Entries of the constraint matrix: what building the model and its root processing grow with."""
+        count = sum(len(lits) for lits in self.choose) + sum(1 + len(lits) for _, lits in self.implies_any)
+        return count + sum(len(lits) + 1 for lits, _ in self.covers)
+
     def new_bool(self) -> int:
         """A new 0/1 variable."""
         self.n_bools += 1

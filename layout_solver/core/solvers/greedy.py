@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from layout_solver.core.solvers.budget import EVALUATIONS_PER_UNIT, WorkBudget
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 from layout_solver.core.solvers.tables import FlatTables
 
@@ -41,17 +42,24 @@ def improve(
     max_sweeps: int = 8,
     deadline: float | None = None,
     tables: FlatTables | None = None,
+    budget: WorkBudget | None = None,
 ) -> list[int]:
     """`options` after single-variable moves, swept in order while one helps (at most `max_sweeps` sweeps, none
-    after `deadline`); never worse than `options`."""
+    after `deadline`, and under a `budget` only whole sweeps it still covers, each charged its move evaluations);
+    never worse than `options`."""
     done = list(options)
     if max_sweeps <= 0:
         return done
     cost = (tables or FlatTables(sub)).cost
     touching = sub.var_factors()
+    sweep_units = sum(sub.n_options[v] * len(fs) for v, fs in enumerate(touching)) / EVALUATIONS_PER_UNIT
     for _ in range(max_sweeps):
         if deadline is not None and time.perf_counter() >= deadline:
             break
+        if budget is not None:
+            if budget.left < sweep_units:
+                break
+            budget.spend(sweep_units)
         improved = False
         for var in range(sub.n_vars):
             if var % 256 == 0 and deadline is not None and time.perf_counter() >= deadline:

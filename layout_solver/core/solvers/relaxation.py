@@ -28,7 +28,7 @@ from ortools.pdlp.python import pdlp
 from scipy.optimize import linprog
 from scipy.sparse import csr_array, vstack
 
-from layout_solver.core.solvers.budget import ITERATIONS_PER_UNIT, NONZEROS_PER_UNIT, WorkBudget
+from layout_solver.core.solvers.budget import ITERATIONS_PER_UNIT, NONZEROS_PER_UNIT, RELAXATION_SHARE, WorkBudget
 from layout_solver.core.solvers.formulation import LinearModel, formulate
 from layout_solver.core.solvers.greedy import improve
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult, proven, restrict
@@ -157,7 +157,13 @@ def solve_by_relaxation(
     variables re-solved by `exact(piece, hint options)`), or None when the relaxation stops short (`first_order`:
     see `relax`)."""
     lm = formulate(sub)
-    relaxed = relax(sub, lm, deadline, budget, workers, first_order)
+    share = budget
+    if budget is not None and (first_order or lm.n_bools > FIRST_ORDER_BOOLS):
+        # A first-order point is rounded by local search, which needs its share of the units.
+        share = WorkBudget(RELAXATION_SHARE * budget.left)
+    relaxed = relax(sub, lm, deadline, share, workers, first_order)
+    if share is not budget:
+        budget.spend(share.spent)
     if relaxed is None:
         return None
     bound, point, vertex = relaxed
@@ -171,7 +177,7 @@ def solve_by_relaxation(
             fractional.append(v)
     if len(fractional) > REPAIR_VARS:
         # Too many undecided for one exact solve in time: single-variable moves over the whole piece instead.
-        options = improve(sub, options, deadline=deadline)
+        options = improve(sub, options, deadline=deadline, budget=budget)
     elif fractional:
         touching = sub.var_factors()
         inside = set(fractional)
