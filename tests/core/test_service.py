@@ -146,7 +146,8 @@ def test_time_limit_gives_best_answer_with_gap_in_time(server):
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["status"] == "feasible" and 0 < answer["gap"] < 1 and answer["bound"] <= answer["objective"]
-    assert any("time limit reached" in note for note in answer["notes"]), answer["notes"]
+    # The work budget (a quarter unit a second) or, on a slow machine, the clock as its safety net ends it.
+    assert any(k in note for note in answer["notes"] for k in ("work limit reached", "time limit reached"))
     # The limit bounds the solver's own clock (compile + search); the request adds parsing 11,000 ops and sending
     # the answer, which on a loaded 2-core machine (CI) took 3 s on its own, so the request's time is bounded loosely.
     solver_seconds = answer["timings"]["compile"] + answer["timings"]["solve"]
