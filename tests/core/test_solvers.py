@@ -428,8 +428,9 @@ def test_a_piece_too_wide_for_the_table_limit_is_eliminated_with_wide_tables_bef
 
     sub = _whole_piece(window_problem(200, window=40, seed=1))
     assert elimination.elimination_order(sub, elimination.MAX_TABLE) is None
-    assert elimination.elimination_order(sub, elimination.WIDE_TABLE, max_work=1000) is None
-    wide = elimination.solve_by_elimination(sub, elimination.WIDE_TABLE, max_work=elimination.WIDE_WORK)
+    assert elimination.elimination_order(sub, elimination.MAX_TABLE, wide_work=1000) is None
+    assert elimination.solve_by_elimination(sub, elimination.MAX_TABLE) is None
+    wide = elimination.solve_by_elimination(sub, elimination.MAX_TABLE, wide_work=elimination.WIDE_WORK)
     assert wide is not None and wide.method == "elimination" and wide.bound == pytest.approx(wide.value)
     scip = mip.solve_mip(sub, greedy(sub), time.perf_counter() + 60)
     assert scip is not None and scip.bound == pytest.approx(scip.value)  # SCIP proved its optimum

@@ -4,8 +4,8 @@ that says so when it fires (solve.py).
 
 A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
 at NODES_PER_UNIT plus its model's nonzeros at MODEL_NONZEROS_PER_UNIT, HiGHS's simplex iterations at
-ITERATIONS_PER_UNIT, local-search move evaluations at EVALUATIONS_PER_UNIT, and a large-neighbourhood window at WINDOW_UNITS plus what its search spent. The exact
-solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
+ITERATIONS_PER_UNIT, local-search move evaluations at EVALUATIONS_PER_UNIT, and a large-neighbourhood window
+at WINDOW_UNITS plus what its search spent. The exact solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ class WorkBudget:
     def spend(self, units: float) -> None:
         """Charge `units` (an engine's own count of its work)."""
         self.spent += max(units, 0.0)
+
+    def affords_model(self, nonzeros: int) -> bool:
+        """Whether what is left covers building a MIP or CP-SAT model of `nonzeros` (MODEL_NONZEROS_PER_UNIT),
+        which their own counts of work miss."""
+        return nonzeros / MODEL_NONZEROS_PER_UNIT <= self.left
 
     def nodes(self) -> int:
         """The SCIP node limit of what is left (at least one node: the root)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from layout_solver.core.solvers.budget import MODEL_NONZEROS_PER_UNIT, WorkBudget
+from layout_solver.core.solvers.budget import WorkBudget
 from layout_solver.core.solvers.formulation import formulate
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult, integer_scale, stopped_by
 
@@ -50,7 +50,7 @@ def solve_cpsat(
     `budget`, within what is left of it in CP-SAT's deterministic time (the deadline then a safety net; several
     workers interleave their search, which keeps it deterministic)."""
     lm = formulate(sub)
-    if budget is not None and lm.nonzeros / MODEL_NONZEROS_PER_UNIT > budget.left:
+    if budget is not None and not budget.affords_model(lm.nonzeros):
         # Building the model and CP-SAT's presolve, which its deterministic time undercounts, alone cost more
         # than is left (a 5,600-variable irregular piece given 0.2 units ran 5.7 s): the hint stands.
         return SubResult(list(hint.options), hint.value, max(hint.bound, lm.constant), "cpsat-timeout")

@@ -32,13 +32,7 @@ from scipy.sparse.csgraph import connected_components
 from layout_solver.core.model import CompiledProblem, Factor
 from layout_solver.core.solvers.budget import WorkBudget
 from layout_solver.core.solvers.cpsat import Trace
-from layout_solver.core.solvers.elimination import (
-    MAX_TABLE,
-    WIDE_TABLE,
-    WIDE_WORK,
-    elimination_order,
-    solve_by_elimination,
-)
+from layout_solver.core.solvers.elimination import MAX_TABLE, WIDE_WORK, elimination_order, solve_by_elimination
 from layout_solver.core.solvers.exhaustive import ENUMERATION_LIMIT, can_enumerate, enumerate_all
 from layout_solver.core.solvers.mincut import solve_mincut
 from layout_solver.core.solvers.portfolio import ENGINES, RELATIVE_GAP, solve_hard
@@ -144,9 +138,7 @@ class Decomposer:
             # under a work budget its table limit alone decides (the clock only as the safety net).
             now = time.perf_counter()
             until = self.deadline if self.budget is not None else now + 0.5 * (self.until - now)
-            exact = solve_by_elimination(sub, self.elimination_limit, until)
-            if exact is None and self.elimination_limit < WIDE_TABLE:
-                exact = solve_by_elimination(sub, WIDE_TABLE, until, WIDE_WORK)
+            exact = solve_by_elimination(sub, self.elimination_limit, until, WIDE_WORK)
             if exact is not None:
                 return exact
         trace = None
@@ -251,9 +243,10 @@ class Decomposer:
         if len(variables) > DIRECT_VARS or not self.elimination_limit:
             return False
         sub = restrict(self.c, variables, factors, {})
-        if can_enumerate(sub, self.enumeration_limit) or elimination_order(sub, self.elimination_limit) is not None:
-            return True
-        return self.elimination_limit < WIDE_TABLE and elimination_order(sub, WIDE_TABLE, NARROW_WORK) is not None
+        return (
+            can_enumerate(sub, self.enumeration_limit)
+            or elimination_order(sub, self.elimination_limit, NARROW_WORK) is not None
+        )
 
     # -- blocks ---------------------------------------------------------------
 

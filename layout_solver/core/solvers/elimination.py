@@ -24,7 +24,7 @@ MAX_TABLE = 1 << 16
 # A piece no table limit above lets through is otherwise left to SCIP or CP-SAT, which take 0.5-1 s on the
 # 183-variable piece of a Llama decode step's Vulkan delegate (18-option values: its min-size order needs tables of
 # 2^21 entries, 0.24 s to eliminate). So before those it is eliminated with tables up to WIDE_TABLE entries (32 MiB
-# of float64) where all the order's tables together hold at most WIDE_WORK entries.
+# of float64) where all the order's tables together hold at most WIDE_WORK entries (`wide_work`).
 WIDE_TABLE = 1 << 22
 WIDE_WORK = 1 << 24
 
@@ -35,11 +35,12 @@ def _aligned(scope: tuple[int, ...], table: np.ndarray, union: list[int]) -> np.
     return table.transpose(axes).reshape(shape)
 
 
-def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, max_work: int | None = None) -> list[int] | None:
+def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: int | None = None) -> list[int] | None:
     """A min-size elimination order (each step removes the variable whose combined table is
     smallest), found symbolically on the interaction graph, or None if some step's table would
-    exceed `max_table` (or all of them together `max_work`). Linear-ish in the piece: a heap with lazy
-    updates, no tables built.
+    exceed `max_table`; given `wide_work`, tables up to WIDE_TABLE pass too while all the order's
+    tables hold at most `wide_work` entries. One pass either way: a wider limit only lets the same
+    order run further. Linear-ish in the piece: a heap with lazy updates, no tables built.
     """
     n = sub.n_vars
     options = sub.n_options
@@ -51,11 +52,13 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, max_work: int
     for v in range(n):
         adjacent[v].discard(v)
 
+    cap = max(max_table, WIDE_TABLE) if wide_work is not None else max_table
+
     def size(v: int) -> int:
         total = options[v]
         for u in adjacent[v]:
             total *= options[u]
-            if total > max_table:
+            if total > cap:
                 break
         return total
 
@@ -64,13 +67,13 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, max_work: int
     heapq.heapify(heap)
     done = [False] * n
     order: list[int] = []
-    work = 0
+    largest = work = 0
     while heap:
         s, v = heapq.heappop(heap)
         if done[v] or s != current[v]:
             continue
-        work += s
-        if s > max_table or (max_work is not None and work > max_work):
+        largest, work = max(largest, s), work + s
+        if s > cap or (largest > max_table and work > wide_work):
             return None
         done[v] = True
         order.append(v)
@@ -85,16 +88,17 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, max_work: int
 
 
 def solve_by_elimination(
-    sub: Subproblem, max_table: int = MAX_TABLE, deadline: float | None = None, max_work: int | None = None
+    sub: Subproblem, max_table: int = MAX_TABLE, deadline: float | None = None, wide_work: int | None = None
 ) -> SubResult | None:
-    """Exact optimum of `sub`, or None when a table would exceed `max_table` entries, or all of them
-    `max_work` (decided symbolically, before any table is built), or the `deadline` (a
-    time.perf_counter() instant) passes first."""
+    """Exact optimum of `sub`, or None when a table would exceed `max_table` entries (or, given
+    `wide_work`, the wide limits of `elimination_order`; decided symbolically, before any table is
+    built) or the `deadline` (a time.perf_counter() instant) passes first."""
     n = sub.n_vars
+    cap = max(max_table, WIDE_TABLE) if wide_work is not None else max_table
     for f in sub.factors:
-        if math.prod(sub.n_options[v] for v in f.scope) > max_table:
+        if math.prod(sub.n_options[v] for v in f.scope) > cap:
             return None
-    order = elimination_order(sub, max_table, max_work)
+    order = elimination_order(sub, max_table, wide_work)
     if order is None:
         return None
     tables: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}

@@ -52,7 +52,8 @@ def improve(
         return done
     cost = (tables or FlatTables(sub)).cost
     touching = sub.var_factors()
-    sweep_units = sum(sub.n_options[v] * len(fs) for v, fs in enumerate(touching)) / EVALUATIONS_PER_UNIT
+    if budget is not None:
+        sweep_units = sum(sub.n_options[v] * len(fs) for v, fs in enumerate(touching)) / EVALUATIONS_PER_UNIT
     for _ in range(max_sweeps):
         if deadline is not None and time.perf_counter() >= deadline:
             break

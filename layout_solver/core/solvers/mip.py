@@ -34,16 +34,16 @@ def solve_mip(
     returns its best answer and proven bound, or None when SCIP is unavailable or finds nothing. Given a
     `budget`, SCIP also stops at its node limit (`WorkBudget.nodes`), which it counts the same on any machine, and
     the solve is charged its nodes and its model's size (MODEL_NONZEROS_PER_UNIT)."""
-    solver = pywraplp.Solver.CreateSolver("SCIP")
-    if solver is None:
-        return None
     lm = formulate(sub)
     # What building the model and SCIP's root LP cost grows with the model, and SCIP's node count misses it: a
     # block DP that solves hundreds of small pieces spends seconds at one node each (charged below).
     nonzeros = lm.nonzeros
-    if budget is not None and nonzeros / MODEL_NONZEROS_PER_UNIT > budget.left:
+    if budget is not None and not budget.affords_model(nonzeros):
         # Building and root-solving this model alone costs more than is left (a 5,600-variable irregular piece
         # given 0.2 units ran 8 s and spent 2): not started, the caller keeps its answer.
+        return None
+    solver = pywraplp.Solver.CreateSolver("SCIP")
+    if solver is None:
         return None
     b = [solver.BoolVar("") for _ in range(lm.n_bools)]
     for k, lits in enumerate(lm.choose):
