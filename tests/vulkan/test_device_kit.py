@@ -103,6 +103,7 @@ def test_reading_the_results_gives_a_table_and_a_profile_a_second_kit_prices_wit
     row = next(line for line in report.splitlines() if line.startswith(f"| {MODEL} | profile |"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
     assert cells[4] != "-" and cells[6] != "-", row  # stock's time and the paired ratio were read
+    assert cells[8] != "-", row  # both programs' dispatches were profiled: the device's own change beside it
 
 
 def test_the_runner_reports_a_bad_input_by_program(first_kit, tmp_path):

@@ -441,6 +441,17 @@ def test_a_rescaled_profile_prices_every_class_by_its_reference_probe():
         rescale_factors(base, {("op", "unary|TEXTURE_3D:TENSOR_WIDTH_PACKED"): [(1.0, 1.0, 5.0)]})
 
 
+def test_rescaling_a_price_scales_every_term_of_it():
+    """Every price term of a fit moves with the factor (a flat-slice rate left out once priced a texture one
+    texel high at its old speed), and nothing else does."""
+    from layout_solver.targets.vulkan.rescale import _scaled
+
+    terms = [n for n in vk_cost.Linear.model_fields if n != "points"]
+    fit = vk_cost.Linear(**{n: float(k + 1) for k, n in enumerate(terms)}, points=7)
+    half = _scaled(fit, 0.5)
+    assert all(getattr(half, n) == pytest.approx(0.5 * getattr(fit, n)) for n in terms) and half.points == 7
+
+
 def _reference_points(base, probes, factor_of):
     """The reference probes' points as if re-timed today at `factor_of(key)` times the profile's time there
     (the median of its samples at that point: two shapes can share their terms)."""

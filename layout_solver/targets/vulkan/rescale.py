@@ -118,19 +118,9 @@ def _factor(factors: dict[str, float], kind: str, key: str) -> float:
 
 
 def _scaled(fit: vk_cost.Linear, factor: float) -> vk_cost.Linear:
-    return fit.model_copy(
-        update={
-            name: round(getattr(fit, name) * factor, 4)
-            for name in (
-                "overhead_us",
-                "us_per_mib",
-                "us_per_slice",
-                "us_per_mflop",
-                "us_per_operand_mib",
-                "us_per_krow",
-            )
-        }
-    )
+    """`fit` with every price term (its overhead and each rate) multiplied by `factor`."""
+    prices = [name for name in vk_cost.Linear.model_fields if name == "overhead_us" or name.startswith("us_per_")]
+    return fit.model_copy(update={name: round(getattr(fit, name) * factor, 4) for name in prices})
 
 
 def rescaled(base: vk_cost.VulkanProfile, factors: dict[str, float], command: str = "") -> vk_cost.VulkanProfile:

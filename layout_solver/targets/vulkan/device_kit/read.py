@@ -20,6 +20,15 @@ SCALAR_TYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 
                 7: np.float64, 11: np.bool_}  # fmt: skip
 SLOWER = 1.03  # the issue's bound on a GPU: a paired ratio above it is a slower program
 DEFAULT_PREDICTION = "mobile-gpu"  # the default objective's own prediction is read with this profile
+# Each program is also profiled (run.sh: results/programs/NAME.etdp), so the report sets three readings of a
+# change side by side: the profile's prediction, the device's own query-pool times of the two programs' dispatches,
+# and the paired wall time. On an H200 the last two agreed (wall time = 112 us + 1.23 x the dispatch sum over 54
+# programs; a program's change in dispatch time within 20% of its wall-time change on most models) while the
+# probes' profile predicted 2-3x the change: the probes price an op in a chain of its own kind above what the same
+# op costs among a real program's. `wall_scale` states that relation (Theil-Sen slope of wall time on dispatch
+# sum, robust to a few odd programs); fewer programs than this, or a slope outside WALL_SCALE_RANGE, state none.
+MIN_WALL_SCALE_PROGRAMS = 8
+WALL_SCALE_RANGE = (0.05, 5.0)
 
 
 @dataclass
@@ -34,6 +43,7 @@ class Row:
     solver_ms: float | None = None
     paired: list[float] = field(default_factory=list)  # one per timing process
     predicted_us: float | None = None
+    device_us: float | None = None  # solver minus stock in the programs' summed query-pool dispatch times
     outputs_equal: bool | None = None  # the solver's outputs bit-identical to stock's
     max_diff_vs_stock: float | None = None
     max_diff_vs_eager: tuple[float | None, float | None] = (None, None)
@@ -74,6 +84,15 @@ def _times(results: Path, key: str, passes: int) -> list[dict]:
     return found
 
 
+def dispatch_sum_us(results: Path, program: str, runs: int) -> float | None:
+    """A program's dispatches' query-pool times summed (each the median over `runs`), where run.sh profiled it."""
+    from layout_solver.targets.vulkan.runtime import _dispatches
+
+    dump = results / "programs" / f"{program}.etdp"
+    dispatches = _dispatches(dump.read_bytes(), runs) if dump.is_file() else []
+    return sum(d[-1] for d in dispatches) if dispatches else None
+
+
 def as_run(kit_dir: Path, kit: Kit) -> Kit:
     """The manifest with the warm-up, rounds and passes the run used (results/settings.sh, which run.sh copies
     from the kit's settings.sh: a quicker run may have edited it)."""
@@ -99,6 +118,7 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
         stock_out = load_outputs(results, stock.program)
         timings = _times(results, model.key, kit.passes)
         stock_runs = [t.get(stock.program, {}).get("ms") or [] for t in timings]
+        stock_device = dispatch_sum_us(results, stock.program, kit.probe_rounds)
         for objective in kit.objectives:
             side = model.sides[objective]
             row = Row(model.name, objective, side.sha256 == stock.sha256, (stock.transitions, side.transitions))
@@ -106,6 +126,9 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
             label = objective if objective != "default" else next(iter(kit.profile_files), DEFAULT_PREDICTION)
             if label in stock.modelled_us_by_profile and label in side.modelled_us_by_profile:
                 row.predicted_us = side.modelled_us_by_profile[label] - stock.modelled_us_by_profile[label]
+            solver_device = dispatch_sum_us(results, side.program, kit.probe_rounds)
+            if stock_device is not None and solver_device is not None:
+                row.device_us = solver_device - stock_device
             solver_out = load_outputs(results, side.program)
             if isinstance(stock_out, str) or isinstance(solver_out, str):
                 row.error = stock_out if isinstance(stock_out, str) else solver_out
@@ -166,20 +189,21 @@ def table(found: list[Row]) -> list[str]:
     lines = [
         (
             "| model | objective | program | transitions stock / solver | stock ms | solver ms | paired ratio "
-            "(per process) | predicted us | measured us | outputs vs stock | max diff vs eager stock / solver |"
+            "(per process) | predicted us | device us | measured us | outputs vs stock | max diff vs eager stock / solver |"
         ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in found:
         if r.objective == "-":
-            lines.append(f"| {r.model} | - | {r.error} |  |  |  |  |  |  |  |  |")
+            lines.append(f"| {r.model} | - | {r.error} |  |  |  |  |  |  |  |  |  |")
             continue
         outputs = "identical" if r.outputs_equal else (num(r.max_diff_vs_stock, ".2e") if r.error is None else r.error)
         per = " ".join(f"{p:.3f}" for p in r.paired)
         lines.append(
             f"| {r.model} | {r.objective} | {'same as stock' if r.same_program else 'differs'} | "
             f"{r.transitions[0]} / {r.transitions[1]} | {num(r.stock_ms, '.3f')} | {num(r.solver_ms, '.3f')} | "
-            f"{num(r.ratio, '.3f')} ({per}) | {num(r.predicted_us, '.1f')} | {num(r.measured_us, '.1f')} | "
+            f"{num(r.ratio, '.3f')} ({per}) | {num(r.predicted_us, '.1f')} | {num(r.device_us, '.1f')} | "
+            f"{num(r.measured_us, '.1f')} | "
             f"{outputs} | {num(r.max_diff_vs_eager[0], '.1e')} / {num(r.max_diff_vs_eager[1], '.1e')} |"
         )
     return lines
@@ -209,6 +233,49 @@ def measured_profile(kit_dir: Path, kit: Kit, command: str):
     points = _read(probes, [profiled])
     device = (kit_dir / "results" / "device.txt").read_text().strip()
     return fitted_profile(points, device, command, len(programs), len(programs) + len(kit.probes_skipped), failed)
+
+
+@dataclass(frozen=True)
+class WallScale:
+    """Wall time per microsecond of query-pool time, fitted over `programs` programs: wall = intercept_us +
+    slope x dispatch sum."""
+
+    slope: float
+    intercept_us: float
+    programs: int
+
+    def said(self) -> str:
+        return (
+            f"wall time = {self.intercept_us:.1f} us + {self.slope:.3f} x the query-pool dispatch sum, Theil-Sen over "
+            f"{self.programs} programs of the kit"
+        )
+
+
+def wall_scale(kits: dict[Path, Kit]) -> WallScale | None:
+    """How the programs' wall time relates to their query-pool dispatch times, fitted over every program the
+    kits' run both timed (median wall time) and profiled (results/programs/NAME.etdp, every dispatch's median
+    summed); None with fewer than MIN_WALL_SCALE_PROGRAMS or a slope outside WALL_SCALE_RANGE."""
+    from scipy.stats import theilslopes
+
+    sums, walls = [], []
+    for folder, kit in kits.items():
+        results = folder / "results"
+        for model in kit.models:
+            if model.error:
+                continue
+            timings = _times(results, model.key, kit.passes)
+            for program in sorted({side.program for side in model.sides.values()}):
+                runs = [x for t in timings for x in t.get(program, {}).get("ms") or []]
+                total = dispatch_sum_us(results, program, kit.probe_rounds) if runs else None
+                if total is not None:
+                    sums.append(total)
+                    walls.append(1000.0 * statistics.median(runs))
+    if len(sums) < MIN_WALL_SCALE_PROGRAMS:
+        return None
+    slope, intercept, _, _ = theilslopes(walls, sums)
+    if not WALL_SCALE_RANGE[0] <= slope <= WALL_SCALE_RANGE[1]:
+        return None
+    return WallScale(round(float(slope), 4), round(float(intercept), 1), len(sums))
 
 
 def unpack(kit_dir: Path, archive: list[Path]) -> None:
@@ -257,6 +324,7 @@ def read(kit_dir: str | Path, command: str = "", archive: list[Path] | None = No
     found = [row for f in ran for row in rows(f, kits[f])]
     first = kits[ran[0]]
     profile, profile_path = None, None
+    scale = wall_scale({f: kits[f] for f in ran})
     for f in ran:
         if kits[f].probes:
             profile = measured_profile(f, kits[f], command)
@@ -272,7 +340,8 @@ def read(kit_dir: str | Path, command: str = "", archive: list[Path] | None = No
             f"in {first.passes} processes of {first.rounds} interleaved rounds after {first.warmup} warm-up runs. "
             "Paired ratio: median over the rounds of solver / stock within a process, then the median over the "
             "processes. Predicted: the objective's profile (for the default: the kit's device profile, else "
-            f"{DEFAULT_PREDICTION}), solver minus stock; measured: (ratio - 1) x stock's time."
+            f"{DEFAULT_PREDICTION}), solver minus stock; device: solver minus stock in the programs' query-pool "
+            "dispatch times summed (where run.sh profiled them); measured: (ratio - 1) x stock's time."
         ),
         *([f"Parts without results (not run yet): {', '.join(missing)}."] if missing else []),
         "",
@@ -288,6 +357,8 @@ def read(kit_dir: str | Path, command: str = "", archive: list[Path] | None = No
             f"({len(probed.probes)} probes; {len(probed.probes_skipped)} left out at build) -> {profile_path}"
         )
         lines += ["", said]
+    if scale is not None:
+        lines += ["", f"Wall time against the device's query pool: {scale.said()}."]
     text = "\n".join(lines) + "\n"
     (ran[0] / "results" / "report.md").write_text(text)
     return text, profile_path

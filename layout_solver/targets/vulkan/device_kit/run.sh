@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run this device kit on the present Vulkan device: every program's outputs, the stock / solver pairs timed in
-# interleaved rounds (PASSES fresh processes each), then the calibration probes' per-dispatch times (ETDump).
+# Run this device kit on the present Vulkan device: every program's outputs, the calibration probes' and the
+# programs' per-dispatch times (ETDump), then the stock / solver pairs in interleaved rounds (PASSES fresh
+# processes each, while they fit in TIME_BUDGET seconds, default 420).
 # Results go to results/ beside this file; `bash run.sh ARCHIVE.tgz` also packs them into one file (in 15 MiB
 # parts ARCHIVE.tgz.00, .01, ... when larger).
 # Bring them back and read them with `layout-solver device-kit read DIR`.
@@ -50,17 +51,8 @@ cut -f1 "$KIT/programs.tsv" | while read -r name; do
 done
 say "outputs: $(ls "$RESULTS/outputs" | grep -c outputs.json) programs"
 
-# Pairs: each model's programs in one process, interleaved rounds; PASSES processes per model.
-for pass in $(seq 1 "$PASSES"); do
-  while IFS=$'\t' read -r key names; do
-    # shellcheck disable=SC2086 - the names are one word each
-    "${RUN[@]}" time "$KIT/programs.tsv" "$WARMUP" "$ROUNDS" "$RESULTS/times/$key.$pass.json" $names \
-      2>> "$RESULTS/log.txt" || echo "{\"crash\": \"exit $?\"}" > "$RESULTS/times/$key.$pass.json"
-  done < "$KIT/pairs.tsv"
-  say "timing pass $pass of $PASSES done"
-done
-
-# Probes: every dispatch of each probe program, timed by the runtime's query pool (ETDump).
+# Probes before the pairs: one process whatever PASSES says, and the device profile a second kit needs.
+# Every dispatch of each probe program, timed by the runtime's query pool (ETDump).
 if [ -s "$KIT/probes.tsv" ]; then
   "${RUN[@]}" profile "$KIT/probes.tsv" "$PROBE_WARMUP" "$PROBE_ROUNDS" "$RESULTS/etdump" 2>> "$RESULTS/log.txt"
   cut -f1 "$KIT/probes.tsv" | while read -r name; do
@@ -71,6 +63,36 @@ if [ -s "$KIT/probes.tsv" ]; then
   done
   say "probes: $(ls "$RESULTS/etdump" | grep -c etdp) profiled"
 fi
+
+# The programs' own dispatches under the query pool (ETDump), each program in its own process: `read` weighs
+# the probes' dispatch times against the programs' wall times (a fast GPU runs back-to-back dispatches in less
+# wall time than their timestamps add up to).
+mkdir -p "$RESULTS/programs"
+cut -f1 "$KIT/programs.tsv" | while read -r name; do
+  "${RUN[@]}" profile "$KIT/programs.tsv" "$PROBE_WARMUP" "$PROBE_ROUNDS" "$RESULTS/programs" "$name" \
+    2>> "$RESULTS/log.txt" || echo "crashed the runner (exit $?)" > "$RESULTS/programs/$name.error"
+done
+say "programs: $(ls "$RESULTS/programs" | grep -c etdp) profiled"
+
+# Pairs: each model's programs in one process, interleaved rounds; PASSES processes per model. A pass is not
+# started when the one before says it would end past TIME_BUDGET seconds from the start (a lent device's minutes
+# are counted): the first always runs, and `read` takes the passes that ran.
+TIME_BUDGET="${TIME_BUDGET:-420}"
+last=0
+for pass in $(seq 1 "$PASSES"); do
+  began=$(date +%s)
+  if [ "$pass" -gt 1 ] && [ $(( began - START + last )) -gt "$TIME_BUDGET" ]; then
+    say "timing pass $pass of $PASSES not started: it would end past TIME_BUDGET=$TIME_BUDGET s"; break
+  fi
+  while IFS=$'\t' read -r key names; do
+    # shellcheck disable=SC2086 - the names are one word each
+    "${RUN[@]}" time "$KIT/programs.tsv" "$WARMUP" "$ROUNDS" "$RESULTS/times/$key.$pass.json" $names \
+      2>> "$RESULTS/log.txt" || echo "{\"crash\": \"exit $?\"}" > "$RESULTS/times/$key.$pass.json"
+  done < "$KIT/pairs.tsv"
+  last=$(( $(date +%s) - began ))
+  say "timing pass $pass of $PASSES done ($last s)"
+done
+
 say "done"
 if [ -n "$ARCHIVE" ]; then
   tar czf "$ARCHIVE" -C "$KIT" results && say "results packed into $ARCHIVE"
