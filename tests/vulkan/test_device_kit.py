@@ -92,6 +92,11 @@ def test_reading_the_results_gives_a_table_and_a_profile_a_second_kit_prices_wit
     assert profile.measured and "llvmpipe" in profile.device
     assert set(profile.op_modes["unary"]) >= {"TEXTURE_3D:TENSOR_CHANNELS_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"}
     assert profile.transitions, "the clone probes gave no transition"
+    # asked to, the programs' own dispatches (stock's clone among them) are fitted with the probes'
+    assert "own programs" not in profile.notes[-1]
+    read(first_kit, "test", with_programs=True)
+    assert "samples from the kit's own programs' dispatches" in profile_path.read_text()
+    read(first_kit, "test")
 
     # The second round: programs priced by the profile the first kit measured.
     second = tmp_path / "second"

@@ -452,6 +452,33 @@ def test_rescaling_a_price_scales_every_term_of_it():
     assert all(getattr(half, n) == pytest.approx(0.5 * getattr(fit, n)) for n in terms) and half.points == 7
 
 
+def test_a_programs_dispatches_give_the_samples_a_probes_would():
+    """`read_program`: an op of a probed class is a sample of its class at its output's label (its dispatches
+    summed), a clone between two representations one of that transition, staging copies and unprobed ops none;
+    a probe reads the same samples, filtered to its own key."""
+    from layout_solver.targets.vulkan.probing import Probe, read_probe, read_program
+    from layout_solver.targets.vulkan.runtime import Dispatch
+
+    texture_w = ((1, 64, 128), "TEXTURE_3D", 0)
+    texture_c = ((1, 64, 128), "TEXTURE_3D", 2)
+    dispatches = [
+        Dispatch(-1, "", "nchw_to_image_texture3d_float", (texture_w,), 3.0),
+        Dispatch(0, "aten.linear.default", "linear_texture3d_float", (((1, 64, 96), "TEXTURE_3D", 0), texture_w), 7.0),
+        Dispatch(0, "aten.linear.default", "linear_bias_float", (texture_w, texture_w), 1.0),
+        Dispatch(1, "aten.clone.default", "view_texture_float", (texture_w, texture_c), 4.0),
+        Dispatch(2, "aten.gelu.default", "gelu_texture3d_float", (texture_c, texture_c), 2.0),
+    ]
+    found = read_program(dispatches)
+    assert [key for key, _ in found] == [
+        ("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED"),
+        ("transition", "TEXTURE_3D:TENSOR_WIDTH_PACKED->TEXTURE_3D:TENSOR_CHANNELS_PACKED"),
+    ]
+    assert [point[2] for _, point in found] == [8.0, 4.0]  # microseconds: the linear's two dispatches summed
+    linear_probe = Probe("op", "linear|TEXTURE_3D:TENSOR_WIDTH_PACKED", (1, 64, 96), "p")
+    assert read_probe(linear_probe, dispatches) == found[:1]
+    assert read_probe(Probe("transition", "x", (1, 64, 128), "p"), dispatches) == found[1:]
+
+
 def _reference_points(base, probes, factor_of):
     """The reference probes' points as if re-timed today at `factor_of(key)` times the profile's time there
     (the median of its samples at that point: two shapes can share their terms)."""

@@ -239,8 +239,17 @@ def _point(tensor: tuple, us: float, label: str, op: str = "", contraction: int 
 
 
 def read_probe(probe: Probe, dispatches: list) -> list[tuple[tuple[str, str], tuple[float, ...]]]:
-    """The samples one probe's program gives: ((kind, key), point) per op of the class (its dispatches summed,
-    staging copies left out) or per clone (keyed by its direction)."""
+    """The samples one probe's program gives: ((kind, key), point) per op of the probe's class and label or per
+    clone (keyed by its direction)."""
+    wanted = ("op", probe.key) if probe.kind == "op" else None
+    return [(key, point) for key, point in read_program(dispatches) if key == wanted or (not wanted and key[0] != "op")]
+
+
+def read_program(dispatches: list) -> list[tuple[tuple[str, str], tuple[float, ...]]]:
+    """The samples any program's dispatches give, as a probe's would: ((kind, key), point) per op of a class the
+    probes measure (its dispatches summed, staging copies left out; keyed by class and output label) and per clone
+    between two representations (keyed by its direction)."""
+    classes = {name: op for op, spec in PROBES.items() for name in spec.operators}
     by_node: dict[int, list] = {}
     for d in dispatches:
         if STAGING not in d.kernel:
@@ -251,13 +260,11 @@ def read_probe(probe: Probe, dispatches: list) -> list[tuple[tuple[str, str], tu
         if output is None:
             continue
         us = sum(d.us for d in node)
-        if probe.kind == "op":
-            op, label = probe.key.split("|")
-            spec = PROBES[op]
-            if operator.rsplit(".", 1)[0] not in spec.operators or dispatch_label(output) != label:
-                continue
-            contraction = node[0].tensors[0][0][-1] if spec.contraction else 0
-            found.append((("op", probe.key), _point(output, us, label, op, contraction)))
+        op = classes.get(operator.rsplit(".", 1)[0])
+        if op is not None:
+            label = dispatch_label(output)
+            contraction = node[0].tensors[0][0][-1] if PROBES[op].contraction else 0
+            found.append((("op", f"{op}|{label}"), _point(output, us, label, op, contraction)))
         elif operator == "aten.clone.default":
             src, dst = dispatch_label(node[0].tensors[0]), dispatch_label(output)
             if src != dst:

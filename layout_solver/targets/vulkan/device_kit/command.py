@@ -46,6 +46,8 @@ def add_device_kit_parser(sub, models_of: ModelsOf) -> None:
                    help="the results run.sh packed (ARCHIVE.tgz, or its parts .00 .01 ... in order)")  # fmt: skip
     k.add_argument("--out", help="also write the report (Markdown) here")
     k.add_argument("--profile-out", help="also write the measured profile here")
+    k.add_argument("--with-programs", action="store_true",
+                   help="fit the profile on the programs' own dispatches too, not on the probes alone")  # fmt: skip
     k.set_defaults(func=cmd_device_kit)
 
 
@@ -57,7 +59,7 @@ def cmd_device_kit(args: argparse.Namespace) -> int:
     command = "layout-solver " + " ".join(args.argv)
     if args.action == "read":
         try:
-            report, profile = read(args.kit, command, [Path(a) for a in args.archive or []])
+            report, profile = read(args.kit, command, [Path(a) for a in args.archive or []], args.with_programs)
             if args.out:
                 Path(args.out).write_text(report)
             if profile and args.profile_out:
