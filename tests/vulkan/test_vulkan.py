@@ -479,6 +479,26 @@ def test_a_programs_dispatches_give_the_samples_a_probes_would():
     assert read_probe(Probe("transition", "x", (1, 64, 128), "p"), dispatches) == found[1:]
 
 
+def test_the_wall_time_relation_counts_each_program_once_and_needs_enough_of_them():
+    """`device_kit.read.wall_scale`: wall = intercept + slope x dispatch sum over each model's stock program
+    (once, whatever its objectives) and each solver side; a program not both timed and profiled is left out."""
+    from layout_solver.targets.vulkan.device_kit.read import MIN_WALL_SCALE_PROGRAMS, Row, wall_scale
+
+    def row(model, objective, stock_sum, solver_sum):
+        wall = lambda summed: None if summed is None else (50.0 + 1.2 * summed) / 1000.0
+        r = Row(model, objective, False, (1, 0), stock_ms=wall(stock_sum), solver_ms=wall(solver_sum))
+        r.dispatch_us = (stock_sum, solver_sum)
+        return r
+
+    found = [row(f"m{k}", objective, 100.0 * (k + 1), 90.0 * (k + 1) + shift)
+             for k in range(4) for objective, shift in (("a", 0.0), ("b", 5.0))]  # fmt: skip
+    found.append(row("m9", "a", 700.0, None))  # the solver side not profiled: its stock program still counts
+    scale = wall_scale(found)
+    assert scale.programs == 4 + 8 + 1 and scale.slope == pytest.approx(1.2) and scale.intercept_us == 50.0
+    assert found[0].device_us == pytest.approx(-10.0) and found[-1].device_us is None
+    assert MIN_WALL_SCALE_PROGRAMS > 3 and wall_scale(found[:2]) is None  # one model: three programs, too few
+
+
 def _reference_points(base, probes, factor_of):
     """The reference probes' points as if re-timed today at `factor_of(key)` times the profile's time there
     (the median of its samples at that point: two shapes can share their terms)."""

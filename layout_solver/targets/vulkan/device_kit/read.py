@@ -43,7 +43,8 @@ class Row:
     solver_ms: float | None = None
     paired: list[float] = field(default_factory=list)  # one per timing process
     predicted_us: float | None = None
-    device_us: float | None = None  # solver minus stock in the programs' summed query-pool dispatch times
+    # stock's and the solver's programs' query-pool dispatch times summed, where run.sh profiled them
+    dispatch_us: tuple[float | None, float | None] = (None, None)
     outputs_equal: bool | None = None  # the solver's outputs bit-identical to stock's
     max_diff_vs_stock: float | None = None
     max_diff_vs_eager: tuple[float | None, float | None] = (None, None)
@@ -58,6 +59,12 @@ class Row:
     def measured_us(self) -> float | None:
         """The measured change in microseconds: (ratio - 1) x stock's time."""
         return (self.ratio - 1.0) * self.stock_ms * 1000.0 if self.ratio and self.stock_ms else None
+
+    @property
+    def device_us(self) -> float | None:
+        """The change in the programs' summed query-pool dispatch times: solver minus stock."""
+        stock, solver = self.dispatch_us
+        return solver - stock if stock is not None and solver is not None else None
 
 
 def load_outputs(results: Path, program: str) -> list[np.ndarray] | str:
@@ -84,13 +91,14 @@ def _times(results: Path, key: str, passes: int) -> list[dict]:
     return found
 
 
-def dispatch_sum_us(results: Path, program: str, runs: int) -> float | None:
-    """A program's dispatches' query-pool times summed (each the median over `runs`), where run.sh profiled it."""
-    from layout_solver.targets.vulkan.runtime import _dispatches
+def program_dispatches(kit_dir: Path, kit: Kit) -> dict[str, list]:
+    """Each program's dispatches (runtime.Dispatch, each the median over the probe rounds) where run.sh profiled
+    it (results/programs/NAME.etdp), read once for the table, the wall-time relation and the profile."""
+    from layout_solver.targets.vulkan.runtime import Dispatch, _dispatches
 
-    dump = results / "programs" / f"{program}.etdp"
-    dispatches = _dispatches(dump.read_bytes(), runs) if dump.is_file() else []
-    return sum(d[-1] for d in dispatches) if dispatches else None
+    dumps = sorted((kit_dir / "results" / "programs").glob("*.etdp"))
+    found = {dump.stem: [Dispatch(*d) for d in _dispatches(dump.read_bytes(), kit.probe_rounds)] for dump in dumps}
+    return {program: dispatches for program, dispatches in found.items() if dispatches}
 
 
 def as_run(kit_dir: Path, kit: Kit) -> Kit:
@@ -105,9 +113,13 @@ def as_run(kit_dir: Path, kit: Kit) -> Kit:
     return kit.model_copy(update={field: int(values[key]) for key, field in names.items() if key in values})
 
 
-def rows(kit_dir: Path, kit: Kit) -> list[Row]:
-    """Every (model, objective) of the kit with what the device measured."""
+def rows(kit_dir: Path, kit: Kit, dispatched: dict[str, list]) -> list[Row]:
+    """Every (model, objective) of the kit with what the device measured (`dispatched`: `program_dispatches`)."""
     results = kit_dir / "results"
+
+    def dispatch_sum(program: str) -> float | None:
+        return sum(d.us for d in dispatched[program]) if program in dispatched else None
+
     found = []
     for model in kit.models:
         if model.error:
@@ -118,7 +130,6 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
         stock_out = load_outputs(results, stock.program)
         timings = _times(results, model.key, kit.passes)
         stock_runs = [t.get(stock.program, {}).get("ms") or [] for t in timings]
-        stock_device = dispatch_sum_us(results, stock.program, kit.probe_rounds)
         for objective in kit.objectives:
             side = model.sides[objective]
             row = Row(model.name, objective, side.sha256 == stock.sha256, (stock.transitions, side.transitions))
@@ -126,9 +137,7 @@ def rows(kit_dir: Path, kit: Kit) -> list[Row]:
             label = objective if objective != "default" else next(iter(kit.profile_files), DEFAULT_PREDICTION)
             if label in stock.modelled_us_by_profile and label in side.modelled_us_by_profile:
                 row.predicted_us = side.modelled_us_by_profile[label] - stock.modelled_us_by_profile[label]
-            solver_device = dispatch_sum_us(results, side.program, kit.probe_rounds)
-            if stock_device is not None and solver_device is not None:
-                row.device_us = solver_device - stock_device
+            row.dispatch_us = (dispatch_sum(stock.program), dispatch_sum(side.program))
             solver_out = load_outputs(results, side.program)
             if isinstance(stock_out, str) or isinstance(solver_out, str):
                 row.error = stock_out if isinstance(stock_out, str) else solver_out
@@ -209,11 +218,10 @@ def table(found: list[Row]) -> list[str]:
     return lines
 
 
-def measured_profile(kit_dir: Path, kit: Kit, command: str, programs_of: list[Path] = ()):
+def measured_profile(kit_dir: Path, kit: Kit, command: str, programs: list[list] = ()):
     """The probes' dispatches fitted into a profile (None if the kit had no probes or none ran), with the samples
-    the programs profiled in the parts `programs_of` give (their results/programs/NAME.etdp): ops of the probed
-    classes and clones as they ran among a real program's dispatches, which the probes' chains of one op
-    overprice (see the comment on MIN_WALL_SCALE_PROGRAMS)."""
+    the `programs`' dispatches give: ops of the probed classes and clones as they ran among a real program's
+    dispatches, which the probes' chains of one op overprice (see the comment on MIN_WALL_SCALE_PROGRAMS)."""
     from layout_solver.targets.vulkan.calibrate import fitted_profile
     from layout_solver.targets.vulkan.probing import Probe, _read, read_program
     from layout_solver.targets.vulkan.runtime import Dispatch, _dispatches
@@ -221,9 +229,9 @@ def measured_profile(kit_dir: Path, kit: Kit, command: str, programs_of: list[Pa
     if not kit.probes:
         return None
     folder = kit_dir / "results" / "etdump"
-    programs = sorted({p.program for p in kit.probes})
+    probe_programs = sorted({p.program for p in kit.probes})
     profiled, failed = {}, {}
-    for program in programs:
+    for program in probe_programs:
         dump = folder / f"{program}.etdp"
         if dump.is_file():
             profiled[program] = [Dispatch(*d) for d in _dispatches(dump.read_bytes(), kit.probe_rounds)]
@@ -235,13 +243,13 @@ def measured_profile(kit_dir: Path, kit: Kit, command: str, programs_of: list[Pa
     probes = [Probe(p.kind, p.key, tuple(p.shape), p.program) for p in kit.probes]
     points = _read(probes, [profiled])
     in_context = 0
-    for part in programs_of:
-        for dump in sorted((part / "results" / "programs").glob("*.etdp")):
-            for key, point in read_program([Dispatch(*d) for d in _dispatches(dump.read_bytes(), kit.probe_rounds)]):
-                points.setdefault(key, []).append(point)
-                in_context += 1
+    for dispatches in programs:
+        for key, point in read_program(dispatches):
+            points.setdefault(key, []).append(point)
+            in_context += 1
     device = (kit_dir / "results" / "device.txt").read_text().strip()
-    fitted = fitted_profile(points, device, command, len(programs), len(programs) + len(kit.probes_skipped), failed)
+    lowered = len(probe_programs)
+    fitted = fitted_profile(points, device, command, lowered, lowered + len(kit.probes_skipped), failed)
     if not in_context:
         return fitted
     said = f"{in_context} samples from the kit's own programs' dispatches fitted with the probes'"
@@ -264,31 +272,24 @@ class WallScale:
         )
 
 
-def wall_scale(kits: dict[Path, Kit]) -> WallScale | None:
-    """How the programs' wall time relates to their query-pool dispatch times, fitted over every program the
-    kits' run both timed (median wall time) and profiled (results/programs/NAME.etdp, every dispatch's median
-    summed); None with fewer than MIN_WALL_SCALE_PROGRAMS or a slope outside WALL_SCALE_RANGE."""
+def wall_scale(found: list[Row]) -> WallScale | None:
+    """How the programs' wall time relates to their query-pool dispatch times, fitted over every program the run
+    both timed (its median wall time) and profiled (its dispatches summed): each model's stock program once, each
+    solver side's; None with fewer than MIN_WALL_SCALE_PROGRAMS or a slope outside WALL_SCALE_RANGE."""
     from scipy.stats import theilslopes
 
-    sums, walls = [], []
-    for folder, kit in kits.items():
-        results = folder / "results"
-        for model in kit.models:
-            if model.error:
-                continue
-            timings = _times(results, model.key, kit.passes)
-            for program in sorted({side.program for side in model.sides.values()}):
-                runs = [x for t in timings for x in t.get(program, {}).get("ms") or []]
-                total = dispatch_sum_us(results, program, kit.probe_rounds) if runs else None
-                if total is not None:
-                    sums.append(total)
-                    walls.append(1000.0 * statistics.median(runs))
-    if len(sums) < MIN_WALL_SCALE_PROGRAMS:
+    points = {}  # (model, side) -> (dispatch sum, wall us)
+    for r in found:
+        for side, ms, summed in (("stock", r.stock_ms, r.dispatch_us[0]), (r.objective, r.solver_ms, r.dispatch_us[1])):
+            if ms is not None and summed is not None:
+                points[(r.model, side)] = (summed, 1000.0 * ms)
+    if len(points) < MIN_WALL_SCALE_PROGRAMS:
         return None
+    sums, walls = zip(*points.values())
     slope, intercept, _, _ = theilslopes(walls, sums)
     if not WALL_SCALE_RANGE[0] <= slope <= WALL_SCALE_RANGE[1]:
         return None
-    return WallScale(round(float(slope), 4), round(float(intercept), 1), len(sums))
+    return WallScale(round(float(slope), 4), round(float(intercept), 1), len(points))
 
 
 def unpack(kit_dir: Path, archive: list[Path]) -> None:
@@ -338,13 +339,15 @@ def read(
     kits = {f: as_run(f, Kit.model_validate_json((f / "kit.json").read_text())) for f in folders}
     devices = sorted({(f / "results" / "device.txt").read_text().strip() for f in ran})
     device = " / ".join(devices)
-    found = [row for f in ran for row in rows(f, kits[f])]
+    dispatched = {f: program_dispatches(f, kits[f]) for f in ran}
+    found = [row for f in ran for row in rows(f, kits[f], dispatched[f])]
     first = kits[ran[0]]
     profile, profile_path = None, None
-    scale = wall_scale({f: kits[f] for f in ran})
+    scale = wall_scale(found)
+    in_programs = [d for f in ran for d in dispatched[f].values()] if with_programs else []
     for f in ran:
         if kits[f].probes:
-            profile = measured_profile(f, kits[f], command, ran if with_programs else [])
+            profile = measured_profile(f, kits[f], command, in_programs)
             if profile is not None:
                 profile_path = f / "results" / "profile.json"
                 profile_path.write_text(profile.model_dump_json(indent=1) + "\n")
