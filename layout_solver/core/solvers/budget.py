@@ -5,7 +5,8 @@ that says so when it fires (solve.py).
 A unit is CP-SAT's deterministic time unit (about a second of one core's search), SCIP's branch-and-bound nodes
 at NODES_PER_UNIT plus its model's nonzeros at MODEL_NONZEROS_PER_UNIT, HiGHS's simplex iterations at
 ITERATIONS_PER_UNIT, local-search move evaluations at EVALUATIONS_PER_UNIT, and a large-neighbourhood window
-at WINDOW_UNITS plus what its search spent. The exact solvers (enumeration, min-cut, elimination) are bounded by their own size limits, not by time, and spend none.
+at WINDOW_UNITS plus what its search spent. The exact solvers (enumeration, min-cut, elimination) are bounded by
+their own size limits, not by time, and spend none.
 """
 
 from __future__ import annotations

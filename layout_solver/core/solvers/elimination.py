@@ -35,6 +35,11 @@ def _aligned(scope: tuple[int, ...], table: np.ndarray, union: list[int]) -> np.
     return table.transpose(axes).reshape(shape)
 
 
+def _table_cap(max_table: int, wide_work: int | None) -> int:
+    """The largest table a step may build: `max_table`, or WIDE_TABLE where the wide limit applies."""
+    return max(max_table, WIDE_TABLE) if wide_work is not None else max_table
+
+
 def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: int | None = None) -> list[int] | None:
     """A min-size elimination order (each step removes the variable whose combined table is
     smallest), found symbolically on the interaction graph, or None if some step's table would
@@ -52,7 +57,7 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: in
     for v in range(n):
         adjacent[v].discard(v)
 
-    cap = max(max_table, WIDE_TABLE) if wide_work is not None else max_table
+    cap = _table_cap(max_table, wide_work)
 
     def size(v: int) -> int:
         total = options[v]
@@ -94,7 +99,7 @@ def solve_by_elimination(
     `wide_work`, the wide limits of `elimination_order`; decided symbolically, before any table is
     built) or the `deadline` (a time.perf_counter() instant) passes first."""
     n = sub.n_vars
-    cap = max(max_table, WIDE_TABLE) if wide_work is not None else max_table
+    cap = _table_cap(max_table, wide_work)
     for f in sub.factors:
         if math.prod(sub.n_options[v] for v in f.scope) > cap:
             return None
