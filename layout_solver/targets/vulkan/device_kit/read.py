@@ -266,6 +266,7 @@ class WallScale:
     programs: int
 
     def said(self) -> str:
+        """The relation as the report states it."""
         return (
             f"wall time = {self.intercept_us:.1f} us + {self.slope:.3f} x the query-pool dispatch sum, Theil-Sen over "
             f"{self.programs} programs of the kit"
