@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +19,13 @@ from layout_solver.xnnpack.visitors import physical_serializers
 
 
 class ProgramReports(list):
-    """The delegates' PassReports, and what the program-level pass decided (`program_notes`)."""
+    """The delegates' PassReports, what the program-level pass decided (`program_notes`) and its seconds
+    (`program_seconds`: with the delegates' pass_seconds, the stage's own time in a lowering)."""
 
     def __init__(self):
         super().__init__()
         self.program_notes: list[str] = []
+        self.program_seconds = 0.0
 
 
 @contextlib.contextmanager
@@ -39,9 +42,12 @@ def substituted_pass(cls) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def program_layouts(profile, threads: int, time_limit: float, service: str | None, notes: list[str]) -> Iterator[None]:
+def program_layouts(
+    profile, threads: int, time_limit: float, service: str | None, reports: ProgramReports
+) -> Iterator[None]:
     """Scoped: `EdgeProgramManager.to_backend` first runs `ProgramLayoutPass` on each method an XnnpackPartitioner
-    lowers (the delegates' boundary orders), on a copy of the manager: the caller's programs are not touched."""
+    lowers (the delegates' boundary orders), on a copy of the manager: the caller's programs are not touched.
+    What it decided goes to `reports.program_notes`, its seconds to `reports.program_seconds`."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir.program._program import EdgeProgramManager, _transform
 
@@ -55,12 +61,14 @@ def program_layouts(profile, threads: int, time_limit: float, service: str | Non
         programs = dict(self._edge_programs)
         for method, chosen in by_method.items():
             if isinstance(chosen, XnnpackPartitioner) and method in programs:
+                started = time.perf_counter()
                 layout = ProgramLayoutPass(
                     programs[method], chosen, lambda p: solve_problem(p, time_limit, service), profile, threads
                 )
                 if layout.plan() is not None:
                     programs[method] = _transform(programs[method], layout)
-                notes.extend(f"{method}: {n}" for n in layout.notes)
+                reports.program_seconds += time.perf_counter() - started
+                reports.program_notes.extend(f"{method}: {n}" for n in layout.notes)
         manager = copy.copy(self)
         manager._edge_programs = programs
         return original(manager, partitioner)
@@ -111,7 +119,7 @@ def solver_layouts(
         stack.enter_context(substituted_pass(pass_cls))
         stack.enter_context(physical_serializers())
         if program:
-            stack.enter_context(program_layouts(profile, pass_cls.threads, time_limit, service, reports.program_notes))
+            stack.enter_context(program_layouts(profile, pass_cls.threads, time_limit, service, reports))
         yield reports
 
 

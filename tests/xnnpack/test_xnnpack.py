@@ -270,3 +270,33 @@ def test_a_quantized_delegate_input_a_dequantize_reads_never_takes_a_second_orde
         ]
     assert read_by_dequantize, "the model should have delegate inputs that a dequantize reads"
     assert all(t.cost >= SECOND_ORDER_REFUSED for t in read_by_dequantize)
+
+
+def test_a_multi_method_program_is_compared_method_by_method_and_each_method_runs():
+    from layout_solver.compare.methods import MultiMethodModel
+    from layout_solver.targets import get_target
+
+    built = MultiMethodModel(
+        LayerNormCNN().eval(),
+        inputs={"small": (torch.randn(1, 3, 24, 24),), "large": (torch.randn(1, 3, 48, 48),)},
+        weights={"small": 4.0, "large": 1.0},
+    )
+    result = get_target("xnnpack").compare_methods(built, rounds=3, threads=[1])
+    assert result.joint is None  # nothing the XNNPACK stage decides is shared between methods
+    stock, solver = result.stock, result.per_method
+    for method in built.inputs:
+        # each method's delegates are told apart (naming_partitions), and the stage's conversions are fewer in each
+        assert solver.per_method[method]["delegates"] == stock.per_method[method]["delegates"] > 0
+        assert solver.per_method[method]["transitions"] < stock.per_method[method]["transitions"]
+        for side in (stock, solver):
+            assert side.per_method[method]["executed"] and side.per_method[method]["max_abs_diff_vs_eager"] < 1e-3
+            assert side.per_method[method]["run_ms"] > 0
+        assert solver.per_method[method]["paired_ratio"] > 0
+    assert result.per_method_equivalent
+    # the stage's own time (delegate passes and the program-level pass) is part of the lowering's
+    assert 0 < solver.stage_seconds < solver.lower_seconds
+    assert solver.weighted_run_ms == pytest.approx(
+        sum(built.weights[m] * solver.per_method[m]["run_ms"] for m in built.weights), abs=1e-2
+    )
+    with pytest.raises(ValueError, match="verify"):
+        get_target("xnnpack").compare_methods(built, verify="run")

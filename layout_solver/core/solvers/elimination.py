@@ -116,7 +116,11 @@ def solve_by_elimination(
             var_tables[u].add(tid)
 
     counter = itertools.count()
-    eliminated: list[tuple[int, list[int], np.ndarray]] = []  # (var, rest of scope, argmin table)
+    # (var, the rest of its bucket's scope, the bucket's summed table): the backward pass takes the argmin of one
+    # row per variable, at the options already chosen, instead of an argmin table per step (most of a wide
+    # elimination's time: an argmin over a table's middle axis copies the table first). The tables are kept
+    # until then, at most `wide_work` entries in all.
+    eliminated: list[tuple[int, list[int], np.ndarray]] = []
     for v in range(n):
         add((v,), np.asarray(sub.unary[v], dtype=float))
     for f in sub.factors:
@@ -135,7 +139,7 @@ def solve_by_elimination(
         total = sum(_aligned(s, t, union) for s, t in mine)
         axis = union.index(v)
         rest = union[:axis] + union[axis + 1 :]
-        eliminated.append((v, rest, total.argmin(axis=axis)))
+        eliminated.append((v, rest, np.moveaxis(total, axis, -1)))
         reduced = total.min(axis=axis)
         if rest:
             add(tuple(rest), reduced)
@@ -144,7 +148,7 @@ def solve_by_elimination(
     for _, table in tables.values():  # only scope-free leftovers can remain
         constant += float(table)
     options = [0] * n
-    for v, rest, argmin in reversed(eliminated):
-        options[v] = int(argmin[tuple(options[u] for u in rest)]) if rest else int(argmin)
+    for v, rest, total in reversed(eliminated):
+        options[v] = int(total[tuple(options[u] for u in rest)].argmin())
     value = sub.total(options)
     return SubResult(options=options, value=value, bound=min(value, constant), method="elimination")

@@ -129,3 +129,23 @@ class XnnpackTarget(Target):
             threads=tuple(options.get("threads") or DEFAULT_THREADS), cost_profile=options.get("cost_profile"),
             rounds=options.get("rounds") or 30, verify=options.get("verify") or "model",
         )  # fmt: skip
+
+    def compare_methods(self, built, name=None, time_limit=DEFAULT_TIME_LIMIT, weights=None, **options):
+        """Stock versus the stage, method by method, for a multi-method model lowered as one program (no joint
+        side: `targets.xnnpack.methods`); every method of both programs run and timed here at the first of
+        `threads`."""
+        from layout_solver.compare.methods import compare_methods
+        from layout_solver.targets.xnnpack.methods import methods_sides
+
+        self.check_options(options, frozenset({"threads", "cost_profile", "rounds"}))
+        self.checked_options(options)
+        threads = (options.get("threads") or DEFAULT_THREADS)[0]
+        return compare_methods(
+            built,
+            self.name,
+            lambda b, w: methods_sides(
+                b, w, time_limit, self.quantized, threads, options.get("cost_profile"), options.get("rounds") or 15
+            ),
+            name,
+            weights,
+        )

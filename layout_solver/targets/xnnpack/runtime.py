@@ -25,12 +25,12 @@ def set_threads(threads: int) -> None:
     portable_lib._unsafe_reset_threadpool(int(threads))
 
 
-def load_method(buffer: bytes, etdump: bool = False):
-    """(program, forward method) of a .pte buffer."""
+def load_method(buffer: bytes, etdump: bool = False, method: str = "forward"):
+    """(program, its `method`) of a .pte buffer."""
     from executorch.runtime import Runtime
 
     program = Runtime.get().load_program(bytes(buffer), enable_etdump=etdump)
-    return program, program.load_method("forward")
+    return program, program.load_method(method)
 
 
 @dataclass
@@ -51,16 +51,23 @@ class PairedTiming:
 
 
 def paired_times(
-    buffers: list[bytes], inputs: tuple, threads: int, rounds: int = 30, warmup: int = 5, inputs_of=None
+    buffers: list[bytes],
+    inputs: tuple,
+    threads: int,
+    rounds: int = 30,
+    warmup: int = 5,
+    inputs_of=None,
+    method: str = "forward",
 ) -> PairedTiming:
-    """Run every program once per round, in an order that alternates round to round, with `threads` threads, on
-    `inputs` (or program i on `inputs_of[i]`)."""
+    """Run every program's `method` once per round, in an order that alternates round to round, with `threads`
+    threads, on `inputs` (or program i on `inputs_of[i]`)."""
     set_threads(threads)
-    methods = [load_method(b)[1] for b in buffers]
+    loaded = [load_method(b, method=method) for b in buffers]  # each program kept alive beside its method
+    methods = [m for _, m in loaded]
     args = [list(x) for x in inputs_of] if inputs_of is not None else [list(inputs)] * len(buffers)
-    for method, given in zip(methods, args):
+    for loaded_method, given in zip(methods, args):
         for _ in range(warmup):
-            method.execute(given)
+            loaded_method.execute(given)
     ms: list[list[float]] = [[] for _ in methods]
     order = list(range(len(methods)))
     for r in range(rounds):
