@@ -69,6 +69,15 @@ def geomean(values: Iterable[float | None]) -> float:
     return statistics.geometric_mean(kept) if kept else math.nan
 
 
+def executed(row: dict) -> str:
+    """A cell for one method's run on the device against eager: "-" (not run), "failed: why" or "max |diff| x"."""
+    if "executed" not in row:
+        return "-"
+    if not row["executed"]:
+        return f"failed: {str(row.get('execute_error'))[:60]}"
+    return f"max |diff| {row.get('max_abs_diff_vs_eager', float('nan')):.2g}"
+
+
 def emit(lines: list[str], out: str | Path | None) -> None:
     """Print the result and, with `--out`, write it to that file."""
     print("\n".join(lines))

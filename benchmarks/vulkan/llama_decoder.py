@@ -51,7 +51,7 @@ def main() -> None:
             " / ".join(str(methods[m]["delegates"]) for m in built.weights),
             " / ".join(str(methods[m]["transitions"]) for m in built.weights),
             f"{record['weighted_modelled_us']:,.0f}" if record.get("weighted_modelled_us") is not None else "",
-            " / ".join(_executed(methods[m]) for m in built.weights),
+            " / ".join(harness.executed(methods[m]) for m in built.weights),
         ])  # fmt: skip
     lines += harness.table(["side", "lowering s", "stage s", "stage share", "delegates (prefill / decode)",
                             "transitions", "weighted modelled us", "on the device vs eager"], rows)  # fmt: skip
@@ -63,14 +63,6 @@ def main() -> None:
                        f"{joint['lower_seconds']:.1f} s (bound {SHARE_BOUND:.0%}: {verdict}); joint solve "
                        f"{joint.get('joint_solve_seconds', 0):.2f} s over {joint.get('joint_groups')} groups")]  # fmt: skip
     harness.emit(lines, args.out)
-
-
-def _executed(row: dict) -> str:
-    if "executed" not in row:
-        return "-"
-    if not row["executed"]:
-        return f"failed: {str(row.get('execute_error'))[:60]}"
-    return f"max |diff| {row.get('max_abs_diff_vs_eager', float('nan')):.2g}"
 
 
 if __name__ == "__main__":

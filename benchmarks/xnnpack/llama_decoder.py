@@ -59,7 +59,7 @@ def main() -> None:
                 " / ".join(_ms(per[m].get("run_ms")) for m in methods),
                 " / ".join(str(per[m].get("paired_ratio", "")) for m in methods) if side != "stock" else "",
                 _ms(record.weighted_run_ms),
-                " / ".join(_diff(per[m]) for m in methods),
+                " / ".join(harness.executed(per[m]) for m in methods),
             ])  # fmt: skip
         lines += harness.table(
             ["side", "lowering s", "stage s", "stage share", "delegates (" + " / ".join(methods) + ")",
@@ -87,14 +87,6 @@ def main() -> None:
 
 def _ms(value) -> str:
     return "" if value is None else f"{value:.3f}"
-
-
-def _diff(row: dict) -> str:
-    if "executed" not in row:
-        return "-"
-    if not row["executed"]:
-        return f"failed: {str(row.get('execute_error'))[:60]}"
-    return f"{row.get('max_abs_diff_vs_eager', float('nan')):.2g}"
 
 
 if __name__ == "__main__":

@@ -102,6 +102,12 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         except (ProblemError, ValueError) as exc:  # a graph the rules cannot read: stock's answer, said so
             self.run = None
             return self._keep_stock(stock_graph, stock_cost, started, f"stock kept: {exc}")
+        if run.solution.objective >= stock_cost.us:
+            # The answer's own price is no saving: stock's is kept without retracing the written graph (the
+            # retrace, an ExportPass over the whole delegate, was a third of the stage's time on a Llama decoder's
+            # 328 delegates, every one kept stock's).
+            self.run = None
+            return self._keep_stock(stock_graph, stock_cost, started, "stock kept: the stage's layout is not cheaper")
         solved = super(ChannelsLastTaggedReshapePass, self).call(graph_module)  # ExportPass: retrace
         self.retraced = solved.graph_module  # what `ensures` checks: the stubs have their tensors only now
         cost = layout_cost(solved.graph_module, profile, self.threads)
