@@ -119,7 +119,8 @@ def solve_by_elimination(
     # (var, the rest of its bucket's scope, the bucket's summed table): the backward pass takes the argmin of one
     # row per variable, at the options already chosen, instead of an argmin table per step (most of a wide
     # elimination's time: an argmin over a table's middle axis copies the table first). The tables are kept
-    # until then, at most `wide_work` entries in all.
+    # until then: as many entries as the order's steps build (`wide_work` at most where it applies), where the
+    # argmin tables held one entry in each table's option count.
     eliminated: list[tuple[int, list[int], np.ndarray]] = []
     for v in range(n):
         add((v,), np.asarray(sub.unary[v], dtype=float))

@@ -24,12 +24,12 @@ EAGER_ATOL = EAGER_RTOL = 1e-3
 STOCK_RTOL = 1e-5
 
 
-def run_outputs(buffer: bytes, inputs: tuple, threads: int = 1) -> list[np.ndarray]:
-    """The program's outputs on `inputs`, as float64 arrays."""
+def run_outputs(buffer: bytes, inputs: tuple, threads: int = 1, method: str = "forward") -> list[np.ndarray]:
+    """The program's `method`'s outputs on `inputs`, as float64 arrays."""
     from layout_solver.targets.xnnpack.runtime import load_method, set_threads
 
     set_threads(threads)
-    outputs = load_method(buffer)[1].execute(list(inputs))
+    outputs = load_method(buffer, method=method)[1].execute(list(inputs))
     return [np.asarray(o.detach().numpy() if hasattr(o, "detach") else o, dtype=np.float64) for o in outputs]
 
 

@@ -82,29 +82,23 @@ def methods_sides(
 
 def _execute(built, modules, buffers, sides, weights, threads, rounds, quantized) -> dict:
     """Every method of both programs run on this CPU: against eager and stock's outputs, then timed paired."""
-    import numpy as np
-
     from layout_solver.compare.outputs import eager_outputs, max_abs_diff
-    from layout_solver.targets.xnnpack.measure import STOCK_RTOL, max_rel_diff
-    from layout_solver.targets.xnnpack.runtime import load_method, paired_times, set_threads
+    from layout_solver.targets.xnnpack.measure import STOCK_RTOL, max_rel_diff, run_outputs
+    from layout_solver.targets.xnnpack.runtime import paired_times
 
-    set_threads(threads)
     worst_vs_stock, equivalent = 0.0, True
     for method, inputs in built.inputs.items():
+        # Each method from the module's initial state, as each program starts.
+        eager = eager_outputs(copy.deepcopy(modules[method]), inputs)
         outputs = {}
         for side, buffer in buffers.items():
             row = sides[side]["per_method"][method]
             try:
-                ran = load_method(buffer, method=method)[1].execute(list(inputs))
+                outputs[side] = run_outputs(buffer, inputs, threads, method)
             except Exception as exc:  # noqa: BLE001 - a method the runtime refuses is that side's result
                 row.update(executed=False, execute_error=f"{type(exc).__name__}: {exc}"[:300])
                 continue
-            outputs[side] = [np.asarray(o.detach().numpy(), dtype=np.float64) for o in ran]
-            row["executed"] = True
-            # Each method from the module's initial state, as each program starts.
-            row["max_abs_diff_vs_eager"] = max_abs_diff(
-                outputs[side], eager_outputs(copy.deepcopy(modules[method]), inputs)
-            )
+            row.update(executed=True, max_abs_diff_vs_eager=max_abs_diff(outputs[side], eager))
         if len(outputs) == 2:
             worst_vs_stock = max(worst_vs_stock, max_abs_diff(outputs["stock"], outputs["per_method"]) or 0.0)
             # int8: the same program's integers, bit for bit; fp32: only the order of the same arithmetic may differ
