@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import hashlib
 import io
 import json
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -244,6 +246,47 @@ def default_store() -> ProbeStore:
     return open_store("probes", ProbeStore)
 
 
+# Vela 5.1.0's compiler core makes some choices in the order of objects' addresses: under address-space
+# randomization one TOSA graph (the stage's mobilevit_like on ethos-u55-128) compiles to 3-4 different command
+# streams, in one process or in fresh ones, and to one without it (benchmarks/results/determinism.md). So every
+# compile whose bytes or cycles the stage keeps runs in a child process with randomization off: the same bytes on
+# every run, whatever the parent did before. A child that could not turn it off says so (FIXED_ADDRESSES_MARK).
+ADDR_NO_RANDOMIZE = 0x0040000  # personality(2)
+FIXED_ADDRESSES_MARK = "@fixed-addresses "
+_CHILD_PRELUDE = f"""
+import ctypes, sys
+sys.stdout.write("{FIXED_ADDRESSES_MARK}%d\\n" % bool(ctypes.CDLL(None).personality(0xFFFFFFFF) & {ADDR_NO_RANDOMIZE}))
+sys.stdout.flush()
+"""
+
+
+def _fix_addresses() -> None:
+    """preexec_fn of a Vela child: turn address-space randomization off for the program it executes."""
+    personality = ctypes.CDLL(None, use_errno=True).personality
+    current = personality(0xFFFFFFFF)
+    if current != -1:
+        personality(current | ADDR_NO_RANDOMIZE)
+
+
+_warned_randomized = threading.Event()
+
+
+def run_vela_child(code: str, argv: list[str], stdin: bytes = b"", timeout: float | None = None):
+    """Run Python `code` (with `argv` as sys.argv[1:]) in a child with address-space randomization off; returns
+    (the CompletedProcess, its stdout after the mark). Where the system refuses to turn randomization off (some
+    container sandboxes), it says so once: the bytes may then differ between runs, as they do without the stage."""
+    done = subprocess.run([sys.executable, "-c", _CHILD_PRELUDE + code, *argv], input=stdin, capture_output=True,
+                          timeout=timeout, check=False, preexec_fn=_fix_addresses)  # fmt: skip
+    out = done.stdout.decode(errors="replace")
+    mark, _, rest = out.partition("\n")
+    if mark == FIXED_ADDRESSES_MARK + "0" and not _warned_randomized.is_set():
+        _warned_randomized.set()
+        warnings.warn("layout-solver: this system refused to turn address-space randomization off for Vela's "
+                      "child process; Vela 5.1.0 can compile one graph to different bytes from run to run",
+                      stacklevel=2)  # fmt: skip
+    return done, (rest if mark.startswith(FIXED_ADDRESSES_MARK) else out)
+
+
 # compile_network in a process of its own: stdin the TOSA flatbuffer, argv[1] the VelaConfig, stdout one JSON line
 _ISOLATED_COMPILE = """
 import json, sys
@@ -266,24 +309,42 @@ def how_it_ended(returncode: int) -> str:
 
 
 def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, timeout: float = 600.0) -> VelaNetwork:
-    """`compile_network` in a child process, for a graph no one has compiled before: Vela's compiler core can
-    crash the process on a graph it accepts (a segfault in regor on a layout of generated:1286 for
-    ethos-u55-128, Vela 5.1.0), and the caller must live to say so. Raises VelaCrashed when the child dies or
-    runs past `timeout` seconds, VelaUnsupported when Vela rejects the graph. The child imports only this
-    package and Vela (a fraction of a second)."""
+    """`compile_network` in a child process (`run_vela_child`: addresses fixed, so the rows are the same on every
+    run), for a graph no one has compiled before: Vela's compiler core can crash the process on a graph it
+    accepts (a segfault in regor on a layout of generated:1286 for ethos-u55-128, Vela 5.1.0), and the caller
+    must live to say so. Raises VelaCrashed when the child dies or runs past `timeout` seconds, VelaUnsupported
+    when Vela rejects the graph. The child imports only this package and Vela (a fraction of a second)."""
     config = config or vela_config()
     try:
-        done = subprocess.run([sys.executable, "-c", _ISOLATED_COMPILE, json.dumps(asdict(config))], input=tosa,
-                              capture_output=True, timeout=timeout, check=False)  # fmt: skip
+        done, out = run_vela_child(_ISOLATED_COMPILE, [json.dumps(asdict(config))], tosa, timeout)
     except subprocess.TimeoutExpired as exc:
         raise VelaCrashed(f"Vela's compiler core ran past {timeout:.0f} s") from exc
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
         raise VelaCrashed(f"Vela's compiler core stopped ({how_it_ended(done.returncode)}) {tail[0][:200]}".strip())
-    answer = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    answer = json.loads(out.strip().splitlines()[-1])
     if "unsupported" in answer:
         raise VelaUnsupported(answer["unsupported"])
     return VelaNetwork.from_json(answer["rows"])
+
+
+# Vela's command line (ethosu.vela.vela.main) in a process of its own: argv its arguments, exit status its own
+_VELA_MAIN = """
+import sys
+from ethosu.vela import vela
+sys.exit(vela.main(sys.argv[1:]))
+"""
+
+
+def vela_main_in_child(argv: list[str]) -> int:
+    """`ethosu.vela.vela.main(argv)` in a child process with fixed addresses (`run_vela_child`): what it writes
+    (the output folder named in `argv`) is the same on every run. Raises VelaCrashed, with the child's last
+    error line, where Vela fails."""
+    done, _ = run_vela_child(_VELA_MAIN, list(argv))
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise VelaCrashed(f"Vela stopped ({how_it_ended(done.returncode)}) {tail[0][:300]}".strip())
+    return 0
 
 
 def compile_probe(

@@ -89,6 +89,8 @@ def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settin
     reports = reports if reports is not None else []
     from executorch.backends.arm.ethosu import EthosUBackend, EthosUCompileSpec
 
+    from layout_solver.arm.verify import routed_vela, vela_in_child
+
     if verify not in VERIFY_MODES:
         raise ValueError(f"verify must be one of {VERIFY_MODES}, not {verify!r}")
     original = EthosUBackend.__dict__["preprocess"]
@@ -106,13 +108,15 @@ def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settin
                 return preprocess_verified(
                     original.__func__, edge_program, compile_specs, spec, reports, _stage_off, settings
                 )
-            return original.__func__(edge_program, compile_specs)
+            with vela_in_child() if stage_on() else contextlib.nullcontext():  # a graph the stage may have written
+                return original.__func__(edge_program, compile_specs)
         finally:
             _current_ethos_u_spec.reset(token)
 
     EthosUBackend.preprocess = staticmethod(preprocess)
     try:
-        yield
+        with routed_vela():
+            yield
     finally:
         EthosUBackend.preprocess = original
 

@@ -20,15 +20,21 @@ with a warning and the reason in `vela_check`; the lowering goes on.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import copy
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import warnings
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from cost_models.store import JsonStore, default_store
-from cost_models.vela import VelaUnsupported, compile_network, compile_network_isolated, vela_config
+from cost_models.vela import VelaUnsupported, compile_network_isolated, vela_config, vela_main_in_child
 from layout_solver.lowering.provenance import graph_content, source_digest, tensor_bytes, tool_versions
 
 
@@ -111,14 +117,14 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     without verification."""
     from executorch.backends.arm.tosa.backend import TOSABackend
 
-    from layout_solver.arm.pipeline_fork import PipelineFork, forked
+    from layout_solver.arm.pipeline_fork import PipelineFork, StockSideInChild, forked
 
     store = store if store is not None else default_decisions()
     key = delegate_digest(edge_program, [*spec.compiler_flags, settings])
     first = len(reports)
     known = store.get(key)
     if known is not None:
-        with stage_off() if known.kept == "stock" else contextlib.nullcontext():
+        with stage_off() if known.kept == "stock" else vela_in_child():
             result = preprocess(edge_program, compile_specs)
         _annotate(reports[first:], known, cached=True)
         return result
@@ -127,10 +133,17 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
     # The artifacts folder shows the kept program only: each side's files are set aside, and the folder put back
     # as it was, before the other side runs.
     before = _dumped(folder)
-    # The stage's side first: the passes both sides share (most of the pipeline) run once, on its side.
-    with forked(PipelineFork()) as fork:
+    # The stage's side first: the passes both sides share (most of the pipeline) run once, on its side; from
+    # where the sides part, stock's runs in a child process at the same time, writing its artifacts to a folder
+    # of its own (moved into the artifacts folder once the stage's files are set aside, as if written then).
+    aside = tempfile.TemporaryDirectory(prefix="layout-solver-stock-side-") if folder is not None else None
+    child_spec = tosa_spec if aside is None else copy.copy(tosa_spec).dump_intermediate_artifacts_to(aside.name)
+    with forked(PipelineFork(in_child=(os.cpu_count() or 1) > 1)) as fork, aside or contextlib.nullcontext():
         try:
             solver, failed = TOSABackend._preprocess(edge_program, tosa_spec).processed_bytes, None
+        except StockSideInChild:  # this is the child: stock's side, from the copy taken at the fork
+            with stage_off():
+                fork.serve_stock_side(lambda: TOSABackend._preprocess(fork.program, child_spec).processed_bytes)
         except Exception as exc:  # the stage's side alone failed: stock's is the legal answer
             if fork.program is None:
                 raise  # before the sides part: stock's lowering fails the same way
@@ -139,19 +152,29 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
             solver, failed = None, f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         by_solver = _written(folder, before)
         _put_back(by_solver, before)
-        with stage_off():
-            stock = TOSABackend._preprocess(fork.program, tosa_spec).processed_bytes
+        stock = fork.stock_from_child()
+        if stock is not None and aside is not None:
+            for written in Path(aside.name).iterdir():
+                shutil.copyfile(written, Path(folder) / written.name)
+        elif stock is None:  # no child (or it failed): stock's side here, as the child would have
+            with stage_off():
+                stock = TOSABackend._preprocess(fork.program, tosa_spec).processed_bytes
     by_stock = _written(folder, before)
     config = vela_config(tuple(spec.compiler_flags))
-    stock_cycles = compile_network(stock, config).cycles  # stock's own lowering compiles it in-process anyway
+    # Both sides priced at once, each in a child with fixed addresses (Vela's cycles can depend on them): the
+    # stage's TOSA is new to Vela, and a crash in its compiler core must not take the lowering with it.
+    with ThreadPoolExecutor(2) as pool:
+        stock_priced = pool.submit(compile_network_isolated, stock, config)
+        solver_priced = None if failed is not None else pool.submit(compile_network_isolated, solver, config)
+        stock_cycles = stock_priced.result().cycles
     predictions = _predictions(reports[first:])
     if failed is not None:
         decision = Decision(
             "stock", stock_cycles, None, f"the stage's side of the lowering failed: {failed}", predictions
         )
     else:
-        try:  # the stage's TOSA is new to Vela: a crash in its compiler core must not take the lowering with it
-            solver_cycles = compile_network_isolated(solver, config).cycles
+        try:
+            solver_cycles = solver_priced.result().cycles
         except VelaUnsupported as exc:
             decision = Decision(
                 "stock", stock_cycles, None, f"Vela could not compile the stage's layout: {exc}", predictions
@@ -166,7 +189,48 @@ def preprocess_verified(preprocess, edge_program, compile_specs, spec, reports: 
         _put_back(by_stock, before)
         _put_back(by_solver, by_solver)
     _annotate(reports[first:], decision, cached=False)
-    return _ethos_u_result(solver if decision.kept == "solver" else stock, spec)
+    if decision.kept == "solver":
+        with vela_in_child():
+            return _ethos_u_result(solver, spec)
+    return _ethos_u_result(stock, spec)
+
+
+# Whether this thread's Vela compiles run in a child (`vela_in_child`); read by the dispatcher `routed_vela` installs.
+_vela_in_child = contextvars.ContextVar("layout_solver_vela_in_child", default=False)
+
+
+@contextlib.contextmanager
+def vela_in_child():
+    """Within (this thread, inside `routed_vela`): executorch's Vela compile runs Vela's command line in a child
+    process with fixed addresses (`cost_models.vela.vela_main_in_child`), so a delegate the stage wrote compiles
+    to the same bytes on every run. The rest of executorch's compile (reading and packing Vela's output) is
+    unchanged."""
+    token = _vela_in_child.set(True)
+    try:
+        yield
+    finally:
+        _vela_in_child.reset(token)
+
+
+@contextlib.contextmanager
+def routed_vela():
+    """Within: executorch's Vela entry point (arm_vela's `vela.main`) runs in a child where `vela_in_child` is
+    active, and in-process, as stock does, elsewhere. A per-thread switch, not a swap of the module in and out,
+    since the joint lowering preprocesses delegates in threads."""
+    from types import SimpleNamespace
+
+    from executorch.backends.arm import arm_vela
+
+    original = arm_vela.vela
+
+    def main(argv=None):
+        return vela_main_in_child(argv) if _vela_in_child.get() else original.main(argv)
+
+    arm_vela.vela = SimpleNamespace(main=main)
+    try:
+        yield
+    finally:
+        arm_vela.vela = original
 
 
 def _ethos_u_result(tosa: bytes, spec):

@@ -5,6 +5,7 @@ delegate Vela finds dearer than stock's is never handed back."""
 import contextlib
 import copy
 import io
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from executorch.backends.arm.ethosu import EthosUCompileSpec
 from cost_models import vela
 from layout_solver.arm.hooks import solver_layouts
 from layout_solver.arm.orders import label_order
+from layout_solver.arm.pipeline_fork import PipelineFork
 from layout_solver.targets.ethos_u.measure import lower_ethos_u, quantize_for, solver_metrics
 from layout_solver.zoo.models import build
 
@@ -184,17 +186,21 @@ def test_verification_runs_the_shared_passes_once_and_prices_stocks_own_program(
 
     monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))  # no decision stored: the cold path
     priced, folds = [], []
-    compile_network = verify.compile_network
+    isolated = verify.compile_network_isolated
     monkeypatch.setattr(
-        verify, "compile_network", lambda tosa, config: priced.append(tosa) or compile_network(tosa, config)
+        verify, "compile_network_isolated", lambda tosa, config: priced.append(tosa) or isolated(tosa, config)
     )
     fold = FoldAndAnnotateQParamsPass.call
     monkeypatch.setattr(FoldAndAnnotateQParamsPass, "call", lambda self, gm: folds.append(1) or fold(self, gm))
+    collect, collected = PipelineFork.stock_from_child, []
+    monkeypatch.setattr(PipelineFork, "stock_from_child", lambda self: collected.append(collect(self)) or collected[-1])
     out = _lower(model, target, tmp_path, **stage)
     (stock, _), (_, reports) = out["stock"], out["solver"]
     assert [r.vela_check["cached"] for r in reports] == [False] * len(reports)
-    assert priced == [f.read_bytes() for f in stock.tosa_files]
-    assert len(folds) == 2 * len(priced)  # stock's lowering once, the verified one once per delegate
+    stocks = [f.read_bytes() for f in stock.tosa_files]
+    assert len(priced) == 2 * len(stocks) and all(tosa in priced for tosa in stocks)  # both sides, stock's as is
+    assert collected and all(tosa in stocks for tosa in collected)  # stock's side ran in a child, beside the stage's
+    assert len(folds) == 2 * len(stocks)  # stock's lowering once, the verified one once per delegate
 
 
 def test_a_failure_on_the_stages_side_alone_keeps_stocks_program(monkeypatch, tmp_path):
@@ -220,6 +226,24 @@ def test_a_failure_on_the_stages_side_alone_keeps_stocks_program(monkeypatch, tm
     check = reports[0].vela_check
     assert check["kept"] == "stock" and check["solver_cycles"] is None and "made to fail" in check["why"]
     assert [f.read_bytes() for f in solver.tosa_files] == [f.read_bytes() for f in stock.tosa_files]
+
+
+def test_a_stock_side_child_that_fails_leaves_stocks_side_to_the_parent(monkeypatch, tmp_path):
+    """Stock's side of a new delegate runs in a forked child beside the stage's side; a child that dies (here made
+    to) costs time, not the answer: the parent lowers stock's side itself, and the program is the one a lowering
+    without the child writes."""
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(PipelineFork, "serve_stock_side", lambda self, lower: os._exit(3))
+    collect, collected = PipelineFork.stock_from_child, []
+    monkeypatch.setattr(PipelineFork, "stock_from_child", lambda self: collected.append(collect(self)) or collected[-1])
+    died = _lower("attention", "ethos-u55-128", tmp_path / "died")
+    monkeypatch.setattr(PipelineFork, "fork_stock_side", lambda self: None)
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache-2"))
+    alone = _lower("attention", "ethos-u55-128", tmp_path / "alone")
+    assert collected == [None] * len(collected) and collected  # the child was forked, and gave nothing back
+    assert died["solver"][1][0].vela_check == alone["solver"][1][0].vela_check
+    tosa = lambda out: [f.read_bytes() for f in out["solver"][0].tosa_files]
+    assert tosa(died) == tosa(alone)
 
 
 def test_a_tosa_pipeline_with_no_vela_behind_it_is_priced_in_moved_bytes():
@@ -377,6 +401,32 @@ def test_an_isolated_compile_reads_what_the_in_process_one_does():
         config = vela.vela_config(_flags(target))
         rows = lambda network: [(x.source, x.operator, x.cycles) for x in network.layers]  # names count globally
         assert rows(vela.compile_network_isolated(tosa, config)) == rows(vela.compile_network(tosa, config))
+
+
+def test_vela_runs_in_a_child_with_fixed_addresses_and_compiles_the_same_bytes_as_in_process(tmp_path):
+    """Vela 5.1.0 orders some choices by address: under address-space randomization the stage's mobilevit_like
+    TOSA for ethos-u55-128 compiled to 3-4 command streams, so the stage compiles what it keeps in a child with
+    randomization off. The child runs so here (no warning), and where Vela does not depend on addresses (a
+    probe) it writes what an in-process compile writes."""
+    import warnings
+
+    from executorch.backends.arm import arm_vela
+
+    from layout_solver.arm.verify import routed_vela, vela_in_child
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        done, out = vela.run_vela_child("import sys; print(sys.argv[1])", ["hello"])
+    assert done.returncode == 0 and out == "hello\n"
+    tosa = vela.transpose_probe((1, 16, 32, 64), (0, 2, 3, 1)).serialize()
+    for target in ("ethos-u55-128", "ethos-u85-256"):
+        in_process = arm_vela.vela_compile(tosa, list(_flags(target)))
+        with routed_vela(), vela_in_child():
+            in_child = arm_vela.vela_compile(tosa, list(_flags(target)))
+        assert arm_vela.vela.main is not vela.vela_main_in_child  # put back
+        assert in_child.processed_bytes == in_process.processed_bytes and len(in_child.processed_bytes) > 100
+    with routed_vela(), vela_in_child(), pytest.raises(vela.VelaCrashed, match="Vela stopped"):
+        arm_vela.vela_compile(b"not a TOSA flatbuffer", [*_flags("ethos-u55-128"), f"--output-dir={tmp_path}"])
 
 
 class SlicedAttention(torch.nn.Module):
