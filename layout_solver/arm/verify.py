@@ -7,9 +7,14 @@ shapes and constant data, the compile flags, the tool versions and this project'
 is lowered once, the way that won. An unknown one is lowered with the stage and without it; Vela's compiler
 core prices both TOSA graphs for the delegate's own configuration; the cheaper is kept (the stock one on a
 tie) and the decision stored. Every report of the delegate carries both totals in `vela_check`. The passes
-both sides share (every one before the first the stage changes) run once (`pipeline_fork.PipelineFork`), so
-the first lowering of a model costs about 1.2-1.5 stock lowerings (resnet8, MobileNetV2, a small ViT), and
-every later one one.
+both sides share (every one before the first the stage changes) run once, and stock's side runs from there in
+a forked child beside the stage's side (`pipeline_fork.PipelineFork`), so on two cores the first lowering of a
+model costs about one stock lowering (0.94-1.09x on five zoo models for ethos-u55-128,
+benchmarks/results/compile_time.md), and every later one one.
+
+Every Vela compile whose cycles or bytes the stage keeps runs in a child process with address-space
+randomization off (`cost_models.vela.run_vela_child`): Vela 5.1.0 can otherwise compile one TOSA graph to
+different command streams from run to run (benchmarks/results/determinism.md).
 
 A stage's side that fails after the sides part (a pass raising on the stage's graph) keeps stock's program,
 with a warning and the reason in `vela_check`; the lowering goes on.
