@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -338,13 +339,42 @@ sys.exit(vela.main(sys.argv[1:]))
 
 def vela_main_in_child(argv: list[str]) -> int:
     """`ethosu.vela.vela.main(argv)` in a child process with fixed addresses (`run_vela_child`): what it writes
-    (the output folder named in `argv`) is the same on every run. Raises VelaCrashed, with the child's last
-    error line, where Vela fails."""
-    done, _ = run_vela_child(_VELA_MAIN, list(argv))
-    if done.returncode != 0:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise VelaCrashed(f"Vela stopped ({how_it_ended(done.returncode)}) {tail[0][:300]}".strip())
+    (the output folder named in `argv`) is the same on every run, so it is kept (`VELA_OUTPUTS` in the cache
+    folder, by the input graph's bytes, the other arguments and Vela's version) and a later compile of the same
+    graph copies it instead of compiling again. Raises VelaCrashed, with the child's last error line, where
+    Vela fails."""
+    argv = list(argv)
+    output = Path(next(a.partition("=")[2] for a in argv if a.startswith("--output-dir=")))
+    kept = cache_folder() / VELA_OUTPUTS / _vela_run_key(argv)
+    if not kept.is_dir():
+        done, _ = run_vela_child(_VELA_MAIN, argv)
+        if done.returncode != 0:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise VelaCrashed(f"Vela stopped ({how_it_ended(done.returncode)}) {tail[0][:300]}".strip())
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=kept.parent))
+        shutil.copytree(output, staging, dirs_exist_ok=True)
+        with contextlib.suppress(OSError):  # another process kept the same output first: theirs stands
+            staging.rename(kept)
+        shutil.rmtree(staging, ignore_errors=True)
+        return 0
+    shutil.copytree(kept, output, dirs_exist_ok=True)
     return 0
+
+
+VELA_OUTPUTS = "vela-outputs"  # the folder, in the cache folder, of kept outputs of Vela's command line
+
+
+def _vela_run_key(argv: list[str]) -> str:
+    """What decides what Vela's command line writes: every argument but the output folder, a file argument by
+    its content (the input graph), and Vela's version."""
+    digest = hashlib.sha256(f"{vela_version()}|{STORE_FORMAT}".encode())
+    for arg in argv:
+        if arg.startswith("--output-dir="):
+            continue
+        digest.update(arg.encode() if arg.startswith("-") or not Path(arg).is_file() else Path(arg).read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 def compile_probe(

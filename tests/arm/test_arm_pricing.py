@@ -403,30 +403,56 @@ def test_an_isolated_compile_reads_what_the_in_process_one_does():
         assert rows(vela.compile_network_isolated(tosa, config)) == rows(vela.compile_network(tosa, config))
 
 
-def test_vela_runs_in_a_child_with_fixed_addresses_and_compiles_the_same_bytes_as_in_process(tmp_path):
+def test_vela_runs_in_a_child_with_fixed_addresses_and_compiles_the_same_bytes_as_in_process(monkeypatch, tmp_path):
     """Vela 5.1.0 orders some choices by address: under address-space randomization the stage's mobilevit_like
     TOSA for ethos-u55-128 compiled to 3-4 command streams, so the stage compiles what it keeps in a child with
     randomization off. The child runs so here (no warning), and where Vela does not depend on addresses (a
-    probe) it writes what an in-process compile writes."""
+    probe) it writes what an in-process compile writes. What it wrote is kept: the same graph again is copied
+    from the cache folder, not compiled."""
     import warnings
 
     from executorch.backends.arm import arm_vela
 
     from layout_solver.arm.verify import routed_vela, vela_in_child
 
+    monkeypatch.setenv(vela.CACHE_ENV, str(tmp_path / "cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         done, out = vela.run_vela_child("import sys; print(sys.argv[1])", ["hello"])
     assert done.returncode == 0 and out == "hello\n"
+    children = []
+    run_child = vela.run_vela_child
+    monkeypatch.setattr(vela, "run_vela_child", lambda *a: children.append(1) or run_child(*a))
     tosa = vela.transpose_probe((1, 16, 32, 64), (0, 2, 3, 1)).serialize()
     for target in ("ethos-u55-128", "ethos-u85-256"):
         in_process = arm_vela.vela_compile(tosa, list(_flags(target)))
         with routed_vela(), vela_in_child():
             in_child = arm_vela.vela_compile(tosa, list(_flags(target)))
+            again = arm_vela.vela_compile(tosa, list(_flags(target)))
         assert arm_vela.vela.main is not vela.vela_main_in_child  # put back
         assert in_child.processed_bytes == in_process.processed_bytes and len(in_child.processed_bytes) > 100
+        assert again.processed_bytes == in_child.processed_bytes
+    assert len(children) == 2  # one compile per target; the second of each was the kept output
     with routed_vela(), vela_in_child(), pytest.raises(vela.VelaCrashed, match="Vela stopped"):
         arm_vela.vela_compile(b"not a TOSA flatbuffer", [*_flags("ethos-u55-128"), f"--output-dir={tmp_path}"])
+
+
+def test_a_system_that_keeps_address_randomization_on_is_told_once(monkeypatch):
+    """Where personality(2) is refused (some sandboxes), the Vela child runs with randomization on: the bytes may
+    then differ between runs, and the lowering says so once, not per compile."""
+    import threading
+    import warnings
+
+    if Path("/proc/self/personality").read_text().strip() != "00000000":
+        pytest.skip("this process already runs with a personality (randomization may be off for every child)")
+    monkeypatch.setattr(vela, "_fix_addresses", lambda: None)
+    monkeypatch.setattr(vela, "_warned_randomized", threading.Event())
+    with pytest.warns(UserWarning, match="refused to turn address-space randomization off"):
+        done, out = vela.run_vela_child("print('ran')", [])
+    assert done.returncode == 0 and out == "ran\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        vela.run_vela_child("print('ran')", [])
 
 
 class SlicedAttention(torch.nn.Module):
