@@ -309,6 +309,12 @@ def how_it_ended(returncode: int) -> str:
     return f"exit {returncode}"
 
 
+def _ended(done: subprocess.CompletedProcess, width: int) -> str:
+    """How a failed Vela child ended, with the last line it wrote to stderr (at most `width` characters)."""
+    tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+    return f"({how_it_ended(done.returncode)}) {tail[0][:width]}".strip()
+
+
 def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, timeout: float = 600.0) -> VelaNetwork:
     """`compile_network` in a child process (`run_vela_child`: addresses fixed, so the rows are the same on every
     run), for a graph no one has compiled before: Vela's compiler core can crash the process on a graph it
@@ -321,8 +327,7 @@ def compile_network_isolated(tosa: bytes, config: VelaConfig | None = None, time
     except subprocess.TimeoutExpired as exc:
         raise VelaCrashed(f"Vela's compiler core ran past {timeout:.0f} s") from exc
     if done.returncode != 0:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        raise VelaCrashed(f"Vela's compiler core stopped ({how_it_ended(done.returncode)}) {tail[0][:200]}".strip())
+        raise VelaCrashed(f"Vela's compiler core stopped {_ended(done, 200)}")
     answer = json.loads(out.strip().splitlines()[-1])
     if "unsupported" in answer:
         raise VelaUnsupported(answer["unsupported"])
@@ -349,8 +354,7 @@ def vela_main_in_child(argv: list[str]) -> int:
     if not kept.is_dir():
         done, _ = run_vela_child(_VELA_MAIN, argv)
         if done.returncode != 0:
-            tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise VelaCrashed(f"Vela stopped ({how_it_ended(done.returncode)}) {tail[0][:300]}".strip())
+            raise VelaCrashed(f"Vela stopped {_ended(done, 300)}")
         kept.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=kept.parent))
         shutil.copytree(output, staging, dirs_exist_ok=True)
