@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from layout_solver.core.evaluate import TransitionPricer
 from layout_solver.core.problem import InfeasibleError, Problem
 
 
@@ -71,8 +70,10 @@ class CompiledProblem:
     price_key: list[tuple]
     op_fixed_mode: dict[int, int]  # op index -> its only legal mode
     value_fixed_label: dict[int, int]  # unproduced value index -> its only label
-    cost_table: dict[tuple[int, int, int], float] = field(default_factory=dict)
-    _pricer: TransitionPricer | None = None
+    # The problem's transition prices by label ids, as `TransitionPricer` reads them: per value, its listed
+    # (src, dst) prices, and the price of a pair it does not list (0 for a constant whose moves are free).
+    listed_prices: dict[int, dict[tuple[int, int], float]] = field(default_factory=dict)
+    unlisted_price: list[float] = field(default_factory=list)
 
     @property
     def n_vars(self) -> int:
@@ -80,13 +81,16 @@ class CompiledProblem:
         return len(self.n_options)
 
     def cost(self, value: int, src: int, dst: int) -> float:
-        """The price of moving `value` from label id `src` to `dst` (memoised)."""
-        key = (value, src, dst)
-        c = self.cost_table.get(key)
-        if c is None:
-            c = self._pricer(self.problem.values[value].id, self.labels[src], self.labels[dst])
-            self.cost_table[key] = c
-        return c
+        """The price of moving `value` from label id `src` to `dst` (what `TransitionPricer` says, by ids: the
+        solvers price thousands of pairs per problem, and the string-keyed pricer was most of a table's build)."""
+        if src == dst:
+            return 0.0
+        listed = self.listed_prices.get(value)
+        if listed is not None:
+            price = listed.get((src, dst))
+            if price is not None:
+                return price
+        return self.unlisted_price[value]
 
     def factor_cost(self, f: Factor, opt) -> float:
         """The cost of factor `f` under the option assignment `opt`."""
@@ -202,6 +206,7 @@ class _Draft:
         for t in problem.transition_costs:
             explicit.setdefault(self.value_index[t.value], []).append((self.lid(t.src), self.lid(t.dst), t.cost))
         free_constants = not problem.price_constants
+        free = [free_constants and v.kind == "constant" for v in values]
         price_key = [
             ("folded",)
             if free_constants and v.kind == "constant"
@@ -221,8 +226,12 @@ class _Draft:
             price_key=price_key,
             op_fixed_mode=self.op_fixed_mode,
             value_fixed_label=self.value_fixed_label,
+            # the last listing of a pair wins, as in `Problem.transition_table`
+            listed_prices={vi: {(s, d): c for s, d, c in pairs} for vi, pairs in explicit.items() if not free[vi]},
+            unlisted_price=[
+                0.0 if free[i] else v.size_bytes * problem.default_cost_per_byte for i, v in enumerate(values)
+            ],
         )
-        compiled._pricer = TransitionPricer(problem)
         offset = self.offset
         for vi, uses in consumers.items():
             if free_constants and values[vi].kind == "constant":

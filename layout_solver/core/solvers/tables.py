@@ -6,10 +6,7 @@ factor's scope once, so elimination sums tables and local search indexes them.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
-import operator
 
 import numpy as np
 
@@ -37,19 +34,18 @@ def _looped_costs(sub: Subproblem, f: Factor) -> list[float]:
     it: the labels the consumers read as a bitmask, each distinct mask priced once per source label."""
     targets = sorted(f.const_req.union(*(r for reqs in f.cons_reqs for r in reqs)))
     bit = {label: 1 << i for i, label in enumerate(targets)}
-    const_mask = sum(bit[label] for label in f.const_req)
-    masks = [[sum(bit[label] for label in r) for r in reqs] for reqs in f.cons_reqs]
+    # The consumers' masks OR-ed over their options in row-major order (the first consumer outermost).
+    masks = [sum(bit[label] for label in f.const_req)]
+    for reqs in f.cons_reqs:
+        options = [sum(bit[label] for label in r) for r in reqs]
+        masks = [mask | option for mask in masks for option in options]
+    distinct = list(dict.fromkeys(masks))
     sources = f.src_labels if f.src_var >= 0 else (f.src_labels[0],)
     out = []
     for src in sources:
         row = [sub.cost(f.value, src, dst) if dst != src else 0.0 for dst in targets]
-        priced: dict[int, float] = {}
-        for combo in itertools.product(*masks):
-            mask = functools.reduce(operator.or_, combo, const_mask)
-            c = priced.get(mask)
-            if c is None:
-                c = priced[mask] = sum(row[i] for i in range(len(targets)) if mask >> i & 1)
-            out.append(c)
+        priced = {mask: sum(price for i, price in enumerate(row) if mask >> i & 1) for mask in distinct}
+        out.extend([priced[mask] for mask in masks])
     return out
 
 
