@@ -236,6 +236,9 @@ class _Draft:
     op_slots: dict[str, list[Slot]] = field(default_factory=dict)
     multi: dict[str, list[str]] = field(default_factory=dict)
     pricers: list = field(default_factory=list)  # per op (in `ops` order): profile -> its modes' prices
+    # `_domains_and_transition_pairs`: the values with their domains, and the transition pairs to price
+    final_values: list[dict] | None = None
+    pairs: list[tuple] | None = None
     # node name -> the registry's OpRepSets, unconstrained: what the stock pass caches as "etvk_node_repsets"
     repsets: dict[str, utils.OpRepSets] = field(default_factory=dict)
 
@@ -413,10 +416,25 @@ def _operand_slots(draft: _Draft, node: torch.fx.Node, repsets, storage_free: se
 def _domains_and_transition_prices(draft: _Draft):
     """Values and domains, transition prices: each value read or written by a mode, with the labels the modes
     name as its domain, and a price for every (stored-as, read-as) pair that can occur (through a texture where
-    one clone cannot do it: `routes`)."""
-    final_values = []
+    one clone cannot do it: `routes`). The pairs depend on the registry alone, so they are found once per draft
+    (`draft.pairs`) and only priced again under another profile."""
+    if draft.pairs is None:
+        draft.final_values, draft.pairs = _domains_and_transition_pairs(draft)
     costs = []
     routes: dict[tuple[str, str, str], list[str]] = {}
+    for vid, shape, dtype, src, dst, textures in draft.pairs:
+        route, cost = _route(shape, dtype, src, dst, textures, draft.profile)
+        if len(route) > 1:
+            routes[(vid, src, dst)] = list(route)
+        costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
+    return draft.final_values, costs, routes
+
+
+def _domains_and_transition_pairs(draft: _Draft) -> tuple[list[dict], list[tuple]]:
+    """Each value read or written by a mode, with the labels the modes name as its domain, and every
+    (stored-as, read-as) pair that can occur, as (value, shape, dtype, src, dst, textures the value fits in)."""
+    final_values = []
+    pairs = []
     for vid, value in draft.values.items():
         domain = list(dict.fromkeys(draft.mentions.get(vid, [])))
         if not domain:
@@ -427,15 +445,12 @@ def _domains_and_transition_prices(draft: _Draft):
         produced = draft.produced
         sources = [lab for lab in domain if lab in produced[vid]] if vid in produced else domain
         targets = [lab for lab in domain if lab in draft.wanted.get(vid, ())]
-        textures = texture_labels(draft.value_node[vid], draft.texture_limits)
+        textures = tuple(texture_labels(draft.value_node[vid], draft.texture_limits))
+        shape = tuple(value["shape"])
         for src, dst in itertools.product(sources, targets):
-            if src == dst:
-                continue
-            route, cost = transition_route(value["shape"], value["dtype"], src, dst, textures, draft.profile)
-            if len(route) > 1:
-                routes[(vid, src, dst)] = route
-            costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
-    return final_values, costs, routes
+            if src != dst:
+                pairs.append((vid, shape, value["dtype"], src, dst, textures))
+    return final_values, pairs
 
 
 # A transition the runtime cannot make in one clone and no texture can relay:
