@@ -28,6 +28,7 @@ Pure: problems and numbers in, problems and a choice out.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -217,18 +218,15 @@ def weighted_sum(problems: list[Problem], weights: list[float], name: str | None
     sizes = {v.id: v.size_bytes for v in first.values}
     tables = [p.transition_table() for p in problems]
     pairs = list(dict.fromkeys(key for table in tables for key in table))
-
-    def price_of(k: int, key: tuple[str, str, str]) -> float:
-        listed = tables[k].get(key)
-        return listed if listed is not None else sizes[key[0]] * problems[k].default_cost_per_byte
-
-    mode_costs = [
-        [
-            min(sum(w * p.ops[i].modes[j].cost for w, p in zip(weights, problems)), MAX_COST)
-            for j in range(len(op.modes))
-        ]
-        for i, op in enumerate(first.ops)
-    ]
-    transition_costs = {key: min(sum(w * price_of(k, key) for k, w in enumerate(weights)), MAX_COST) for key in pairs}
+    # Every mode's prices side by side (the problems' modes in one order: the same structure), summed as weighted.
+    by_mode = zip(*([m.cost for op in p.ops for m in op.modes] for p in problems))
+    summed = iter([min(sum(w * c for w, c in zip(weights, costs)), MAX_COST) for costs in by_mode])
+    mode_costs = [list(itertools.islice(summed, len(op.modes))) for op in first.ops]
+    # A pair one problem does not list costs what that problem prices an unlisted pair at.
+    unlisted = [(w, table, p.default_cost_per_byte) for w, table, p in zip(weights, tables, problems)]
+    transition_costs = {
+        key: min(sum(w * table.get(key, sizes[key[0]] * per_byte) for w, table, per_byte in unlisted), MAX_COST)
+        for key in pairs
+    }
     default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
     return first.with_costs(mode_costs, transition_costs, default, name or first.name)
