@@ -1,7 +1,9 @@
 """Same input, same program: each model lowered in two processes, one of them beside a CPU hog on every core, and
 the .pte bytes compared (stock's too: a difference stock shares is not the stage's). Targets: xnnpack,
 xnnpack-int8, vulkan, ethos-u55-128, ethos-u85-256 (int8, the stage verified by Vela as by default). Each process
-starts from empty probe and decision caches, so both lower for the first time.
+starts from empty probe and decision caches, so both lower for the first time (beside the probe answers shipped
+with the package, as a user's first lowering is; the table counts the probes each Ethos-U lowering compiled and
+those it read from the shipped file).
 
 Run: .venv/bin/python -m benchmarks.zoo.determinism [--set zoo,outside | --models a,b]
         [--targets xnnpack,xnnpack-int8,vulkan,ethos-u55-128,ethos-u85-256] [--out benchmarks/results/determinism.md]
@@ -87,14 +89,25 @@ def lower_all(models: list[str], targets: list[str]) -> Iterator[dict]:
                 continue
             for side in SIDES:
                 record = {"model": model, "target": target, "side": side}
+                probes = _probe_counts() if target in ETHOS_U else None
                 try:
                     started = time.perf_counter()
                     buffer = lowerings[target][side](module, inputs)
                     record |= {"sha256": hashlib.sha256(buffer).hexdigest(), "bytes": len(buffer),
                                "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
+                    if probes is not None:  # Vela probes compiled, and answered from the shipped file
+                        record["probes"] = [after - before for before, after in zip(probes, _probe_counts())]
                 except Exception as exc:  # noqa: BLE001 - a lowering that fails is the same failure twice or not
                     record["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 yield record
+
+
+def _probe_counts() -> tuple[int, int]:
+    """The process's Vela probe store so far: answers compiled, answers read from the shipped file."""
+    from cost_models import vela
+
+    store = vela.default_store()
+    return store.misses, store.shipped_hits
 
 
 def _spin(stop) -> None:
@@ -157,7 +170,7 @@ def compare_runs(quiet: dict[tuple, dict], loaded: dict[tuple, dict]) -> list[di
         same = a["sha256"] == b["sha256"] if "sha256" in a and "sha256" in b else None
         rows.append({"model": key[0], "target": key[1], "side": key[2], "same": same,
                      "error": a.get("error") or b.get("error") or "",
-                     "seconds": (a.get("seconds"), b.get("seconds"))})  # fmt: skip
+                     "seconds": (a.get("seconds"), b.get("seconds")), "probes": a.get("probes")})  # fmt: skip
     return rows
 
 
@@ -196,9 +209,11 @@ def main() -> None:
         lines.append(f"- {side}: {sum(1 for r in mine if r['same'])} of {len(mine)} programs byte-identical, "
                      f"{len(differ)} differ, {len(failed)} not lowered")  # fmt: skip
     lines.append("")
-    lines += harness.table(["model", "target", "side", "same bytes", "lowering s (quiet, loaded)", "error"],
+    lines += harness.table(["model", "target", "side", "same bytes", "lowering s (quiet, loaded)",
+                            "Vela probes compiled / shipped (quiet)", "error"],
                            [[r["model"], r["target"], r["side"], {True: "yes", False: "NO", None: "-"}[r["same"]],
-                             r["seconds"], r["error"][:120]] for r in rows])  # fmt: skip
+                             r["seconds"], " / ".join(map(str, r["probes"] or [])), r["error"][:120]]
+                            for r in rows])  # fmt: skip
     harness.emit(lines, args.out)
 
 

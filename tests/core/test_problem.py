@@ -342,6 +342,9 @@ def test_a_problem_priced_again_is_the_problem_validated_at_those_prices():
             mode["cost"] = cost
     data["transition_costs"] = [{"value": v, "src": s, "dst": d, "cost": c} for (v, s, d), c in transitions.items()]
     assert repriced == Problem.model_validate(data)
+    repriced.values[0].fixed = repriced.values[0].domain[0]  # a caller pins a value of the copy: not the original's
+    repriced.ops[0].modes[0].cost = 123.0
+    assert problem.values[0].fixed is None and problem.ops[0].modes[0].cost != 123.0
     assert problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], problem.transition_table()) == problem
     bad = [list(costs) for costs in mode_costs]
     bad[2][0] = float("nan")
