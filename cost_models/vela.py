@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import gzip
 import hashlib
 import io
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -219,21 +221,48 @@ def compile_network(tosa: bytes, config: VelaConfig | None = None) -> VelaNetwor
 STORE_FORMAT = 2  # of a stored answer; a change of it leaves earlier answers unread
 
 
-class ProbeStore(JsonStore):
-    """Answers of compiled probes (`probes.sqlite` in `directory`; in memory only if None)."""
+# Answers of the probes that the zoo's lowerings compile, shipped with the package (`benchmarks/arm/ship_probes.py`
+# writes them), so that a first lowering does not compile them again: 125 probe compiles were 3.9 s of resnet18's
+# first lowering on ethos-u55-128. Keyed as the store keys them (the probe's content, the configuration, the Vela
+# version and STORE_FORMAT), so another Vela or configuration reads none of them. SHIPPED_PROBES_ENV=0 leaves them
+# unread (to measure a lowering that compiles every probe).
+SHIPPED_PROBES = Path(__file__).parent / "data" / "vela_probes.json.gz"
+SHIPPED_PROBES_ENV = "LAYOUT_SOLVER_SHIPPED_PROBES"
 
-    def __init__(self, directory: Path | None):
+
+@cache
+def shipped_probes() -> dict[str, object]:
+    """The shipped probe answers by store key (`SHIPPED_PROBES`); none where the file is absent."""
+    try:
+        with gzip.open(SHIPPED_PROBES, "rt", encoding="utf-8") as file:
+            return json.load(file)["probes"]
+    except FileNotFoundError:
+        return {}
+
+
+class ProbeStore(JsonStore):
+    """Answers of compiled probes (`probes.sqlite` in `directory`; in memory only if None); where `shipped`, also
+    the answers shipped with the package (`shipped_probes`), read after the folder's own."""
+
+    def __init__(self, directory: Path | None, shipped: bool = False):
         super().__init__(directory, "probes")
         self.networks: dict[str, VelaNetwork] = {}  # decoded once; the JSON store below keeps the text
-        self.hits = self.misses = 0
+        self.shipped = shipped
+        self.hits = self.misses = self.shipped_hits = 0
 
     def get(self, key: str) -> VelaNetwork | None:
-        """The stored answer of `key` (memory first, then disk), or None."""
+        """The stored answer of `key` (memory first, then disk, then the shipped answers), or None."""
         found = self.networks.get(key)
         if found is None and (stored := super().get(key)) is not None:
             found = self.networks[key] = VelaNetwork.from_json(stored)
+        if found is None and self._reads_shipped() and (stored := shipped_probes().get(key)) is not None:
+            found = self.networks[key] = VelaNetwork.from_json(stored)
+            self.shipped_hits += 1
         self.hits += found is not None
         return found
+
+    def _reads_shipped(self) -> bool:
+        return self.shipped and os.environ.get(SHIPPED_PROBES_ENV) != "0"
 
     def put(self, key: str, network: VelaNetwork) -> None:
         """Store `network` under `key` (memory and disk)."""
@@ -242,9 +271,16 @@ class ProbeStore(JsonStore):
         self.networks[key] = network
 
 
+class _CacheFolderProbes(ProbeStore):
+    """The cache folder's store: its own answers, then the shipped ones."""
+
+    def __init__(self, directory: Path | None):
+        super().__init__(directory, shipped=True)
+
+
 def default_store() -> ProbeStore:
-    """The process-wide probe store of `cache_folder()`."""
-    return open_store("probes", ProbeStore)
+    """The process-wide probe store of `cache_folder()`, which also serves the shipped answers."""
+    return open_store("probes", _CacheFolderProbes)
 
 
 # Vela 5.1.0's compiler core makes some choices in the order of objects' addresses: under address-space
