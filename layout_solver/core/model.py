@@ -81,8 +81,8 @@ class CompiledProblem:
         return len(self.n_options)
 
     def cost(self, value: int, src: int, dst: int) -> float:
-        """The price of moving `value` from label id `src` to `dst` (what `TransitionPricer` says, by ids: the
-        solvers price thousands of pairs per problem, and the string-keyed pricer was most of a table's build)."""
+        """The price of moving `value` from label id `src` to `dst`: what `TransitionPricer` says, read by label ids
+        (the solvers price thousands of pairs per problem; going through the labels' strings cost ~5% of a solve)."""
         if src == dst:
             return 0.0
         listed = self.listed_prices.get(value)
