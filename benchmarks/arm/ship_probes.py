@@ -37,17 +37,22 @@ def cached_answers(folder: Path) -> dict[str, list]:
         return {key: json.loads(value) for key, value in db.execute("SELECT key, value FROM store")}
 
 
+def no_answers() -> dict:
+    """The contents of a shipped file with no answers yet, for this Vela: answers and what they came from."""
+    return {"probes": {}, "vela_version": vela.vela_version(), "store_format": vela.STORE_FORMAT, "lowered": []}
+
+
 def read_shipped(path: Path = vela.SHIPPED_PROBES) -> dict:
-    """The shipped file's contents, or an empty one (answers and what they came from)."""
+    """The shipped file's contents, or `no_answers()` where there is none."""
     if not path.exists():
-        return {"probes": {}, "vela_version": vela.vela_version(), "store_format": vela.STORE_FORMAT, "lowered": []}
+        return no_answers()
     with gzip.open(path, "rt", encoding="utf-8") as file:
         return json.load(file)
 
 
 def write_shipped(contents: dict, path: Path = vela.SHIPPED_PROBES) -> None:
-    """Write the shipped file: sorted keys, no timestamp or file name in the gzip header, so the same answers give the same
-    bytes."""
+    """Write the shipped file: sorted keys, no timestamp or file name in the gzip header, so the same answers give
+    the same bytes."""
     text = json.dumps(contents, sort_keys=True, separators=(",", ":"))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as file:
@@ -80,7 +85,7 @@ def main() -> None:
     args = parser.parse_args()
     contents = read_shipped()
     if args.replace or contents.get("vela_version") != vela.vela_version():
-        contents = {"probes": {}, "vela_version": vela.vela_version(), "store_format": vela.STORE_FORMAT, "lowered": []}
+        contents = no_answers()
     before = len(contents["probes"])
     if args.folders is not None:
         for folder in args.folders:
@@ -101,9 +106,8 @@ def main() -> None:
                         status = "lowered"
                     except Exception as exc:  # noqa: BLE001 - a model that does not lower adds no probes
                         status = f"failed: {type(exc).__name__}: {str(exc)[:120]}"
-                    answers = cached_answers(Path(cache))
                     print(f"{target} {model}: {status} in {time.perf_counter() - started:.0f} s; "
-                          f"{len(answers)} probe answers so far", flush=True)  # fmt: skip
+                          f"{len(vela.default_store())} probe answers so far", flush=True)  # fmt: skip
                     if status == "lowered":
                         contents["lowered"] = sorted(set(contents["lowered"]) | {f"{target} {model}"})
             contents["probes"].update(cached_answers(Path(cache)))

@@ -7,8 +7,9 @@ Each model is lowered once with the stage (the default objective: every profile)
 every delegate's graph as vulkan_preprocess hands it to the pass. Then, per delegate, `--rounds` interleaved
 rounds time stock's pass and the solver's pass (requires, call and ensures: its snapshot, problems, solves,
 pricing, write-back, report and post-condition) on fresh copies; a model's time is the sum over its delegates of
-each side's median. Issue 69's bound is solver <= 2 x stock + 100 ms per model; the table also gives the stage's share of the whole lowering (one
-lowering with the stage, timed end to end) and where the stage's time goes (its phases, summed over delegates).
+each side's median. Issue 69's bound is solver <= 2 x stock + 100 ms per model; the table also gives the stage's
+share of the whole lowering (one lowering with the stage, timed end to end) and where the stage's time goes (its
+phases, summed over delegates).
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def main() -> None:
     parser.add_argument("--models", default="zoo,outside", help="models or sets (zoo, outside), comma-separated")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timed rounds per delegate")
     args = parser.parse_args()
-    header = ["model", "delegates", "stock pass ms", "stage pass ms", "bound ms", "within", "build / solve / write / check ms",
-              "stage / lowering", "decision"]  # fmt: skip
+    header = ["model", "delegates", "stock pass ms", "stage pass ms", "bound ms", "within",
+              "build / solve / write / check ms", "stage / lowering", "decision"]  # fmt: skip
     lines = [harness.provenance("one process, quiet"), "", *harness.table(header, [])]
     print("\n".join(lines), flush=True)
     rows = []
