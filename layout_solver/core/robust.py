@@ -32,7 +32,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from layout_solver.core.problem import MAX_COST, Problem, ProblemError
+from layout_solver.core.problem import MAX_COST, Problem, ProblemError, same_structure
 
 # Prices this many microseconds apart are the same price: below one dispatch's overhead on any device
 # profiled, and an assumed-numbers profile prices a delegate of texture ops at 0 and one buffer in it at
@@ -182,39 +182,19 @@ def own_optimum_ruled_out(combined_bound: float, n_profiles: int, first_ratio: f
     return combined_bound > (1.0 + PRICE_AGREEMENT) * (n_profiles - 1 + min(first_ratio, 1.0))
 
 
-def structure(problem: Problem) -> tuple:
-    """What two problems must share to be priced together: values with their domains, ops with their
-    operands, results and modes' labels (not costs)."""
-    return (
-        tuple((v.id, tuple(v.domain), v.fixed, v.kind) for v in problem.values),
-        tuple(
-            (
-                op.id,
-                tuple(op.operands),
-                tuple(op.results),
-                tuple((m.name, *m.operands, "|", *m.results) for m in op.modes),
-            )
-            for op in problem.ops
-        ),
-    )
-
-
 def weighted_sum(problems: list[Problem], weights: list[float], name: str | None = None) -> Problem:
     """One problem whose every mode and transition costs the `weights`-weighted sum of its prices in
     `problems` (one problem built under several profiles). A transition one problem does not list is
     priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
 
-    Raises ProblemError if the problems differ in anything but costs (see `structure`).
+    Raises ProblemError if the problems differ in anything but costs (see `same_structure`).
     """
     if not problems or len(problems) != len(weights):
         raise ProblemError(f"{len(problems)} problems and {len(weights)} weights: one weight per problem")
     first = problems[0]
-    shape = structure(first)
     for k, other in enumerate(problems[1:], start=1):
-        if structure(other) != shape:
+        if not same_structure(first, other):
             raise ProblemError(f"problem {k} ({other.name!r}) differs from {first.name!r} in more than its costs")
-    if len({p.price_constants for p in problems}) != 1:
-        raise ProblemError("the problems disagree on whether transitions of constants are priced")
     sizes = {v.id: v.size_bytes for v in first.values}
     tables = [p.transition_table() for p in problems]
     pairs = list(dict.fromkeys(key for table in tables for key in table))

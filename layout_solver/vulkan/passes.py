@@ -206,16 +206,18 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             )
 
     def write_back(self, graph_module, built, solution) -> None:
-        """Tag the graph as the chosen profile's problem says, or with stock's own tagging: by adopting the copy
-        that was already tagged so to be priced (`tagged`), else by writing it now."""
+        """Tag the graph as the chosen profile's problem says, or with stock's own tagging: stock's was written onto
+        the graph itself to be priced (`_stock_prices`), a candidate's onto a copy, adopted here (`tagged`);
+        what was not written yet is written now."""
         label = self.decision["label"]
-        tagged = self.tagged.get(None if label is None else (label, _layout_key(solution)))
-        if tagged is not None:
-            _adopt(graph_module, tagged)
-        elif label is None:
-            TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
-        else:
-            self._write_back(graph_module, self.built[label], solution)
+        if self.pristine is None:  # nothing priced: the graph is as the pass was given it
+            if label is None:
+                TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
+            else:
+                self._write_back(graph_module, self.built[label], solution)
+        elif label is not None:
+            tagged = self.tagged.get((label, _layout_key(solution)))
+            _adopt(graph_module, tagged if tagged is not None else self._written_copy(label, solution))
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         # The pass makes tens of thousands of small objects (copies of the graph, problems, prices): with the
@@ -231,7 +233,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         self.profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
         self.built = {}
         self.decision = {}
-        self.tagged = {}  # None (stock's tagging) or (label, layout) -> a copy of the graph tagged so
+        self.tagged = {}  # (label, layout) -> a copy of the graph tagged so
+        self.pristine = None  # a copy of the graph as it was given, once stock's tagging is written onto the graph
         self.solver = lowering_solver(
             self.time_limit,
             self.service,
@@ -246,7 +249,9 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             # A graph the registry cannot describe: stock behaviour, said out loud.
             self.run = None
             warnings.warn(f"layout-solver: {exc}; using the stock TagMemoryMetaPass for this graph", stacklevel=2)
-            result = super().call(graph_module)
+            if self.pristine is None:  # else stock's tagging is on the graph already (`_stock_prices`)
+                super().call(graph_module)
+            result = PassResult(graph_module, True)
             record(
                 PassReport(
                     "stock-fallback",
@@ -278,7 +283,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             report.notes.append(self.decision["choice"].describe())
             report.pricing = "every profile: " + ", ".join(self.profiles)
         record(report)
-        self.tagged = {}  # the copies are spent; a pass object may be called again
+        self.tagged, self.pristine = {}, None  # the copies are spent; a pass object may be called again
         return PassResult(graph_module, True)
 
     def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:
@@ -298,7 +303,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             log.info("layout-solver: no combined candidate (%s)", exc)
         prices: dict[str, dict[str, float]] = {}
         margins: dict[str, dict[str, float]] = {}
-        classes = {n.name: op_class(n) for n in graph_module.graph.nodes if n.op == "call_function"}
+        classes = {n.name: op_class(n) for n in self.pristine.graph.nodes if n.op == "call_function"}
         # each pricing's error on one op, and which of its prices it does not stand behind: once per delegate
         errors = {name: (resolution(p), unreliable(p, classes)) for name, (p, _) in pricings.items()}
         seen: dict[tuple, str] = {}
@@ -347,23 +352,23 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         return solution
 
     def _stock_prices(self, graph_module, pricings) -> dict[str, dict]:
-        """Every pricing's (`decision_pricings`) prices of stock's own tagging of a copy of the graph, by node
-        (`modelled_cost_by_node`)."""
-        stock_graph = self.tagged[None] = _detached_copy(graph_module)
+        """Every pricing's (`decision_pricings`) prices of stock's own tagging, by node (`modelled_cost_by_node`).
+        Written onto the graph itself, as stock's pass writes it (where stock's tagging is kept, most delegates,
+        nothing is left to write); an untagged copy is kept first (`pristine`), for the candidates."""
+        self.pristine = _detached_copy(graph_module)
         # The registry's answers for the graph's ops were read once by the build: stock's pass finds them in its own
         # cache instead of asking the registry again (what it constrains it still makes afresh).
         repsets = next(iter(self.built.values())).draft.repsets
-        for node in stock_graph.graph.nodes:
+        for node in graph_module.graph.nodes:
             if node.name in repsets:
                 node.meta.setdefault("etvk_node_repsets", repsets[node.name])
-        TagMemoryMetaPass.call(self, stock_graph)
-        return modelled_costs_by_node(stock_graph, pricings)
+        TagMemoryMetaPass.call(self, graph_module)
+        return modelled_costs_by_node(graph_module, pricings)
 
-    def _priced_copy(self, graph_module, label, solution, pricings) -> dict[str, dict]:
-        """Every pricing's (`decision_pricings`) prices of `solution` written as `label`'s problem says onto a copy
-        of the graph, by node; the copy is kept in `tagged`, for the write-back to adopt."""
+    def _written_copy(self, label, solution) -> GraphCopy:
+        """A copy of the untagged graph (`pristine`) with `solution` written onto it as `label`'s problem says."""
         vproblem = self.built[label]
-        graph_copy = _detached_copy(graph_module)
+        graph_copy = _detached_copy(self.pristine)
         by_name = {n.name: n for n in graph_copy.graph.nodes}
         moved = dataclasses.replace(
             vproblem,
@@ -371,7 +376,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
         )
         self._write_back(graph_copy, moved, solution)
-        self.tagged[(label, _layout_key(solution))] = graph_copy
+        return graph_copy
+
+    def _priced_copy(self, graph_module, label, solution, pricings) -> dict[str, dict]:
+        """Every pricing's (`decision_pricings`) prices of `solution` written as `label`'s problem says onto a copy
+        of the untagged graph, by node; the copy is kept in `tagged`, for the write-back to adopt."""
+        graph_copy = self.tagged[(label, _layout_key(solution))] = self._written_copy(label, solution)
         return modelled_costs_by_node(graph_copy, pricings)
 
     @staticmethod

@@ -438,3 +438,45 @@ def test_a_piece_too_wide_for_the_table_limit_is_eliminated_with_wide_tables_bef
     solution = solve(window_problem(200, window=40, seed=1), time_limit=60)
     assert solution.status == "optimal" and "elimination" in solution.components.by_method
     assert set(solution.components.by_method) <= {"elimination", "enumerate", "constant"}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_problem_priced_again_compiles_to_what_a_fresh_compile_gives(seed):
+    """`compile_problem` keeps the last problem's variables and factors for one that differs only in prices
+    (`same_structure`): every field equals a fresh compile's, the offset to the last bit; a problem that differs in
+    more (one fixed label) is compiled afresh."""
+    import dataclasses
+    import random
+
+    from layout_solver.core import model
+    from layout_solver.core.problem import same_structure
+
+    first = random_problem(seed, n_ops=10, n_labels=3, p_fixed=0.0)
+    rng = random.Random(seed)
+    mode_costs = [[rng.uniform(0, 40) for _ in op.modes] for op in first.ops]
+    moves = {(t.value, t.src, t.dst): rng.uniform(0, 9) for t in first.transition_costs}
+    second = first.with_costs(mode_costs, moves, rng.uniform(0, 2))
+    assert same_structure(first, second)
+    compile_problem(first)
+    again = compile_problem(second)
+    assert again.factors is model.compile_problem(second).factors  # reused, not rebuilt
+    model._last_compiled = None
+    fresh = compile_problem(second)
+    assert again.factors is not fresh.factors
+    for f in dataclasses.fields(fresh):
+        assert getattr(again, f.name) == getattr(fresh, f.name), f.name
+    assert again.offset.hex() == fresh.offset.hex()
+    assert solve(second).model_dump(exclude={"timings"}) == solve(second.model_copy(deep=True)).model_dump(
+        exclude={"timings"}
+    )
+
+    pinned = second.model_copy(deep=True)
+    free = next((v for v in pinned.values if v.fixed is None and len(v.domain) > 1), None)
+    if free is not None:
+        free.fixed = free.domain[-1]
+        assert not same_structure(second, pinned)
+        kept = compile_problem(second)
+        try:
+            assert compile_problem(pinned).factors is not kept.factors
+        except InfeasibleError:
+            pass  # compiled afresh, and found the pin infeasible: not priced as `second`
