@@ -184,8 +184,9 @@ def test_a_graph_priced_again_under_another_profile_is_the_problem_built_under_i
 
 
 def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
-    """The solver pass tags copies of the delegate graph (stock's tagging, each candidate) and adopts the chosen
-    one: a copy's specs are its own (tagging it leaves the original untagged), and nodes that share a spec in
+    """The solver pass tags copies of the delegate graph (each candidate, from an untagged copy kept before stock's
+    tagging is written onto the graph itself) and adopts the chosen one: a copy's specs are its own (tagging it
+    leaves the original untagged), and nodes that share a spec in
     the graph (the output node reads its producers' specs) share one in the copy, as stock's tagging of the
     graph itself would see it; the adopted graph is the one the module then runs."""
     from executorch.backends.vulkan import utils
