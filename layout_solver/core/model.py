@@ -147,9 +147,9 @@ def compiles_reused() -> Iterator[None]:
 
 
 def _transition_prices(problem: Problem, label_ids: dict[str, int], value_index: dict[str, int]):
-    """The problem's transition prices by label ids: per value, its listed (src, dst, cost) in listing order, a key
-    that determines its prices (`CompiledProblem.price_key`), its listed prices as `CompiledProblem.listed_prices`
-    reads them, and the price of a pair it does not list (`unlisted_price`)."""
+    """The problem's transition prices by label ids, per value: a key that determines them
+    (`CompiledProblem.price_key`), its listed (src, dst) prices (`listed_prices`) and the price of a pair it does not
+    list (`unlisted_price`)."""
     values = problem.values
     explicit: dict[int, list[tuple[int, int, float]]] = {}
     for t in problem.transition_costs:

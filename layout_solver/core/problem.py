@@ -196,7 +196,8 @@ def same_structure(a: Problem, b: Problem) -> bool:
     """Whether `a` and `b` differ in nothing but prices: the same values (ids, domains, fixed labels, kinds) and
     ops (ids, operands, results, modes' names and labels), in the same order, and the same reading of constants.
     Sizes and costs may differ. A problem priced again by `with_costs` shares its lists with the original, so
-    this is mostly identity checks (a fraction of a millisecond on a 1,000-op delegate)."""
+    this is mostly identity checks (0.4 ms on a 168-op delegate with 1,154 modes, against 3.3 ms for building and
+    comparing their structures as tuples)."""
     if a is b:
         return True
     if len(a.values) != len(b.values) or len(a.ops) != len(b.ops) or a.price_constants != b.price_constants:
