@@ -208,17 +208,16 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
 
     def write_back(self, graph_module, built, solution) -> None:
         """Tag the graph as the chosen profile's problem says, or with stock's own tagging: stock's was written onto
-        the graph itself to be priced (`_stock_prices`), a candidate's onto a copy, adopted here (`tagged`);
-        what was not written yet is written now."""
+        the graph itself to be priced (`_stock_prices`), a candidate's onto a copy, adopted here (`tagged`); where
+        nothing was priced, it is written now."""
         label = self.decision["label"]
         if self.pristine is None:  # nothing priced: the graph is as the pass was given it
             if label is None:
                 TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
             else:
                 self._write_back(graph_module, self.built[label], solution)
-        elif label is not None:
-            tagged = self.tagged.get((label, _layout_key(solution)))
-            _adopt(graph_module, tagged if tagged is not None else self._written_copy(label, solution))
+        elif label is not None:  # every candidate a decision can name was priced, so its copy is here
+            _adopt(graph_module, self.tagged[(label, _layout_key(solution))])
 
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         # The pass makes tens of thousands of small objects (copies of the graph, problems, prices): with the
