@@ -122,6 +122,39 @@ def ethos_u_preprocess(verify: str = "vela", reports: list | None = None, settin
 
 
 @contextlib.contextmanager
+def partitions_in_graph_order() -> Iterator[None]:
+    """Scoped: the Arm partitioner (TOSAPartitioner, and so its Ethos-U and VGF subclasses) lists its partitions in
+    the order of their first node in the graph, not in the order of a set of strings.
+
+    executorch 1.5.1's TOSAPartitioner collects its partition tags in a set, so their order follows the process's
+    string-hash seed. executorch fuses the partitions in that order, and each fusion re-sorts the whole graph
+    (torch.fx's `legalize_graph`), so a delegate's nodes reached preprocess in another topological order from one
+    process to the next, and its TOSA graph, so the program's bytes, followed (outside:beit on ethos-u55-128: the
+    tagged graph the same in every process, three of its seven delegates in other orders; stock's program differed
+    too). Which nodes each partition holds is unchanged."""
+    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+
+    original = TOSAPartitioner.__dict__["partition"]
+
+    def partition(self, exported_program):
+        result = original(self, exported_program)
+        nodes = list(result.tagged_exported_program.graph.nodes)
+        first: dict[str, int] = {}
+        for index, node in enumerate(nodes):
+            first.setdefault(node.meta.get("delegation_tag"), index)
+        # a tag the partitioner emptied again (a partition that would lower to nothing) has no node: last, by name
+        tags = sorted(result.partition_tags, key=lambda tag: (first.get(tag, len(nodes)), tag))
+        result.partition_tags = {tag: result.partition_tags[tag] for tag in tags}
+        return result
+
+    TOSAPartitioner.partition = partition
+    try:
+        yield
+    finally:
+        TOSAPartitioner.partition = original
+
+
+@contextlib.contextmanager
 def inserted_passes(before: dict | None = None, after: dict | None = None) -> Iterator[None]:
     """Scoped insertion into the Arm pipeline via its public (but global) registry.
 
@@ -272,7 +305,8 @@ def solver_layouts(
     The stock permute-propagation heuristics move views only (replace_stock;
     see `views_only`), the solver pass (which then writes each transpose in its canonical form) runs just
     before InsertConstShapesPass through the public pass-insertion registry;
-    everything after (ExirToTosaPass, Vela) is unchanged. All of it is
+    everything after (ExirToTosaPass, Vela) is unchanged. The partitioner lists its partitions in graph order
+    (`partitions_in_graph_order`), so the same model lowers to the same bytes in every process. All of it is
     restored on every exit. Yields one PassReport per delegate.
 
     `method_weights` ({"decode": 128, "prefill": 1}) makes a multi-method
@@ -304,6 +338,7 @@ def solver_layouts(
     reports = JointReports()
     with contextlib.ExitStack() as stack:
         stack.enter_context(collecting_reports(reports))
+        stack.enter_context(partitions_in_graph_order())
         if method_weights:
             stack.enter_context(
                 joint_preprocess(

@@ -437,6 +437,64 @@ def test_vela_runs_in_a_child_with_fixed_addresses_and_compiles_the_same_bytes_a
         arm_vela.vela_compile(b"not a TOSA flatbuffer", [*_flags("ethos-u55-128"), f"--output-dir={tmp_path}"])
 
 
+# A chain of linear layers cut by topk (which the Arm partitioner leaves on the CPU): eight tags, four of them
+# partitions the partitioner emptied again (no-ops). Prints the tags as executorch 1.5.1 lists them, as the stage
+# lists them, and in the order of their first node in the graph (emptied ones last, by name).
+_PARTITION_ORDER = """
+import json, torch
+from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
+from executorch.exir import to_edge
+from layout_solver.arm.hooks import partitions_in_graph_order
+from layout_solver.targets.ethos_u.measure import quantize_for
+
+
+class Chain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(16, 16) for _ in range(4)])
+
+    def forward(self, x):
+        for k, layer in enumerate(self.layers):
+            x = layer(x)
+            x = torch.topk(x, 16, dim=-1).values if k < 3 else x
+        return x
+
+
+torch.manual_seed(0)
+module, inputs = Chain().eval(), (torch.randn(1, 8, 16),)
+spec = EthosUCompileSpec("ethos-u55-128")
+orders = []
+for stage in (False, True):
+    program = to_edge(quantize_for(module, inputs)).exported_program()
+    with partitions_in_graph_order() if stage else open("/dev/null"):
+        result = EthosUPartitioner(spec).partition(program)
+    orders.append(list(result.partition_tags))
+graph = [n.meta.get("delegation_tag") for n in result.tagged_exported_program.graph.nodes]
+orders.append(sorted(orders[-1], key=lambda tag: (graph.index(tag) if tag in graph else len(graph), tag)))
+print(json.dumps(orders))
+"""
+
+
+def test_the_stage_lists_partitions_in_graph_order_whatever_the_hash_seed():
+    """executorch 1.5.1's TOSAPartitioner keeps its partition tags in a set of strings, so the order executorch fuses
+    the partitions in (each fusion re-sorting the graph) follows the process's hash seed, and so did the delegates'
+    node order and the program's bytes (outside:beit, stock's program too). Under the stage the partitions come in
+    graph order, the same under every seed."""
+    import json
+    import subprocess
+    import sys
+
+    runs = []
+    for seed in ("1", "2", "3"):
+        done = subprocess.run([sys.executable, "-c", _PARTITION_ORDER], capture_output=True, text=True, check=False,
+                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=600)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert all(len(stock) == 8 for stock, _, _ in runs)
+    assert len({tuple(stock) for stock, _, _ in runs}) > 1  # stock's order follows the seed (seeds 1-3: 3 orders)
+    assert all(staged == in_graph_order == runs[0][1] for _, staged, in_graph_order in runs)
+
+
 def test_a_system_that_keeps_address_randomization_on_is_told_once(monkeypatch):
     """Where personality(2) is refused (some sandboxes), the Vela child runs with randomization on: the bytes may
     then differ between runs, and the lowering says so once, not per compile."""
