@@ -441,7 +441,7 @@ def test_vela_runs_in_a_child_with_fixed_addresses_and_compiles_the_same_bytes_a
 # partitions the partitioner emptied again (no-ops). Prints the tags as executorch 1.5.1 lists them, as the stage
 # lists them, and in the order of their first node in the graph (emptied ones last, by name).
 _PARTITION_ORDER = """
-import json, torch
+import contextlib, json, torch
 from executorch.backends.arm.ethosu import EthosUCompileSpec, EthosUPartitioner
 from executorch.exir import to_edge
 from layout_solver.arm.hooks import partitions_in_graph_order
@@ -466,7 +466,7 @@ spec = EthosUCompileSpec("ethos-u55-128")
 orders = []
 for stage in (False, True):
     program = to_edge(quantize_for(module, inputs)).exported_program()
-    with partitions_in_graph_order() if stage else open("/dev/null"):
+    with partitions_in_graph_order() if stage else contextlib.nullcontext():
         result = EthosUPartitioner(spec).partition(program)
     orders.append(list(result.partition_tags))
 graph = [n.meta.get("delegation_tag") for n in result.tagged_exported_program.graph.nodes]
@@ -491,7 +491,7 @@ def test_the_stage_lists_partitions_in_graph_order_whatever_the_hash_seed():
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert all(len(stock) == 8 for stock, _, _ in runs)
-    assert len({tuple(stock) for stock, _, _ in runs}) > 1  # stock's order follows the seed (seeds 1-3: 3 orders)
+    assert len({tuple(stock) for stock, _, _ in runs}) > 1  # stock's order follows the seed (measured: 3 orders)
     assert all(staged == in_graph_order == runs[0][1] for _, staged, in_graph_order in runs)
 
 
