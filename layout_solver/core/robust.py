@@ -163,6 +163,21 @@ def choose(
 PRICE_AGREEMENT = 0.005
 
 
+def dearer_than_stock(objectives: dict[str, float], stock: dict[str, float]) -> str | None:
+    """The profile that prices a layout dearer than stock's whatever its written price, from `objectives` (profile ->
+    the objective of the layout in the problem built under that profile; profiles not solved for may be left out):
+    a written layout is priced at least its objective / (1 + PRICE_AGREEMENT). None when no objective shows it.
+    Such a candidate is one `choose` refuses, so it need not be written and priced to be refused.
+
+    >>> dearer_than_stock({"p": 101.0, "q": 50.0}, {"p": 99.0, "q": 99.0}), dearer_than_stock({"p": 99.5}, {"p": 99.0})
+    ('p', None)
+    """
+    for profile, objective in objectives.items():
+        if objective / (1.0 + PRICE_AGREEMENT) > stock[profile] + NOISE_US:
+            return profile
+    return None
+
+
 def own_optimum_ruled_out(combined_bound: float, n_profiles: int, first_ratio: float) -> bool:
     """Whether one profile's own optimum cannot be a candidate `choose` takes, so it need not be solved: from the
     proven lower bound of the `weighted_sum` problem (weights 1 / (stock's price + NOISE_US), one per profile) and

@@ -1,6 +1,7 @@
 """Vulkan: the solver pass inside a real ExecuTorch lowering (no GPU needed to lower)."""
 
 import functools
+import itertools
 import json
 import statistics
 import warnings
@@ -701,3 +702,48 @@ def test_a_division_leaves_the_texture_where_the_measured_profile_prices_it_slow
     assert sum(r.modelled_us for r in reports) < sum(r.modelled_us for r in stock_reports)
     default_reports, _ = _lower("divided_gate", solver_layouts)
     assert all(r.kept_stock for r in default_reports)
+
+
+@pytest.mark.parametrize("model", ["attention", "patch_embed"])
+def test_a_candidate_its_problems_price_dearer_than_stock_is_refused_unwritten_with_the_same_program(
+    model, monkeypatch
+):
+    """Where the combined candidate is refused, each profile's own optimum is solved; one that a profile's problem
+    already prices above stock's (past what the problem and the written program may disagree by) is refused
+    without being written onto a copy of the graph and priced there (`robust.dearer_than_stock`). The program is
+    the one that writing and pricing every candidate gives, byte for byte, and the report lists the refused
+    candidate with the others. Written and priced, each is dearer than stock's under the profile that refused it."""
+    screen = robust.dearer_than_stock
+    events = []
+
+    def spied(objectives, stock):
+        events.append(("screened", screen(objectives, stock), stock))
+        return events[-1][1]
+
+    monkeypatch.setattr(robust, "dearer_than_stock", spied)
+    reports, pte = _lower(model, solver_layouts)
+    refused = [e for e in events if e[1] is not None]
+    assert refused, "no own optimum was refused on its problems' prices"
+    assert any(r.kept_stock and "optimum" in r.notes[-1] for r in reports)  # listed with the candidates priced
+
+    original = vk_passes.SolverTagMemoryMetaPass._priced_copy
+
+    def priced_copy(self, graph_module, label, solution, pricings):
+        nodes = original(self, graph_module, label, solution, pricings)
+        events.append(("priced", {p: vk_pricing.total(n) for p, n in nodes.items()}, None))
+        return nodes
+
+    def price_every_candidate(objectives, stock) -> None:  # refuses none unwritten
+        events.append(("screened", screen(objectives, stock), stock))
+
+    events.clear()
+    monkeypatch.setattr(robust, "dearer_than_stock", price_every_candidate)
+    monkeypatch.setattr(vk_passes.SolverTagMemoryMetaPass, "_priced_copy", priced_copy)
+    every_reports, every_pte = _lower(model, solver_layouts)
+    assert every_pte == pte and [r.kept_stock for r in every_reports] == [r.kept_stock for r in reports]
+    checked = 0
+    for (kind, profile, stock), (next_kind, prices, _) in itertools.pairwise(events):
+        if kind == "screened" and profile is not None:
+            assert next_kind == "priced" and prices[profile] > stock[profile] + robust.NOISE_US, (prices, stock)
+            checked += 1
+    assert checked == len(refused)
