@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-import time
 
 from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
 
 from benchmarks import harness
-from benchmarks.vulkan.pass_time import _untagged_copy, captured_delegates
+from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
 from layout_solver.core import robust
-from layout_solver.lowering.pass_report import collecting_reports
-from layout_solver.lowering.quiet import quiet
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
@@ -64,16 +61,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for variant in VARIANTS:
                 with shortcuts(*variant):
-                    spent = 0.0
-                    for solver_pass, graph_module in delegates:
-                        graph = _untagged_copy(graph_module)
-                        with collecting_reports(), quiet():
-                            start = time.perf_counter()
-                            solver_pass.requires(graph)
-                            solver_pass.call(graph)
-                            solver_pass.ensures(graph)
-                            spent += time.perf_counter() - start
-                seconds[variant].append(spent)
+                    seconds[variant].append(sum(timed_solver_pass(p, g)[0] for p, g in delegates))
         medians = [statistics.median(seconds[v]) * 1e3 for v in VARIANTS]
         line = harness.row([name, *(f"{m:.1f}" for m in medians), f"{medians[0] / medians[-1]:.2f}"])
         print(line, flush=True)

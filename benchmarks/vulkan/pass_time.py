@@ -67,6 +67,18 @@ def captured_delegates(module, inputs) -> tuple[list, float]:
     return delegates, elapsed
 
 
+def timed_solver_pass(solver_pass, graph_module):
+    """Seconds of the solver's whole pass on a fresh untagged copy of one delegate graph, as PassBase runs it (its
+    snapshot and post-condition too), and the pass's report."""
+    graph = _untagged_copy(graph_module)
+    with collecting_reports() as reports, quiet():
+        start = time.perf_counter()
+        solver_pass.requires(graph)
+        solver_pass.call(graph)
+        solver_pass.ensures(graph)
+        return time.perf_counter() - start, reports[-1]
+
+
 def time_delegate(solver_pass, graph_module, rounds: int) -> dict:
     """Median seconds of stock's pass and the solver's on fresh copies of one delegate graph, interleaved, and the
     solver's phases in its median round."""
@@ -84,20 +96,15 @@ def time_delegate(solver_pass, graph_module, rounds: int) -> dict:
         start = time.perf_counter()
         stock_pass.call(graph)
         stock.append(time.perf_counter() - start)
-        graph = _untagged_copy(graph_module)
-        with collecting_reports() as reports, quiet():
-            start = time.perf_counter()  # the whole pass, as PassBase runs it: its snapshot and post-condition too
-            solver_pass.requires(graph)
-            solver_pass.call(graph)
-            solver_pass.ensures(graph)
-            solver.append(time.perf_counter() - start)
-        phases.append(reports[-1].phase_seconds)
+        seconds, report = timed_solver_pass(solver_pass, graph_module)
+        solver.append(seconds)
+        phases.append(report.phase_seconds)
     middle = sorted(range(rounds), key=solver.__getitem__)[rounds // 2]
     return {
         "stock": statistics.median(stock),
         "solver": statistics.median(solver),
         "phases": phases[middle],
-        "decision": reports[-1].notes[-1] if reports[-1].notes else "",
+        "decision": report.notes[-1] if report.notes else "",
     }
 
 
