@@ -6,6 +6,7 @@ values, constants, fixed labels, explicit and default transition costs);
 and side by side) and the block DP.
 """
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -300,8 +301,9 @@ def test_relaxation_settles_a_wide_irregular_piece_within_the_gap():
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_cost_tables_price_as_factor_cost(seed):
-    """The looped and vectorised table builders and the local search's flat tables against `factor_cost`."""
+def test_cost_tables_price_as_factor_cost(seed, monkeypatch):
+    """The looped and vectorised table builders and the local search's flat tables against `factor_cost`; the two
+    builders give the same floats, whether the consumers' reading is cached or read afresh."""
     import itertools
     import random
 
@@ -316,6 +318,10 @@ def test_cost_tables_price_as_factor_cost(seed):
         shape = tuple(sub.n_options[v] for v in f.scope)
         looped = tables.factor_table(sub, f)
         vectorised = tables._vectorised_table(sub, f, shape)
+        assert np.array_equal(np.array(tables._looped_costs(sub, f)).reshape(shape), vectorised)
+        with monkeypatch.context() as patch:
+            patch.setattr(tables, "_CACHED_READS", 0)  # every reading afresh, as for a wide factor
+            assert np.array_equal(tables._vectorised_table(sub, f, shape), vectorised)
         for index in itertools.product(*(range(n) for n in shape)):
             options = [rng.randrange(n) for n in sub.n_options]
             for v, o in zip(f.scope, index):

@@ -6,7 +6,9 @@ factor's scope once, so elimination sums tables and local search indexes them.
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,61 +31,82 @@ def factor_table(sub: Subproblem, f: Factor) -> np.ndarray:
     return _vectorised_table(sub, f, shape)
 
 
+# A factor whose consumers have up to this many joint options has its reading (`_Reads`) cached: most factors of real
+# graphs, repeated layer after layer and again under each profile. A wider one is read afresh (its reading is as
+# large as its table).
+_CACHED_READS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    """What a factor's consumers read, whatever the prices: the labels any of them may read (`targets`, sorted), the
+    distinct sets of them that an assignment of their options reads (`present`, 0/1 per target; `distinct`, the
+    same as target positions), and for every assignment (row-major, the first consumer outermost) the index of its
+    set (`inverse`)."""
+
+    targets: tuple[int, ...]
+    present: np.ndarray  # (distinct sets, targets) of 0.0 / 1.0
+    distinct: tuple[tuple[int, ...], ...]
+    inverse: np.ndarray
+
+
+def _reads(f: Factor) -> _Reads:
+    """`f`'s consumers' reading, shared by every factor whose consumers read alike where it is small."""
+    if math.prod(len(reqs) for reqs in f.cons_reqs) <= _CACHED_READS:
+        return _cached_reads(f.const_req, f.cons_reqs)
+    return _read(f.const_req, f.cons_reqs)
+
+
+def _read(const_req: frozenset[int], cons_reqs: tuple[tuple[frozenset[int], ...], ...]) -> _Reads:
+    targets = tuple(sorted(const_req.union(*(r for reqs in cons_reqs for r in reqs))))
+    bit = {label: 1 << i for i, label in enumerate(targets)}
+    # The labels each assignment reads as a bitmask: the consumers' options OR-ed, one axis per consumer.
+    mask = np.full([1] * len(cons_reqs), sum(bit[label] for label in const_req), dtype=np.uint64)
+    for axis, reqs in enumerate(cons_reqs):
+        shape = [1] * len(cons_reqs)
+        shape[axis] = -1
+        mask = mask | np.array([sum(bit[label] for label in r) for r in reqs], dtype=np.uint64).reshape(shape)
+    masks, inverse = np.unique(mask.ravel(), return_inverse=True)
+    present = (masks[:, None] >> np.arange(len(targets), dtype=np.uint64) & np.uint64(1)).astype(float)
+    distinct = tuple(tuple(np.flatnonzero(row).tolist()) for row in present)
+    for array in (present, inverse):
+        array.setflags(write=False)  # shared by every factor that reads alike
+    return _Reads(targets, present, distinct, inverse)
+
+
+# A graph's factors read in a few hundred ways at most; 2,048 readings of up to _CACHED_READS entries bound the cache.
+_cached_reads = functools.lru_cache(maxsize=2048)(_read)
+
+
+def _source_prices(sub: Subproblem, f: Factor, targets: tuple[int, ...]) -> list[list[float]]:
+    """The price of moving the factor's value from each of its source labels to each target (0 where they agree)."""
+    sources = f.src_labels if f.src_var >= 0 else f.src_labels[:1]
+    cost, value = sub.cost, f.value
+    return [[cost(value, src, dst) if dst != src else 0.0 for dst in targets] for src in sources]
+
+
 def _looped_costs(sub: Subproblem, f: Factor) -> list[float]:
     """The factor's cost at every assignment of its scope (row-major, the scope's order), as `factor_cost` prices
-    it: the labels the consumers read as a bitmask, each distinct mask priced once per source label."""
-    targets = sorted(f.const_req.union(*(r for reqs in f.cons_reqs for r in reqs)))
-    bit = {label: 1 << i for i, label in enumerate(targets)}
-    # The consumers' masks OR-ed over their options in row-major order (the first consumer outermost).
-    masks = [sum(bit[label] for label in f.const_req)]
-    for reqs in f.cons_reqs:
-        options = [sum(bit[label] for label in r) for r in reqs]
-        masks = [mask | option for mask in masks for option in options]
-    distinct = list(dict.fromkeys(masks))
-    sources = f.src_labels if f.src_var >= 0 else (f.src_labels[0],)
-    out = []
-    for src in sources:
-        row = [sub.cost(f.value, src, dst) if dst != src else 0.0 for dst in targets]
-        priced = {mask: sum(price for i, price in enumerate(row) if mask >> i & 1) for mask in distinct}
-        out.extend([priced[mask] for mask in masks])
+    it: each distinct set of read labels priced once per source label, summed in the targets' order."""
+    reads = _reads(f)
+    inverse = reads.inverse.tolist()
+    out: list[float] = []
+    for row in _source_prices(sub, f, reads.targets):
+        priced = [sum([row[i] for i in read]) for read in reads.distinct]
+        out.extend([priced[k] for k in inverse])
     return out
 
 
 def _vectorised_table(sub: Subproblem, f: Factor, shape: tuple[int, ...]) -> np.ndarray:
-    """Dense cost table of one factor over its scope, vectorised with label bitmasks.
-
-    Each consumer option contributes the bitmask of labels it reads; the
-    union over the scope is a broadcast OR, and the cost sums, per target
-    label present, the price from the value's own label.
-    """
-    scope = f.scope
-    ndim = len(scope)
-    targets = sorted(set(f.const_req).union(*(r for reqs in f.cons_reqs for r in reqs)))
-    bit = {label: np.uint64(1) << np.uint64(i) for i, label in enumerate(targets)}
-
-    def along(axis: int, array: np.ndarray) -> np.ndarray:
-        shape = [1] * ndim
-        shape[axis] = -1
-        return array.reshape(shape)
-
-    mask = np.zeros([1] * ndim, dtype=np.uint64)
-    for label in f.const_req:
-        mask |= bit[label]
-    offset = 1 if f.src_var >= 0 else 0
-    for k, reqs in enumerate(f.cons_reqs):
-        per_option = np.array([sum((bit[label] for label in r), np.uint64(0)) for r in reqs], dtype=np.uint64)
-        mask = mask | along(k + offset, per_option)
-    sources = list(f.src_labels)
-    price = np.array([[sub.cost(f.value, a, b) if a != b else 0.0 for b in targets] for a in sources])
-    if f.src_var >= 0:
-        src_index = along(0, np.arange(len(sources)))
-    else:
-        src_index = np.zeros([1] * ndim, dtype=int)
-    table = np.zeros(shape, dtype=float)
-    for i in range(len(targets)):
-        present = ((mask >> np.uint64(i)) & np.uint64(1)).astype(bool)
-        table = table + np.where(present, price[src_index, i], 0.0)
-    return np.broadcast_to(table, shape).copy()
+    """Dense cost table of one factor over its scope: each distinct set of read labels priced once per source label
+    (summed target by target, in the targets' order, so every entry is the float `_looped_costs` gives), then
+    spread over the assignments that read it."""
+    reads = _reads(f)
+    prices = np.array(_source_prices(sub, f, reads.targets), dtype=float)
+    priced = np.zeros((len(prices), len(reads.distinct)))
+    for i in range(len(reads.targets)):  # x + 0.0 * p == x: an absent target leaves the sum as it was
+        priced += prices[:, i : i + 1] * reads.present[:, i]
+    return priced[:, reads.inverse].reshape(shape)
 
 
 class FlatTables:
