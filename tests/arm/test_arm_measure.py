@@ -276,3 +276,38 @@ def test_a_delegate_unpredictable_on_both_sides_is_compared_on_narrower_inputs(t
     assert scrambled.equivalent is False and scrambled.max_abs_diff > 0
     one_sided = compare_lowerings(stock, _rescaled(tmp_path, "predictable", shift=40))  # ±2**39: any int32
     assert one_sided.equivalent is None and one_sided.reference == {"left": "unpredictable", "right": "ok"}
+
+
+def _two_outputs(tmp_path, name: str, outputs: tuple[str, str]) -> list:
+    """A delegate reading one int8 (1, 4, 6) tensor and writing two of shape (1, 6, 4), in the order `outputs` names
+    them: "transposed" (its transpose), "reshaped" (the same bytes read as (1, 6, 4)) or "reshaped_again" (the same
+    as "reshaped")."""
+    from cost_models.tosa_probe import ProbeBuilder
+
+    b = ProbeBuilder()
+    tensor = b.input((1, 4, 6), "int8")
+    for which in outputs:  # only the named ops: build() makes every unread result an output too
+        if which == "transposed":
+            b.output(b.op("TRANSPOSE", [tensor], (1, 6, 4), "int8", "TransposeAttribute", perms=(0, 2, 1))[1])
+        else:
+            b.output(b.op("RESHAPE", [tensor, b.const([1, 6, 4], "shape")], (1, 6, 4), "int8")[1])
+    path = tmp_path / name / "output_tag0_TOSA.tosa"
+    path.parent.mkdir()
+    path.write_bytes(b.build().serialize())
+    return [path]
+
+
+def test_a_delegate_listing_the_same_outputs_in_another_order_is_paired_by_value(tmp_path):
+    """Stock's fusion order can list a delegate's same-shaped outputs in another order than the stage's (swinv2 on
+    ethos-u85-256, in some processes): each output is paired with the one that equals it in every trial. Where
+    one has no equal, tensors of one shape cannot be told apart by position: not paired (the caller compares the
+    whole programs on the example inputs)."""
+    from layout_solver.targets.ethos_u.equivalence import compare_lowerings
+
+    stock = _two_outputs(tmp_path, "stock", ("transposed", "reshaped"))
+    swapped = compare_lowerings(stock, _two_outputs(tmp_path, "swapped", ("reshaped", "transposed")))
+    assert swapped.equivalent is True and swapped.max_abs_diff == 0
+    assert swapped.notes == ["output_tag0_TOSA.tosa: the same outputs in another order"]
+    other = compare_lowerings(stock, _two_outputs(tmp_path, "other", ("reshaped", "reshaped_again")))
+    assert other.equivalent is None and "not paired" in other.notes[0]
+    assert compare_lowerings(stock, _two_outputs(tmp_path, "same", ("transposed", "reshaped"))).equivalent is True

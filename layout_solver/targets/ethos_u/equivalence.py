@@ -159,16 +159,67 @@ def compare_lowerings(left: list[Path], right: list[Path], trials: int = 3, seed
             notes.append(str(exc))
         if len(outs) < 2:
             continue
-        for out_a, out_b in zip(outs["left"], outs["right"]):
-            if len(out_a) != len(out_b) or any(x.shape != y.shape for x, y in zip(out_a, out_b)):
-                return Equivalence(None, None, len(left), [f"partitions differ: {a.name}'s output shapes"], reference)
-            for x, y in zip(out_a, out_b):
+        trials_a, trials_b = outs["left"], outs["right"]
+        if any(len(x) != len(y) for x, y in zip(trials_a, trials_b)) or sorted(o.shape for o in trials_a[0]) != sorted(
+            o.shape for o in trials_b[0]
+        ):
+            return Equivalence(None, None, len(left), [f"partitions differ: {a.name}'s output shapes"], reference)
+        pairing = output_pairing(trials_a, trials_b)
+        if pairing is None and _same_shaped(specs_a, trials_a[0]):
+            # Two programs list a delegate's inputs and outputs in the order of its nodes, which stock's fusion
+            # order can change (swinv2 on ethos-u85-256: two pairs of same-shaped outputs swapped in one process
+            # and not in another); with tensors of one shape, position alone cannot say which is which.
+            note = f"{a.name}: tensors of one shape among its inputs or outputs, listed in another order: not paired"
+            return Equivalence(None, None, len(left), [note], reference)
+        if pairing is None:  # every output's shape is its own: paired by shape, and the values differ
+            shapes = [o.shape for o in trials_b[0]]
+            pairing = [shapes.index(o.shape) for o in trials_a[0]]
+        elif pairing != list(range(len(pairing))):
+            notes.append(f"{a.name}: the same outputs in another order")
+        for out_a, out_b in zip(trials_a, trials_b):
+            for x, y in zip(out_a, (out_b[j] for j in pairing)):
                 worst = max(
                     worst, float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if x.size else 0.0
                 )
     if any(status != "ok" for status in reference.values()):
         return Equivalence(None, None, len(left), notes, reference)
     return Equivalence(worst == 0.0, worst, len(left), notes, reference)
+
+
+def output_pairing(left: list[list[np.ndarray]], right: list[list[np.ndarray]]) -> list[int] | None:
+    """For each of a delegate's outputs on one side (`left[trial][k]`), the output of the other side that equals it
+    in every trial (same shape, same values): positions first, so a delegate whose outputs agree in place pairs as
+    it is listed; None if some output has no such partner.
+
+    >>> x, y = np.zeros(2), np.ones(2)
+    >>> output_pairing([[x, y]], [[y, x]]), output_pairing([[x, y]], [[x, y]]), output_pairing([[x, x]], [[x, y]])
+    ([1, 0], [0, 1], None)
+    """
+    count = len(left[0])
+    free = list(range(count))
+    pairing = []
+    for k in range(count):
+        order = [k] + [j for j in free if j != k] if k in free else free
+        match = next(
+            (
+                j
+                for j in order
+                if all(t[k].shape == u[j].shape and np.array_equal(t[k], u[j]) for t, u in zip(left, right))
+            ),
+            None,
+        )
+        if match is None:
+            return None
+        free.remove(match)
+        pairing.append(match)
+    return pairing
+
+
+def _same_shaped(input_specs, outputs: list[np.ndarray]) -> bool:
+    """Whether two of a delegate's inputs share a shape and type, or two of its outputs a shape."""
+    inputs = [(tuple(shape), dtype) for _, shape, dtype in input_specs]
+    shapes = [o.shape for o in outputs]
+    return len(set(inputs)) < len(inputs) or len(set(shapes)) < len(shapes)
 
 
 def _run_both(a: Path, b: Path, inputs: list, reference: dict) -> tuple[dict, dict[str, ReferenceRejected]]:
