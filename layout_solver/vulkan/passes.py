@@ -233,11 +233,24 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             answer = known[node] = super().is_valid_op_node(node)
         return answer
 
+    def get_node_cached_repsets(self, op_node: torch.fx.Node):
+        """Stock's answer, kept per node while the pass runs: stock's tagging asks for it at every step of every
+        trace (136,000 times on the MobileViT delegate), and stock caches it on the node once and never changes it
+        (its checks on the way cost more than the lookup)."""
+        known = getattr(self, "_node_repsets", None)
+        if known is None:
+            return super().get_node_cached_repsets(op_node)
+        answer = known.get(op_node)
+        if answer is None:
+            answer = known[op_node] = super().get_node_cached_repsets(op_node)
+        return answer
+
     def call(self, graph_module: torch.fx.GraphModule) -> PassResult:
         # The pass makes tens of thousands of small objects (copies of the graph, problems, prices): with the
         # lowering's heap behind them, the cyclic collector's full sweeps were most of the pass's time on
         # some graphs (0.46 s of 0.84 s in one profile). Reference counting frees them all the same.
         self._valid_op_nodes: dict[torch.fx.Node, bool] = {}
+        self._node_repsets: dict[torch.fx.Node, object] = {}
         with gc_paused(), compiles_reused():
             try:
                 return self._call(graph_module)
@@ -246,7 +259,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 # paused, reference counting frees it; kept, the collector's first sweep after the pause would
                 # walk it (61,000 objects after a transformer block's delegate, 20-50 ms a delegate).
                 self.built, self.tagged, self.pristine, self.solver = {}, {}, None, None
-                self._valid_op_nodes = None
+                self._valid_op_nodes = self._node_repsets = None
                 if getattr(self, "run", None) is not None:
                     self.run = dataclasses.replace(self.run, built=None)
 
@@ -393,11 +406,18 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         self.pristine = _detached_copy(graph_module)
         # The registry's answers for the graph's ops were read once by the build: stock's pass finds them in its own
         # cache instead of asking the registry again (what it constrains it still makes afresh).
+        # The fresh ones it narrows for each op it tags are copies of those (`registry_answers_reused`).
+        from layout_solver.vulkan.hooks import registry_answers_reused  # hooks imports this module
+
         repsets = next(iter(self.built.values())).draft.repsets
+        answers = {}
         for node in graph_module.graph.nodes:
-            if node.name in repsets:
-                node.meta.setdefault("etvk_node_repsets", repsets[node.name])
-        TagMemoryMetaPass.call(self, graph_module)
+            known = repsets.get(node.name)
+            if known is not None and known.op_node is node:
+                node.meta.setdefault("etvk_node_repsets", known)
+                answers[node] = known
+        with registry_answers_reused(answers, self.texture_limits):
+            TagMemoryMetaPass.call(self, graph_module)
         return modelled_costs_by_node(graph_module, pricings)
 
     def _written_copy(self, label, solution) -> GraphCopy:

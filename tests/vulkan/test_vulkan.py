@@ -219,6 +219,55 @@ def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
     assert not any(seen["original"]) and seen["shared"] and seen["adopted"]
 
 
+@pytest.mark.parametrize("model", ["mixed", "window_heads", "cat_pad", "group_norm_8", "divided_gate"])
+def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, monkeypatch):
+    """Inside the solver's pass, stock's tagging (what every candidate is priced against, and the program where it
+    is kept) gets each op's registry answer from the build (`registry_answers_reused`) instead of asking the
+    registry again: the same nodes, arguments, clones and representations as stock's own pass writes, and no op it
+    was answered for asked the registry."""
+    from executorch.backends.vulkan import utils
+    from executorch.backends.vulkan.op_registry import OpFeatures
+    from executorch.exir.pass_base import PassResult
+
+    from layout_solver.zoo.models import build
+
+    def tagged(gm):
+        return [
+            (n.name, str(n.target), str(n.args), str(utils.get_node_repr(n)) if utils.has_node_repr(n) else None)
+            for n in gm.graph.nodes
+        ]
+
+    asked = []
+    registry_answer = OpFeatures.make_op_repsets
+    monkeypatch.setattr(OpFeatures, "make_op_repsets", lambda self, node, *a: asked.append(node) or
+                        registry_answer(self, node, *a))  # fmt: skip
+    seen = {}
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def call(self, gm):
+            stock_copy, reused_copy = vk_passes._detached_copy(gm), vk_passes._detached_copy(gm)
+            TagMemoryMetaPass.call(self, stock_copy)
+            repsets = rules.build_problem(reused_copy, self.texture_limits).draft.repsets
+            answers = {n: repsets[n.name] for n in reused_copy.graph.nodes if n.name in repsets}
+            for node, known in answers.items():  # also stock's cache, as the pass gives it (`_stock_prices`)
+                node.meta["etvk_node_repsets"] = known
+            asked.clear()
+            with vk_hooks.registry_answers_reused(answers, self.texture_limits):
+                TagMemoryMetaPass.call(self, reused_copy)
+            seen.setdefault("stock", []).append(tagged(stock_copy))
+            seen.setdefault("reused", []).append(tagged(reused_copy))
+            seen.setdefault("asked", []).extend(n for n in asked if n in answers)
+            seen.setdefault("answered", []).extend(answers)
+            return PassResult(gm, True)
+
+    module, inputs = build(f"{TINY}:{model}")
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
+        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    assert seen["answered"] and not seen["asked"]
+    assert seen["reused"] == seen["stock"]
+    assert any(r for graph in seen["stock"] for *_, r in graph)  # tagged at all
+
+
 def test_mode_costs_the_profile_cannot_tell_apart_are_equal_in_the_problem(monkeypatch):
     """A layer_norm's buffer modes, priced within the lavapipe profile's fit error of each other, reach the
     solver at one price; a mode priced far above them keeps its own."""
