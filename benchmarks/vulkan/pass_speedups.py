@@ -1,16 +1,20 @@
-"""What two of the Vulkan stage's shortcuts save, each on its own, timed in one process on the same delegate graphs.
+"""What the Vulkan stage's shortcuts save, each on its own, timed in one process on the same delegate graphs.
 
 Run: .venv/bin/python -m benchmarks.vulkan.pass_speedups [--models outside:mobilevit,outside:swin] [--rounds 7]
         [--out F]
 
-The shortcuts change no program (tests/vulkan/test_vulkan.py checks the second byte for byte), only the pass's time:
-- memo: `SolverTagMemoryMetaPass.is_valid_op_node` answers once per node while stock's tagging runs inside the pass;
+The shortcuts change no program (tests/vulkan/test_vulkan.py checks them byte for byte, and stock's tagging with the
+build's registry answers against stock's own), only the pass's time:
+- memo: while stock's tagging runs inside the pass, `SolverTagMemoryMetaPass.is_valid_op_node` and
+  `get_node_cached_repsets` answer once per node;
 - screen: a profile's own optimum that a profile's problem already prices above stock's is refused without being
-  written onto a copy of the graph and priced there (`robust.dearer_than_stock`).
+  written onto a copy of the graph and priced there (`robust.dearer_than_stock`);
+- reuse: stock's tagging inside the pass gets each op's registry answer from the build, a fresh copy of it, instead
+  of asking the registry again (`hooks.registry_answers_reused`).
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
-`--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with each of the four on/off
-combinations in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model, more than
-either saving, which is why the four are compared in one process.
+`--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
+on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,
+more than any one saving, which is why the variants are compared in one process.
 """
 
 from __future__ import annotations
@@ -23,25 +27,33 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 from benchmarks import harness
 from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
 from layout_solver.core import robust
+from layout_solver.vulkan import hooks
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
-VARIANTS = [(True, True), (False, True), (True, False), (False, False)]  # (memo, screen)
+SHORTCUTS = ("memo", "screen", "reuse")
+VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts turned off: none, each, all
 
 
 @contextlib.contextmanager
-def shortcuts(memo: bool, screen: bool):
-    """The stage's pass with each shortcut on or off (off: stock's own `is_valid_op_node`; a screen that refuses
-    nothing, so every own optimum is written and priced, as before the shortcut)."""
-    saved = SolverTagMemoryMetaPass.__dict__["is_valid_op_node"], robust.dearer_than_stock
+def shortcuts_off(names: tuple[str, ...]):
+    """The stage's pass with the shortcuts in `names` off (memo: stock's own per-node answers; screen: a screen that
+    refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again)."""
+    saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
+    saved = robust.dearer_than_stock, hooks.registry_answers_reused
     try:
-        if not memo:
-            SolverTagMemoryMetaPass.is_valid_op_node = TagMemoryMetaPass.is_valid_op_node
-        if not screen:
+        if "memo" in names:
+            for method in saved_methods:
+                setattr(SolverTagMemoryMetaPass, method, getattr(TagMemoryMetaPass, method))
+        if "screen" in names:
             robust.dearer_than_stock = lambda objectives, stock: None
+        if "reuse" in names:
+            hooks.registry_answers_reused = lambda answers, limits: contextlib.nullcontext()
         yield
     finally:
-        SolverTagMemoryMetaPass.is_valid_op_node, robust.dearer_than_stock = saved
+        for method, saved_method in saved_methods.items():
+            setattr(SolverTagMemoryMetaPass, method, saved_method)
+        robust.dearer_than_stock, hooks.registry_answers_reused = saved
 
 
 def main() -> None:
@@ -49,18 +61,18 @@ def main() -> None:
     parser.add_argument(
         "--models", default="outside:mobilevit,outside:swin,outside:mobilevitv2,decoder_stack,vit_small"
     )
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the four variants")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the variants")
     args = parser.parse_args()
-    header = ["model", "both on ms", "memo off ms", "screen off ms", "both off ms", "both on / both off"]
+    header = ["model", "all on ms", *(f"{name} off ms" for name in SHORTCUTS), "all off ms", "all on / all off"]
     lines = [harness.provenance("one process, quiet; median over rounds"), "", *harness.table(header, [])]
     print("\n".join(lines), flush=True)
     for name in expand_names(args.models.split(",")):
         module, inputs = build(name)
         delegates, _ = captured_delegates(module, inputs)
-        seconds: dict[tuple[bool, bool], list[float]] = {v: [] for v in VARIANTS}
+        seconds: dict[tuple[str, ...], list[float]] = {v: [] for v in VARIANTS}
         for _ in range(args.rounds):
             for variant in VARIANTS:
-                with shortcuts(*variant):
+                with shortcuts_off(variant):
                     seconds[variant].append(sum(timed_solver_pass(p, g)[0] for p, g in delegates))
         medians = [statistics.median(seconds[v]) * 1e3 for v in VARIANTS]
         line = harness.row([name, *(f"{m:.1f}" for m in medians), f"{medians[0] / medians[-1]:.2f}"])

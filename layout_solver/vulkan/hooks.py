@@ -54,7 +54,7 @@ def registry_answers_reused(answers: dict, texture_limits) -> Iterator[None]:
             self.features = features
 
         def make_op_repsets(self, op_node, *limits):
-            known = answers.get(op_node) if limits == (texture_limits,) and limits[0] is texture_limits else None
+            known = answers.get(op_node) if len(limits) == 1 and limits[0] is texture_limits else None
             if known is None:
                 return self.features.make_op_repsets(op_node, *limits)
             fresh = copy.copy(known)
