@@ -10,7 +10,7 @@ build's registry answers against stock's own), only the pass's time:
 - screen: a profile's own optimum that a profile's problem already prices above stock's is refused without being
   written onto a copy of the graph and priced there (`robust.dearer_than_stock`);
 - reuse: stock's tagging inside the pass gets each op's registry answer from the build, a fresh copy of it, instead
-  of asking the registry again (`hooks.registry_answers_reused`).
+  of asking the registry again (`problem_builder.registry_answers_reused`).
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
 `--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
 on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,
@@ -27,7 +27,7 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 from benchmarks import harness
 from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
 from layout_solver.core import robust
-from layout_solver.vulkan import hooks
+from layout_solver.vulkan import passes
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
@@ -40,7 +40,7 @@ def shortcuts_off(names: tuple[str, ...]):
     """The stage's pass with the shortcuts in `names` off (memo: stock's own per-node answers; screen: a screen that
     refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again)."""
     saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
-    saved = robust.dearer_than_stock, hooks.registry_answers_reused
+    saved = robust.dearer_than_stock, passes.registry_answers_reused
     try:
         if "memo" in names:
             for method in saved_methods:
@@ -48,12 +48,12 @@ def shortcuts_off(names: tuple[str, ...]):
         if "screen" in names:
             robust.dearer_than_stock = lambda objectives, stock: None
         if "reuse" in names:
-            hooks.registry_answers_reused = lambda answers, limits: contextlib.nullcontext()
+            passes.registry_answers_reused = lambda answers, limits: contextlib.nullcontext()
         yield
     finally:
         for method, saved_method in saved_methods.items():
             setattr(SolverTagMemoryMetaPass, method, saved_method)
-        robust.dearer_than_stock, hooks.registry_answers_reused = saved
+        robust.dearer_than_stock, passes.registry_answers_reused = saved
 
 
 def main() -> None:

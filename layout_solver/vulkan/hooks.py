@@ -1,13 +1,11 @@
 """Every scoped change the Vulkan integration makes to ExecuTorch, in one place: the TagMemoryMetaPass
 that `vulkan_preprocess` looks up at call time is swapped for the solver's (or the counting stock) pass,
-and the registry answers stock's tagging asks for are the ones the solver's build already read
-(`registry_answers_reused`); each put back on every exit, exceptions included."""
+and put back on every exit, exceptions included. (Inside the solver's pass, stock's tagging reads the registry
+answers the build already read: `problem_builder.registry_answers_reused`, scoped the same way.)"""
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,47 +29,6 @@ def substituted_pass(cls) -> Iterator[None]:
         yield
     finally:
         vulkan_preprocess.TagMemoryMetaPass = original
-
-
-_REGISTRY_SWAP = threading.Lock()  # one swap at a time: each restores what it found
-
-
-@contextlib.contextmanager
-def registry_answers_reused(answers: dict, texture_limits) -> Iterator[None]:
-    """Inside this block, stock's tagging gets a node's op repsets from `answers` (node -> the `OpRepSets` the
-    registry gave for it under `texture_limits`) instead of asking the registry for them again.
-
-    Stock's `set_op_node_tensor_reprs` makes a fresh `OpRepSets` for every op it tags and narrows that one, so it
-    gets a fresh copy: the same sync flags, its own lists of the same (never mutated) `TensorRepSet`s, which is what
-    the registry returns for a node whose target, arguments and metadata are unchanged. Any other node, limit or
-    thread's pass reads the registry as before (the answers are keyed by the node objects themselves).
-    """
-    from executorch.backends.vulkan._passes import tag_memory_meta_pass as tagging
-    from executorch.backends.vulkan.utils import TensorRepSetList
-
-    class Reused:
-        def __init__(self, features):
-            self.features = features
-
-        def make_op_repsets(self, op_node, *limits):
-            known = answers.get(op_node) if len(limits) == 1 and limits[0] is texture_limits else None
-            if known is None:
-                return self.features.make_op_repsets(op_node, *limits)
-            fresh = copy.copy(known)
-            fresh.args_repset_list = TensorRepSetList(list(known.args_repset_list.vals))
-            fresh.outs_repset_list = TensorRepSetList(list(known.outs_repset_list.vals))
-            return fresh
-
-        def __getattr__(self, name):  # anything else stock reads of the op's features
-            return getattr(self.features, name)
-
-    with _REGISTRY_SWAP:
-        original = tagging.get_op_features
-        tagging.get_op_features = lambda target: Reused(original(target))
-        try:
-            yield
-        finally:
-            tagging.get_op_features = original
 
 
 @contextlib.contextmanager

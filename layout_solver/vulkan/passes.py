@@ -43,7 +43,13 @@ from layout_solver.vulkan.pricing import (
     transition_record,
     unreliable,
 )
-from layout_solver.vulkan.problem_builder import build_problem, is_constant_tensor, op_class, priced_again
+from layout_solver.vulkan.problem_builder import (
+    build_problem,
+    is_constant_tensor,
+    op_class,
+    priced_again,
+    registry_answers_reused,
+)
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)
@@ -407,8 +413,6 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         # The registry's answers for the graph's ops were read once by the build: stock's pass finds them in its own
         # cache instead of asking the registry again (what it constrains it still makes afresh).
         # The fresh ones it narrows for each op it tags are copies of those (`registry_answers_reused`).
-        from layout_solver.vulkan.hooks import registry_answers_reused  # hooks imports this module
-
         repsets = next(iter(self.built.values())).draft.repsets
         answers = {}
         for node in graph_module.graph.nodes:

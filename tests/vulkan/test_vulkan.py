@@ -252,7 +252,7 @@ def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, 
             for node, known in answers.items():  # also stock's cache, as the pass gives it (`_stock_prices`)
                 node.meta["etvk_node_repsets"] = known
             asked.clear()
-            with vk_hooks.registry_answers_reused(answers, self.texture_limits):
+            with rules.registry_answers_reused(answers, self.texture_limits):
                 TagMemoryMetaPass.call(self, reused_copy)
             seen.setdefault("stock", []).append(tagged(stock_copy))
             seen.setdefault("reused", []).append(tagged(reused_copy))
