@@ -10,7 +10,7 @@ build's registry answers against stock's own), only the pass's time:
 - screen: a profile's own optimum that a profile's problem already prices above stock's is refused without being
   written onto a copy of the graph and priced there (`robust.dearer_than_stock`);
 - reuse: stock's tagging inside the pass gets each op's registry answer from the build, a fresh copy of it, instead
-  of asking the registry again (`problem_builder.registry_answers_reused`).
+  of asking the registry again (`stock_tagging.registry_answers_reused`).
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
 `--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
 on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,

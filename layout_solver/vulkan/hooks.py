@@ -1,7 +1,7 @@
 """Every scoped change the Vulkan integration makes to ExecuTorch, in one place: the TagMemoryMetaPass
 that `vulkan_preprocess` looks up at call time is swapped for the solver's (or the counting stock) pass,
 and put back on every exit, exceptions included. (Inside the solver's pass, stock's tagging reads the registry
-answers the build already read: `problem_builder.registry_answers_reused`, scoped the same way.)"""
+answers the build already read: `stock_tagging.registry_answers_reused`, scoped the same way.)"""
 
 from __future__ import annotations
 

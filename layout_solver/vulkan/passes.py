@@ -48,8 +48,8 @@ from layout_solver.vulkan.problem_builder import (
     is_constant_tensor,
     op_class,
     priced_again,
-    registry_answers_reused,
 )
+from layout_solver.vulkan.stock_tagging import registry_answers_reused
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)

@@ -19,15 +19,11 @@ want. Prepacked constants have no storage and are not part of the problem.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import functools
 import itertools
 import logging
 import operator
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -590,43 +586,3 @@ def _mode_costs(
         )
         costs.append(round(cost, 3))
     return vk_cost.resolved_mode_costs(costs, profile) if resolve else costs
-
-
-_REGISTRY_SWAP = threading.Lock()  # one swap at a time: each restores what it found
-
-
-@contextlib.contextmanager
-def registry_answers_reused(answers: dict, texture_limits) -> Iterator[None]:
-    """Inside this block, stock's tagging gets a node's op repsets from `answers` (node -> the `OpRepSets` the
-    registry gave for it under `texture_limits`) instead of asking the registry for them again.
-
-    Stock's `set_op_node_tensor_reprs` makes a fresh `OpRepSets` for every op it tags and narrows that one, so it
-    gets a fresh copy: the same sync flags, its own lists of the same (never mutated) `TensorRepSet`s, which is what
-    the registry returns for a node whose target, arguments and metadata are unchanged. Any other node, limit or
-    thread's pass reads the registry as before (the answers are keyed by the node objects themselves).
-    """
-    from executorch.backends.vulkan._passes import tag_memory_meta_pass as tagging
-
-    class Reused:
-        def __init__(self, features):
-            self.features = features
-
-        def make_op_repsets(self, op_node, *limits):
-            known = answers.get(op_node) if len(limits) == 1 and limits[0] is texture_limits else None
-            if known is None:
-                return self.features.make_op_repsets(op_node, *limits)
-            fresh = copy.copy(known)
-            fresh.args_repset_list = utils.TensorRepSetList(list(known.args_repset_list.vals))
-            fresh.outs_repset_list = utils.TensorRepSetList(list(known.outs_repset_list.vals))
-            return fresh
-
-        def __getattr__(self, name):  # anything else stock reads of the op's features
-            return getattr(self.features, name)
-
-    with _REGISTRY_SWAP:
-        original = tagging.get_op_features
-        tagging.get_op_features = lambda target: Reused(original(target))
-        try:
-            yield
-        finally:
-            tagging.get_op_features = original

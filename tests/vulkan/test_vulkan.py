@@ -32,6 +32,7 @@ from layout_solver.vulkan import hooks as vk_hooks
 from layout_solver.vulkan import passes as vk_passes
 from layout_solver.vulkan import pricing as vk_pricing
 from layout_solver.vulkan import problem_builder as rules
+from layout_solver.vulkan import stock_tagging as vk_stock_tagging
 
 TINY = Path(__file__).parents[1] / "models" / "tiny.py"
 
@@ -252,7 +253,7 @@ def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, 
             for node, known in answers.items():  # also stock's cache, as the pass gives it (`_stock_prices`)
                 node.meta["etvk_node_repsets"] = known
             asked.clear()
-            with rules.registry_answers_reused(answers, self.texture_limits):
+            with vk_stock_tagging.registry_answers_reused(answers, self.texture_limits):
                 TagMemoryMetaPass.call(self, reused_copy)
             seen.setdefault("stock", []).append(tagged(stock_copy))
             seen.setdefault("reused", []).append(tagged(reused_copy))
