@@ -43,12 +43,7 @@ from layout_solver.vulkan.pricing import (
     transition_record,
     unreliable,
 )
-from layout_solver.vulkan.problem_builder import (
-    build_problem,
-    is_constant_tensor,
-    op_class,
-    priced_again,
-)
+from layout_solver.vulkan.problem_builder import build_problem, is_constant_tensor, op_class, priced_again
 from layout_solver.vulkan.stock_tagging import registry_answers_reused
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
