@@ -32,6 +32,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from layout_solver.core.problem import MAX_COST, Problem, ProblemError, same_structure
 
 # Prices this many microseconds apart are the same price: below one dispatch's overhead on any device
@@ -213,15 +215,26 @@ def weighted_sum(problems: list[Problem], weights: list[float], name: str | None
     sizes = {v.id: v.size_bytes for v in first.values}
     tables = [p.transition_table() for p in problems]
     pairs = list(dict.fromkeys(key for table in tables for key in table))
-    # Every mode's prices side by side (the problems' modes in one order: the same structure), summed as weighted.
-    by_mode = zip(*([m.cost for op in p.ops for m in op.modes] for p in problems))
-    summed = iter([min(sum(w * c for w, c in zip(weights, costs)), MAX_COST) for costs in by_mode])
-    mode_costs = [list(itertools.islice(summed, len(op.modes))) for op in first.ops]
+    # Every mode's and every pair's prices as one array per problem (the problems' modes in one order: the same
+    # structure), summed as weighted in numpy: the same floats, added in the same order, as a sum in Python
+    # (0 + w0 * c0 + w1 * c1 ...; prices are never negative), at a fraction of its time (a MobileViT delegate's 4,217
+    # modes and 9,640 pairs under two profiles: 21 ms in Python).
+    mode_prices = [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
     # A pair one problem does not list costs what that problem prices an unlisted pair at.
-    unlisted = [(w, table, p.default_cost_per_byte) for w, table, p in zip(weights, tables, problems)]
-    transition_costs = {
-        key: min(sum(w * table.get(key, sizes[key[0]] * per_byte) for w, table, per_byte in unlisted), MAX_COST)
-        for key in pairs
-    }
+    pair_prices = [
+        np.array([table.get(key, sizes[key[0]] * p.default_cost_per_byte) for key in pairs], dtype=float)
+        for table, p in zip(tables, problems)
+    ]
+    summed = iter(np.minimum(_weighted(mode_prices, weights), MAX_COST).tolist())
+    mode_costs = [list(itertools.islice(summed, len(op.modes))) for op in first.ops]
+    transition_costs = dict(zip(pairs, np.minimum(_weighted(pair_prices, weights), MAX_COST).tolist()))
     default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
     return first.with_costs(mode_costs, transition_costs, default, name or first.name)
+
+
+def _weighted(prices: list[np.ndarray], weights: list[float]) -> np.ndarray:
+    """sum(w * p for w, p in zip(weights, prices)), element by element, added in that order."""
+    total = weights[0] * prices[0]
+    for w, p in zip(weights[1:], prices[1:]):
+        total = total + w * p
+    return total

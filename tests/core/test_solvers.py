@@ -425,14 +425,15 @@ def test_each_component_gets_its_share_of_the_time_or_of_the_work_budget():
 def test_a_piece_too_wide_for_the_table_limit_is_eliminated_with_wide_tables_before_the_search():
     """A piece the table limit refuses goes to elimination with WIDE_TABLE tables when its order's entries in all
     stay under WIDE_WORK (not to SCIP), and that exact answer is SCIP's optimum; a work cap below what the order
-    needs refuses it, symbolically."""
+    needs refuses it, symbolically. (A window of 40 no longer needs wide tables: the min-fill order keeps its
+    largest at 20,736 entries; a window of 50 needs 139,968.)"""
     import time
 
     from layout_solver.core.solvers import elimination, mip
     from layout_solver.core.solvers.greedy import greedy
     from layout_solver.core.synthetic import window_problem
 
-    sub = _whole_piece(window_problem(200, window=40, seed=1))
+    sub = _whole_piece(window_problem(200, window=50, seed=1))
     assert elimination.elimination_order(sub, elimination.MAX_TABLE) is None
     assert elimination.elimination_order(sub, elimination.MAX_TABLE, wide_work=1000) is None
     assert elimination.solve_by_elimination(sub, elimination.MAX_TABLE) is None
@@ -441,7 +442,7 @@ def test_a_piece_too_wide_for_the_table_limit_is_eliminated_with_wide_tables_bef
     scip = mip.solve_mip(sub, greedy(sub), time.perf_counter() + 60)
     assert scip is not None and scip.bound == pytest.approx(scip.value)  # SCIP proved its optimum
     assert wide.value == pytest.approx(scip.value)
-    solution = solve(window_problem(200, window=40, seed=1), time_limit=60)
+    solution = solve(window_problem(200, window=50, seed=1), time_limit=60)
     assert solution.status == "optimal" and "elimination" in solution.components.by_method
     assert set(solution.components.by_method) <= {"elimination", "enumerate", "constant"}
 
@@ -487,3 +488,25 @@ def test_a_problem_priced_again_compiles_to_what_a_fresh_compile_gives(seed):
             assert compile_problem(pinned).factors is not kept.factors
         except InfeasibleError:
             pass  # compiled afresh, and found the pin infeasible: not priced as `second`
+
+
+def test_a_piece_min_size_needs_wide_tables_for_is_eliminated_in_the_min_fill_order_within_the_table_limit():
+    """Where the min-size order needs a table above the limit, the weighted min-fill order is tried: a window-40
+    piece's largest table falls from 373,248 entries to 20,736, so plain elimination takes it, and its answer is
+    SCIP's proven optimum."""
+    import time
+
+    from layout_solver.core.solvers import elimination, mip
+    from layout_solver.core.solvers.greedy import greedy
+    from layout_solver.core.synthetic import window_problem
+
+    sub = _whole_piece(window_problem(200, window=40, seed=1))
+    by_size, largest_by_size, _ = elimination._greedy_order(sub, 1 << 40, 1 << 40, 0, elimination._table_size)
+    assert largest_by_size > elimination.MAX_TABLE  # min-size fails at the limit
+    order = elimination.elimination_order(sub, elimination.MAX_TABLE)
+    assert order is not None and order != by_size and sorted(order) == list(range(sub.n_vars))
+    exact = elimination.solve_by_elimination(sub, elimination.MAX_TABLE)
+    assert exact is not None and exact.bound == pytest.approx(exact.value)
+    scip = mip.solve_mip(sub, greedy(sub), time.perf_counter() + 60)
+    assert scip is not None and scip.bound == pytest.approx(scip.value)
+    assert exact.value == pytest.approx(scip.value)
