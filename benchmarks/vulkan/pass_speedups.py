@@ -10,7 +10,10 @@ build's registry answers against stock's own), only the pass's time:
 - screen: a profile's own optimum that a profile's problem already prices above stock's is refused without being
   written onto a copy of the graph and priced there (`robust.dearer_than_stock`);
 - reuse: stock's tagging inside the pass gets each op's registry answer from the build, a fresh copy of it, instead
-  of asking the registry again (`stock_tagging.registry_answers_reused`).
+  of asking the registry again (`stock_tagging.registry_answers_reused`);
+- fill: exact elimination may take the weighted min-fill order where the min-size one needs tables far past the limit
+  (`core.solvers.elimination.elimination_order`); off, min-size alone, as before it. It changed no program of the
+  zoo or outside set (where it changes the order, the same optimum is found faster).
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
 `--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
 on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,
@@ -27,20 +30,22 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 from benchmarks import harness
 from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
 from layout_solver.core import robust
+from layout_solver.core.solvers import elimination
 from layout_solver.vulkan import passes
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
-SHORTCUTS = ("memo", "screen", "reuse")
+SHORTCUTS = ("memo", "screen", "reuse", "fill")
 VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts turned off: none, each, all
 
 
 @contextlib.contextmanager
 def shortcuts_off(names: tuple[str, ...]):
     """The stage's pass with the shortcuts in `names` off (memo: stock's own per-node answers; screen: a screen that
-    refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again)."""
+    refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again; fill:
+    no piece tries the min-fill order)."""
     saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
-    saved = robust.dearer_than_stock, passes.registry_answers_reused
+    saved = robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS
     try:
         if "memo" in names:
             for method in saved_methods:
@@ -49,11 +54,13 @@ def shortcuts_off(names: tuple[str, ...]):
             robust.dearer_than_stock = lambda objectives, stock: None
         if "reuse" in names:
             passes.registry_answers_reused = lambda answers, limits: contextlib.nullcontext()
+        if "fill" in names:
+            elimination.FILL_MAX_VARS = 0
         yield
     finally:
         for method, saved_method in saved_methods.items():
             setattr(SolverTagMemoryMetaPass, method, saved_method)
-        robust.dearer_than_stock, passes.registry_answers_reused = saved
+        robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS = saved
 
 
 def main() -> None:

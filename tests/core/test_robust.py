@@ -172,3 +172,30 @@ def test_a_profiles_own_optimum_ruled_out_by_the_combined_bound_is_never_admissi
                 assert any(x > s + robust.NOISE_US for x, s in zip(prices, stock)), (factor, prices, stock)
     if min(o[0] for o in optima) > 2 * robust.NOISE_US:
         assert {(0.8, 0), (0.8, 1)} <= set(ruled), "stock cheaper than every layout: both optima ruled out"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_weighted_sum_is_the_same_floats_as_a_sum_in_python(seed):
+    """Each mode's and each listed transition's price is exactly sum(w * price) added in the problems' order, so a
+    solve of the sum (and the program it writes) does not depend on how the sum was computed; a pair only one
+    problem lists is priced by the other at its unlisted rate."""
+    problems = [random_problem(seed, n_ops=6, p_fixed=0.0, binary=True)]
+    problems += [_repriced(problems[0], seed + k) for k in (100, 200)]
+    data = problems[2].model_dump()
+    dropped = data["transition_costs"].pop()  # listed by the first two only
+    problems[2] = type(problems[0]).model_validate(data)
+    weights = [1.0 / 3.7, 2.5e-4, 0.9]
+    combined = robust.weighted_sum(problems, weights)
+    for k, op in enumerate(combined.ops):
+        for j, mode in enumerate(op.modes):
+            assert mode.cost == sum(w * p.ops[k].modes[j].cost for w, p in zip(weights, problems))
+    sizes = {v.id: v.size_bytes for v in problems[0].values}
+    tables = [p.transition_table() for p in problems]
+    for t in combined.transition_costs:
+        key = (t.value, t.src, t.dst)
+        expected = sum(
+            w * table.get(key, sizes[t.value] * p.default_cost_per_byte)
+            for w, table, p in zip(weights, tables, problems)
+        )
+        assert t.cost == expected
+    assert (dropped["value"], dropped["src"], dropped["dst"]) in combined.transition_table()
