@@ -46,9 +46,9 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: in
     most `wide_work` entries.
 
     First the min-size order (each step removes the variable whose combined table is smallest). Where it fails, or
-    needs a table above FILL_TRIED_ABOVE times `max_table` (on a piece of up to FILL_MAX_VARS), the weighted min-fill order too (each step removes the
-    variable whose elimination joins the fewest option pairs of neighbours not yet joined), and the one whose
-    tables hold fewer entries in all is taken: on a Llama decode step's Vulkan delegate (183 variables, values of
+    needs a table above FILL_TRIED_ABOVE times `max_table` (on a piece of up to FILL_MAX_VARS), the weighted
+    min-fill order too (each step removes the variable whose elimination joins the fewest option pairs of
+    neighbours not yet joined), and the one whose tables hold fewer entries in all is taken: on a Llama decode step's Vulkan delegate (183 variables, values of
     up to 18 options) min-size needed tables of 2.2 million entries, 5.6 million in all, min-fill 31,000 and
     250,000; a window-40 piece min-size needs 373,248 for, min-fill 20,736. Deterministic: ties go to the lower
     variable.
@@ -120,7 +120,7 @@ def _greedy_order(sub: Subproblem, cap: int, max_table: int, work_cap: int, key)
         k, v = heapq.heappop(heap)
         if done[v] or k != current[v]:
             continue
-        size = _table_size(v, adjacent, options, cap)
+        size = k[1] if two_hops else k  # each key holds the size of the table eliminating `v` builds
         largest, work = max(largest, size), work + size
         if size > cap or (largest > max_table and work > work_cap):
             return None, largest, work
