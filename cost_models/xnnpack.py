@@ -32,7 +32,8 @@ CPU kernel), fitted on probe programs of many tiny ops. Layout conversions are p
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+import platform
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
@@ -45,9 +46,17 @@ KINDS = ("copy", "block", "transpose")
 # resolves: a curve reads 0 below it (measured: swapping block moves for "free" small transposes and adding "free"
 # copies made ViT-like programs 2-6% slower), so no conversion is priced under it.
 OP_FLOOR_US = 1.0
-# The profile `solver_layouts()` and the reports use when none is named: measured on the project's CI machine.
+# The profile `solver_layouts()` and the reports use when none is named: measured on the project's first CI machine.
+# One fixed profile, never the host's: the same exported program gives the same bytes on any machine it is lowered
+# on; the device it will run on is named (a built-in, a file from `calibrate xnnpack`, or "host").
 DEFAULT_PROFILE = "ci-x86"
-BUILT_IN = {"ci-x86": "xnnpack_ci_x86.json"}
+# The project's machines (their CPUs differ from one to the next: an AMD EPYC, an Intel Xeon), each measured by
+# `layout-solver calibrate xnnpack --threads 1,2`.
+BUILT_IN = {"ci-x86": "xnnpack_ci_x86.json", "ci-x86-xeon": "xnnpack_ci_x86_xeon.json"}
+# The name of the built-in profile measured on the CPU this process runs on (`host_profile_name`): what a run time
+# measured here is predicted with. A profile of another CPU predicts another machine (an EPYC's profile priced this
+# Xeon's two-thread runs 2.5x over).
+HOST = "host"
 
 
 class _Strict(BaseModel):
@@ -361,20 +370,57 @@ def _product(dims) -> int:
     return out
 
 
+@cache
+def _built_in(name: str) -> XnnpackProfile:
+    return XnnpackProfile.model_validate_json(
+        resources.files("cost_models").joinpath("data", BUILT_IN[name]).read_text()
+    )
+
+
 @lru_cache(maxsize=16)
 def _load_file(path: str, stamp: float) -> XnnpackProfile:
     return XnnpackProfile.model_validate_json(Path(path).read_text())
 
 
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measured_on(profile: XnnpackProfile, cpu: str) -> bool:
+    """Whether `profile` was measured on a CPU of model `cpu` (`calibrate` writes "<machine> (<cpu model>)")."""
+    return profile.device.endswith(f"({cpu})")
+
+
+def host_profile_name(cpu: str | None = None) -> str:
+    """The built-in profile measured on `cpu` (default: this machine's). OSError names the CPU where none was,
+    and the command that measures one."""
+    cpu = cpu or cpu_model()
+    for name in BUILT_IN:
+        if measured_on(load_profile(name), cpu):
+            return name
+    raise OSError(f"no built-in XNNPACK profile was measured on this CPU ({cpu}); measure one with "
+                  f"`layout-solver calibrate xnnpack --out FILE` and name the file")  # fmt: skip
+
+
 def load_profile(profile: str | Path | XnnpackProfile | None = None) -> XnnpackProfile:
-    """A profile: a built-in name ("ci-x86"), a file written by `layout-solver calibrate xnnpack`, or None (the
-    default). OSError names a file that does not exist or does not hold a profile."""
+    """A profile: a built-in name ("ci-x86"), "host" (the built-in measured on this CPU), a file written by
+    `layout-solver calibrate xnnpack`, or None (the default). OSError names a file that does not exist or does not
+    hold a profile, or a host no built-in profile was measured on."""
     if isinstance(profile, XnnpackProfile):
         return profile
     name = str(profile or DEFAULT_PROFILE)
+    if name == HOST:
+        name = host_profile_name()
     if name in BUILT_IN:
-        text = resources.files("cost_models").joinpath("data", BUILT_IN[name]).read_text()
-        return XnnpackProfile.model_validate_json(text)
+        return _built_in(name)
     path = Path(name)
     if not path.is_file():
         raise OSError(f"XNNPACK cost profile {name!r}: no such file (built-in: {', '.join(BUILT_IN)})")

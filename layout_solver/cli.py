@@ -508,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--exact", action="store_true", help="also ask Vela (cached on disk)")
     t.add_argument(
-        "--cost-profile", help="Vulkan, XNNPACK: built-in profile name (mobile-gpu, lavapipe, ci-x86) or profile file"
+        "--cost-profile",
+        help="Vulkan, XNNPACK: built-in profile name (mobile-gpu, lavapipe; ci-x86, ci-x86-xeon, host: the one measured on this CPU) or profile file",
     )
     t.add_argument("--threads", type=int, help="XNNPACK: the thread count the program runs with (default 1)")
     t.add_argument("--json", action="store_true")

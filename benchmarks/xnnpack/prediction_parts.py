@@ -1,7 +1,7 @@
 """Where the XNNPACK run-time prediction misses: per model, each op class's predicted time against ETDump's.
 
 Run: .venv/bin/python -m benchmarks.xnnpack.prediction_parts --models swin_like,decoder_stack [--threads 1]
-     [--profile FILE] [--int8] [--rounds 30] [--out FILE]
+     [--profile host|NAME|FILE] [--int8] [--rounds 30] [--out FILE]
 
 Per model: stock's program (lowered inside `stock_layouts`), its predicted microseconds by part
 (`predicted_run`), and ETDump's kernels of the same program by the same classes (each run after its twin's, as
@@ -95,7 +95,11 @@ def main() -> None:
     args = harness.parser(__doc__)
     args.add_argument("--models", default="swin_like,decoder_stack,resnet8")
     args.add_argument("--threads", type=int, default=1)
-    args.add_argument("--profile", help="an XNNPACK profile file (default: the shipped one)")
+    args.add_argument(
+        "--profile",
+        default="host",
+        help="an XNNPACK profile: a built-in name or file (default: the built-in measured on this CPU)",
+    )
     args.add_argument("--int8", action="store_true")
     args.add_argument("--rounds", type=int, default=30)
     opts = args.parse_args()

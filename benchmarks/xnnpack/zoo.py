@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outside,issue,transpose_counts,catalog]
      [--targets xnnpack,xnnpack-int8] [--threads 1,2] [--rounds 30] [--cache DIR] [--out benchmarks/results/xnnpack.md]
-     [--repredict xnnpack-int8] [--cached-only]
+     [--repredict xnnpack-int8] [--cached-only] [--profile host]
 
 `--repredict TARGETS` reads the cached records of those targets' predicted run times again with this checkout's
 run-time model, the timings kept: each side lowered again and checked to be the same program (its .pte digest), a
@@ -80,13 +80,13 @@ def warm_up() -> None:
     compare(module, (torch.randn(1, 3, 8, 8),), "xnnpack", threads=[1], rounds=3)
 
 
-def run_one(model: str, target: str, threads: list[int], rounds: int) -> dict:
+def run_one(model: str, target: str, threads: list[int], rounds: int, profile: str) -> dict:
     from layout_solver.compare.result import error_record
     from layout_solver.zoo.runner import compare_named
 
     started = time.perf_counter()
     try:
-        record = compare_named(model, target, threads=threads, rounds=rounds).to_json()
+        record = compare_named(model, target, threads=threads, rounds=rounds, cost_profile=profile).to_json()
         record["status"] = "ok"
     except Exception as exc:  # noqa: BLE001 - a model that cannot be built or exported is a row, not the end
         record = {"model": model, "target": target, "status": "error", **error_record(exc, limit=2)}
@@ -236,18 +236,37 @@ def prediction_errors(ok: list[dict], t: str, measured_key: str) -> list[float]:
     return out
 
 
+def timed_where(r: dict) -> str:
+    """Where a record was timed, against the profile that predicted it: on the CPU the profile was measured on, on
+    another, or not recorded (records before the CPU was)."""
+    from cost_models import xnnpack as xnn_cost
+
+    if not r.get("cpu"):
+        return "CPU not recorded"
+    try:
+        own = xnn_cost.measured_on(xnn_cost.load_profile(r.get("cost_profile")), r["cpu"])
+    except OSError:
+        return "CPU not recorded"
+    return "on the profile's own CPU" if own else "on another CPU than the profile's"
+
+
 def prediction_checks(ok: list[dict], threads: list[int]) -> list[str]:
-    """The profile's predicted run time against the measured one, per thread count."""
+    """The profile's predicted run time against the measured one, per thread count, apart by where the programs
+    were timed (a profile predicts the CPU it was measured on)."""
     out = []
-    for t in map(str, threads):
-        at_reference = prediction_errors(ok, t, "run_ms_at_reference_by_threads")
-        raw = prediction_errors(ok, t, "run_ms_by_threads")
-        if at_reference:
-            out.append(
-                f"- predicted run time at {t} thread(s) against measured, |error| median {statistics.median(at_reference):.0%} "
-                f"at the profile's speed ({sum(e <= 0.1 for e in at_reference)} of {len(at_reference)} programs within "
-                f"10%), {statistics.median(raw):.0%} raw"
-            )  # fmt: skip
+    groups: dict[str, list[dict]] = {}
+    for r in ok:
+        groups.setdefault(timed_where(r), []).append(r)
+    for where, mine in sorted(groups.items()):
+        for t in map(str, threads):
+            at_reference = prediction_errors(mine, t, "run_ms_at_reference_by_threads")
+            raw = prediction_errors(mine, t, "run_ms_by_threads")
+            if at_reference:
+                out.append(
+                    f"- predicted run time at {t} thread(s) against measured ({where}), |error| median "
+                    f"{statistics.median(at_reference):.0%} at the profile's speed ({sum(e <= 0.1 for e in at_reference)} "
+                    f"of {len(at_reference)} programs within 10%), {statistics.median(raw):.0%} raw"
+                )  # fmt: skip
     out += reference_spread(ok, threads)
     return out
 
@@ -259,7 +278,7 @@ def reference_spread(ok: list[dict], threads: list[int]) -> list[str]:
     the prediction's tolerance, no profile predicts that thread count within it."""
     from cost_models import xnnpack as xnn_cost
 
-    profile = xnn_cost.load_profile()
+    profile = xnn_cost.load_profile(ok[0].get("cost_profile") if ok else None)
     first, out = str(threads[0]), []
     for t in map(str, threads[1:]):
         ratios = sorted(
@@ -288,6 +307,9 @@ def main() -> None:
     parser.add_argument("--cache", default="zoo-out/xnnpack-bench")
     parser.add_argument("--repredict", default="", help="targets whose cached predictions to read again")
     parser.add_argument("--cached-only", action="store_true", help="table the cached records, run nothing")
+    parser.add_argument("--profile", default="host",
+                        help="the XNNPACK profile both sides are lowered and predicted with (default: the built-in "
+                             "measured on this CPU; a file from `calibrate xnnpack` where none was)")  # fmt: skip
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     models = args.models.split(",") if args.models else model_names(args.set.split(","))
@@ -313,7 +335,7 @@ def main() -> None:
         if args.cached_only:
             not_run.append(f"{target} {model}")
             continue
-        record = run_one(model, target, threads, args.rounds)
+        record = run_one(model, target, threads, args.rounds, args.profile)
         path.write_text(json.dumps(record))
         records.append(record)
         ratios = record.get("run_ratio_by_threads", {})

@@ -45,7 +45,8 @@ BACKEND_CODE: dict[str, tuple[str, ...]] = {
             "cost_models/data/ethos_u55_v2.json"),
     "vulkan": ("layout_solver/vulkan", *_measuring("vulkan"), "graph_io/vulkan.py", "cost_models/vulkan.py",
                "cost_models/data/vulkan_lavapipe.json", "cost_models/data/vulkan_v1.json"),
-    "xnnpack": ("layout_solver/xnnpack", *_measuring("xnnpack"), "cost_models/data/xnnpack_ci_x86.json"),
+    "xnnpack": ("layout_solver/xnnpack", *_measuring("xnnpack"), "cost_models/data/xnnpack_ci_x86.json",
+                "cost_models/data/xnnpack_ci_x86_xeon.json"),
 }  # fmt: skip
 # Code that only renders finished results (no zoo worker or comparison imports it): in no backend's digest, so a
 # change to the report keeps every cached result. Checked by the same test.

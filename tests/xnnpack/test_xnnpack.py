@@ -74,10 +74,11 @@ def test_conversion_classes_follow_what_xnnpack_reduces_a_transpose_to():
     assert xnn_cost.conversion_kind([2, 3, 4, 5], [0, 1, 3, 2]) == "transpose"
 
 
-def test_the_shipped_profile_is_measured_and_never_prices_a_larger_conversion_cheaper():
-    profile = xnn_cost.load_profile()
+@pytest.mark.parametrize("name", sorted(xnn_cost.BUILT_IN))
+def test_every_shipped_profile_is_measured_and_never_prices_a_larger_conversion_cheaper(name):
+    profile = xnn_cost.load_profile(name)
     assert profile.measured and profile.measurements and profile.command.startswith("layout-solver calibrate")
-    assert profile.thread_counts == [1, 2]
+    assert profile.thread_counts == [1, 2] and profile.predicts_run_time
     for by_elem in profile.curves.values():
         for by_kind in by_elem.values():
             assert set(by_kind) == set(xnn_cost.KINDS)
@@ -85,6 +86,26 @@ def test_the_shipped_profile_is_measured_and_never_prices_a_larger_conversion_ch
                 assert curve.us == sorted(curve.us) and curve.kib == sorted(curve.kib)
     with pytest.raises(OSError, match="no such file"):
         xnn_cost.load_profile("/nonexistent/profile.json")
+
+
+def test_host_names_the_shipped_profile_of_the_cpu_and_the_default_is_fixed():
+    cpus = {name: xnn_cost.load_profile(name).device for name in xnn_cost.BUILT_IN}
+    assert len(set(cpus.values())) == len(cpus)  # one profile per CPU
+    for name, device in cpus.items():
+        cpu = device[device.index("(") + 1 : -1]  # "x86_64 (Intel(R) Xeon(R) Processor)" -> its model name
+        assert xnn_cost.host_profile_name(cpu) == name
+    with pytest.raises(
+        OSError, match=r"no built-in XNNPACK profile was measured on this CPU \(RISC-V Toy\).*calibrate"
+    ):
+        xnn_cost.host_profile_name("RISC-V Toy")
+    # The default never follows the host: the same program lowers to the same bytes on any machine.
+    assert xnn_cost.load_profile() == xnn_cost.load_profile(xnn_cost.DEFAULT_PROFILE) == xnn_cost.load_profile("ci-x86")
+    here = [n for n in cpus if xnn_cost.measured_on(xnn_cost.load_profile(n), xnn_cost.cpu_model())]
+    if here:  # "host" is this machine's own profile, else an error that says how to measure one
+        assert xnn_cost.load_profile(xnn_cost.HOST) == xnn_cost.load_profile(here[0])
+    else:
+        with pytest.raises(OSError, match="calibrate xnnpack"):
+            xnn_cost.load_profile(xnn_cost.HOST)
 
 
 def test_the_stage_removes_the_transposes_stock_leaves_around_a_cpu_layer_norm():

@@ -16,7 +16,6 @@ from collections import defaultdict
 import numpy as np
 
 from cost_models import xnnpack as xnn_cost
-from layout_solver.targets.xnnpack.runtime import cpu_model
 
 # (shape, perm) per class; the element counts run 2^10 .. 2^20.
 # Element counts 2^10 .. 2^20 (4 KiB .. 4 MiB of fp32), closer together where a tensor leaves L1 and L2.
@@ -90,7 +89,7 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
         calibrate_ops(threads, rounds, log) if ops else ([], {}, {}, {}, {})
     )
     return xnn_cost.XnnpackProfile(
-        device=f"{platform.machine()} {platform.processor() or ''} ({cpu_model()})".replace("  ", " "),
+        device=f"{platform.machine()} {platform.processor() or ''} ({xnn_cost.cpu_model()})".replace("  ", " "),
         measured=True,
         command=command,
         curves=curves(measurements),

@@ -160,7 +160,7 @@ def device_key() -> str:
     """What the cache's times are valid for: this CPU, and the kernels' versions."""
     from importlib.metadata import version
 
-    from layout_solver.targets.xnnpack.runtime import cpu_model
+    from cost_models.xnnpack import cpu_model
 
     return f"{platform.machine()} {cpu_model()} | executorch {version('executorch')} | torch {torch.__version__}"
 

@@ -3,7 +3,6 @@ programs timed in interleaved paired rounds, per-op times from ETDump (`executor
 
 from __future__ import annotations
 
-import platform
 import re
 import statistics
 import tempfile
@@ -192,18 +191,6 @@ def time_in_fresh_process(buffers: list[bytes], inputs: tuple, threads: int, rou
         if done.returncode != 0:
             raise RuntimeError(f"timing process failed: {done.stderr.strip().splitlines()[-1:]}")
         return PairedTiming(json.loads(done.stdout.strip().splitlines()[-1]))
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else the platform's word for it."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _main() -> None:
