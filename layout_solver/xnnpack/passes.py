@@ -160,6 +160,7 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
         ops = {op.id: op for op in built.problem.ops}
         labels = solution.labels
         removed: dict = {}  # a copy taken out: its input stands for it (a graph output too)
+        self._conversions: dict = {}  # (operand, order) -> what readers wanting it read (`_converted_for`)
         for node in list(graph_module.graph.nodes):
             if node.op in ("placeholder", "get_attr"):
                 if rank(node) == 4:
@@ -188,12 +189,35 @@ class SolverChannelsLastTaggedReshapePass(SolverPass, ChannelsLastTaggedReshapeP
                 continue
             if solution.labels[vid] == wanted:
                 continue
-            if rank(operand) == 3:
-                self._convert_rank3(graph_module, operand, node, wanted)
-            elif wanted == CHANNELS_LAST:
-                self.input_to_nhwc(graph_module, operand, node)
-            else:
-                self.input_to_nchw(graph_module, operand, node)
+            self._converted_for(graph_module, operand, node, wanted)
+
+    def _converted_for(self, graph_module, operand, user, wanted: str) -> None:
+        """`user` reads `operand` converted to `wanted`: one conversion per (value, order), shared by every reader
+        that wants it, and no other reader moved. Stock's insertion around a dequantize (copy, q, dq) moves *every*
+        reader of the dequantize onto the converted value, since stock converts a value for all its readers alike;
+        here one reader of a value may want it converted and another not (a quantized MobileViT's SiLU: its sigmoid
+        and its multiply read one dequantize, and the second conversion, of a value already converted, failed the
+        post-condition), so the others are moved back."""
+        key = (operand, wanted)
+        made = self._conversions.get(key)
+        if made is not None:
+            user.replace_input_with(operand, made)
+            return
+        others = [u for u in operand.users if u is not user]
+        read_before = set(user.all_input_nodes)
+        if rank(operand) == 3:
+            self._convert_rank3(graph_module, operand, user, wanted)
+        elif wanted == CHANNELS_LAST:
+            self.input_to_nhwc(graph_module, operand, user)
+        else:
+            self.input_to_nchw(graph_module, operand, user)
+        made_now = [n for n in user.all_input_nodes if n not in read_before]
+        if len(made_now) != 1:  # stock found nothing to convert (a placeholder or constant in the order already)
+            return
+        self._conversions[key] = made_now[0]
+        for other in others:
+            if other in made_now[0].users:
+                other.replace_input_with(made_now[0], operand)
 
     def _convert_rank3(self, graph_module, operand, user, wanted: str) -> None:
         """Stock's stubs are 4-D: a 3-D value is converted by an identity permute_copy whose result is tagged in

@@ -287,3 +287,23 @@ def test_the_zoo_report_states_how_far_the_machines_multi_thread_speed_wanders()
     assert "median 1.00" in line and "all 0.80 - 1.30 (11 records)" in line
     assert f"the profile's {profile.reference_us['2'] / profile.reference_us['1']:.2f}" in line
     assert reference_spread(records[:9], [1, 2]) == [] and reference_spread(records, [1]) == []
+
+
+def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
+    """Each (probe, thread count) measured in several passes keeps the median run time and, per kernel event, the
+    median time: one slow spell of the machine in one pass does not bend the curve."""
+    from layout_solver.targets.xnnpack.calibrate_ops import Probe, ProbeRun, merged
+
+    probe = Probe("add(64, 256)", "elementwise", lambda: None)
+    other = Probe("gemm(4, 32, 32)", "gemm", lambda: None)
+
+    def run(p, threads, run_us, add_us):
+        return ProbeRun(p, threads, {"Add (ND) #1": add_us, "Add (ND) #2": 2 * add_us}, run_us, [], 1, 1.0, 500.0)
+
+    runs = [run(probe, 1, 10.0, 1.0), run(probe, 1, 30.0, 9.0), run(probe, 1, 12.0, 2.0), run(probe, 2, 8.0, 1.0),
+            run(other, 1, 50.0, 4.0)]  # fmt: skip
+    out = {(r.probe.name, r.threads): r for r in merged(runs)}
+    assert set(out) == {("add(64, 256)", 1), ("add(64, 256)", 2), ("gemm(4, 32, 32)", 1)}
+    assert out[("add(64, 256)", 1)].run_us == 12.0
+    assert out[("add(64, 256)", 1)].kernel_us == {"Add (ND) #1": 2.0, "Add (ND) #2": 4.0}
+    assert out[("add(64, 256)", 2)].run_us == 8.0 and out[("gemm(4, 32, 32)", 1)].kernel_us["Add (ND) #1"] == 4.0

@@ -321,3 +321,21 @@ def test_a_multi_method_program_is_compared_method_by_method_and_each_method_run
     )
     with pytest.raises(ValueError, match="verify"):
         get_target("xnnpack").compare_methods(built, verify="run")
+
+
+def test_a_dequantize_two_ops_read_is_converted_for_the_one_that_wants_it_and_once():
+    """Stock's insertion of a conversion after a dequantize (copy, q, dq) moves every reader of the dequantize onto
+    the converted value. Under the Xeon profile's prices, mobilevit_like int8's SiLU (a sigmoid and a multiply reading
+    one dequantize) had one reader converted and then the other: the second conversion, of a value stock had already
+    moved, converted it again and failed the post-condition. Each reader now reads what it wants, one conversion per
+    (value, order) (`SolverChannelsLastTaggedReshapePass._converted_for`); the program is validated and bit-identical
+    to stock's."""
+    from layout_solver.zoo.models import build
+
+    module, inputs = build("mobilevit_like")
+    quantized = quantize(module, inputs)
+    stock, _ = _lowered(quantized, inputs, lambda: stock_layouts("ci-x86-xeon", 1))
+    solver, reports = _lowered(quantized, inputs, lambda: solver_layouts(cost_profile="ci-x86-xeon", threads=1))
+    assert any(r.kind == "solver" for r in reports)
+    for a, b in zip(run_outputs(stock, inputs), run_outputs(solver, inputs)):
+        np.testing.assert_array_equal(a, b)

@@ -97,21 +97,25 @@ class XnnpackTarget(Target):
         parser.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
         parser.add_argument("--threads", type=int_list, help="thread counts to measure (default 1,2)")
         parser.add_argument("--rounds", type=int, default=60, help="timed runs per probe (default %(default)s)")
+        parser.add_argument("--passes", type=int, default=3,
+                            help="times every op probe is measured, the median kept (default %(default)s)")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
-        return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds}
+        return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds, "passes": args.passes}
 
-    def calibrate(self, out, threads=(1, 2), rounds: int = 60, command: str = "", log=print, **_) -> str:
+    def calibrate(
+        self, out, threads=(1, 2), rounds: int = 60, command: str = "", log=print, passes: int = 3, **_
+    ) -> str:
         """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`."""
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
         out = Path(out)
         if not out.parent.is_dir():
             raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
-        if rounds < 3 or not threads or any(t < 1 for t in threads):
-            raise ValueError("--rounds at least 3, --threads positive integers")
-        profile = calibrate(list(threads), rounds=rounds, command=command, log=log)
+        if rounds < 3 or passes < 1 or not threads or any(t < 1 for t in threads):
+            raise ValueError("--rounds at least 3, --passes at least 1, --threads positive integers")
+        profile = calibrate(list(threads), rounds=rounds, command=command, log=log, passes=passes)
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")
         tmp.replace(out)

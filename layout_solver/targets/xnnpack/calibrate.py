@@ -54,9 +54,9 @@ def probe_program(shape: list[int], perm: list[int], dtype: str) -> tuple[bytes,
 
 
 def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), command: str = "",
-              log=print, ops: bool = True) -> xnn_cost.XnnpackProfile:  # fmt: skip
-    """Time every conversion probe (and, with `ops`, every op and overhead probe) at every thread count and fit
-    each class."""
+              log=print, ops: bool = True, passes: int = 1) -> xnn_cost.XnnpackProfile:  # fmt: skip
+    """Time every conversion probe (and, with `ops`, every op and overhead probe, `passes` times) at every thread
+    count and fit each class."""
     from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack.calibrate_ops import calibrate_ops
     from layout_solver.targets.xnnpack.clock import pool_wake_us
@@ -86,7 +86,7 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
                 log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
                     + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
     op_measurements, op_curves, unit_us, overheads, reference = (
-        calibrate_ops(threads, rounds, log) if ops else ([], {}, {}, {}, {})
+        calibrate_ops(threads, rounds, log, passes) if ops else ([], {}, {}, {}, {})
     )
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({xnn_cost.cpu_model()})".replace("  ", " "),

@@ -13,6 +13,7 @@ median speed over the whole calibration, so the machine's drift while it runs do
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -336,16 +337,26 @@ class ProbeRun:
     wake_us: float = 0.0  # the pool's wake-up at the run's thread count (the first parallel operator pays it)
 
 
-def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
-    """Lower the probe (inside `stock_layouts`) and time it at every thread count."""
+@dataclass(frozen=True)
+class LoweredProbe:
+    """A probe lowered once (inside `stock_layouts`): its program, inputs, and what the predictor reads off it."""
+
+    buffer: bytes
+    inputs: tuple
+    ops: list
+    delegates: int
+    io_kib: float
+
+
+def lower_probe(probe: Probe) -> LoweredProbe:
+    """Lower the probe as a program of its kind is lowered: XNNPACK's ops delegated (their op twice in one
+    call, `_twice`), CPU kernels with no partitioner."""
     import torch
     from executorch.exir import to_edge
 
     from layout_solver.lowering.quiet import quiet
-    from layout_solver.targets.xnnpack.clock import reference_ratio, run_twin
     from layout_solver.targets.xnnpack.cpu_ops import program_ops
     from layout_solver.targets.xnnpack.lowering import lower, quantize
-    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
     from layout_solver.xnnpack import stock_layouts
 
     with quiet():
@@ -363,14 +374,41 @@ def run_probe(probe: Probe, threads: list[int], rounds: int) -> list[ProbeRun]:
             outside = program_ops(edge.exported_program())  # before to_executorch rewrites the graph
             buffer = edge.to_executorch().buffer
             ops = outside.ops
-        delegates, io_kib = outside.delegates, outside.io_kib
+    return LoweredProbe(buffer, inputs, ops, outside.delegates, outside.io_kib)
+
+
+def run_probe(probe: Probe, threads: list[int], rounds: int, lowered: LoweredProbe | None = None) -> list[ProbeRun]:
+    """Time the probe (lowered by `lower_probe` unless given) at every thread count."""
+    from layout_solver.targets.xnnpack.clock import reference_ratio, run_twin
+    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
+
+    lowered = lowered or lower_probe(probe)
+    buffer, inputs = lowered.buffer, lowered.inputs
     out = []
     for n in threads:
         # Each run after its twin's, as a paired timing runs a program after the other side's of the same model.
         events = etdump_events(buffer, inputs, n, rounds, between=run_twin(buffer, inputs, n))
         kernels = {name: per_run_ms(raw, rounds) * 1e3 for name, raw in events.items() if name not in BOOKKEEPING}
         ratio, reference_ms = reference_ratio(buffer, inputs, n, rounds)
-        out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, ops, delegates, io_kib, reference_ms * 1e3))
+        out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, lowered.ops, lowered.delegates,
+                            lowered.io_kib, reference_ms * 1e3))  # fmt: skip
+    return out
+
+
+def merged(runs: list[ProbeRun]) -> list[ProbeRun]:
+    """One run per (probe, thread count) out of several passes' (all at one reference speed): the median run time
+    and, per kernel event, the median of its times (a pass can meet the machine slow in one op and not the next:
+    one probe's time moved by up to 2x from one pass to the next here, where their median moves a few percent)."""
+    groups: dict[tuple[str, int], list[ProbeRun]] = defaultdict(list)
+    for run in runs:
+        groups[(run.probe.name, run.threads)].append(run)
+    out = []
+    for group in groups.values():
+        first = group[0]
+        kernels = {name: float(np.median([r.kernel_us[name] for r in group if name in r.kernel_us]))
+                   for name in first.kernel_us}  # fmt: skip
+        out.append(dataclasses.replace(first, kernel_us=kernels,
+                                       run_us=float(np.median([r.run_us for r in group]))))  # fmt: skip
     return out
 
 
@@ -543,24 +581,34 @@ def at_reference_speed(runs: list[ProbeRun]) -> dict[str, float]:
     return reference
 
 
-def calibrate_ops(threads: list[int], rounds: int, log=print) -> tuple[list, dict, dict, dict, dict]:
-    """Run every probe at every thread count: (op measurements, op curves, per-unit costs, overheads, the
-    reference program's microseconds), all at the reference's median speed."""
+def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -> tuple[list, dict, dict, dict, dict]:
+    """Run every probe at every thread count, `passes` times (each pass after the first in its own shuffled order,
+    so a slow spell of the machine falls on different probes; the median of the passes kept, `merged`): (op
+    measurements, op curves, per-unit costs, overheads, the reference program's microseconds), all at the
+    reference's median speed."""
+    import random
+
     from layout_solver.targets.xnnpack.clock import pool_wake_us
 
     runs: list[ProbeRun] = []
     wake = {n: pool_wake_us(n, rounds) for n in threads}
     log(f"thread pool wake-up: {', '.join(f'{w:.1f} us ({n}t)' for n, w in wake.items())}")
     chosen = probes()
-    for i, probe in enumerate(chosen, 1):
-        measured = run_probe(probe, threads, rounds)
-        for run in measured:
-            run.wake_us = wake[run.threads]
-        runs += measured
-        log(f"[{i}/{len(chosen)}] {probe.name}: "
-            + ", ".join(f"{r.run_us:.1f} us run, {sum(r.kernel_us.values()):.1f} us kernels ({r.threads}t)"
-                        for r in measured))  # fmt: skip
+    lowered: dict[str, LoweredProbe] = {}
+    for k in range(passes):
+        order = chosen if k == 0 else random.Random(k).sample(chosen, len(chosen))
+        for i, probe in enumerate(order, 1):
+            if probe.name not in lowered:
+                lowered[probe.name] = lower_probe(probe)
+            measured = run_probe(probe, threads, rounds, lowered[probe.name])
+            for run in measured:
+                run.wake_us = wake[run.threads]
+            runs += measured
+            log(f"[{f'pass {k + 1}/{passes}, ' if passes > 1 else ''}{i}/{len(chosen)}] {probe.name}: "
+                + ", ".join(f"{r.run_us:.1f} us run, {sum(r.kernel_us.values()):.1f} us kernels ({r.threads}t)"
+                            for r in measured))  # fmt: skip
     reference = at_reference_speed(runs)
+    runs = merged(runs)
     measurements = op_measurements(runs)
     curves, unit_us = op_curves(measurements)
     return measurements, curves, unit_us, overheads(runs, threads), reference
