@@ -566,21 +566,6 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
     return out
 
 
-def at_reference_speed(runs: list[ProbeRun]) -> dict[str, float]:
-    """State every run's times at one machine speed, per thread count: the reference program's median over all
-    the runs (returned), each run scaled by that over the reference's time in its own rounds."""
-    reference = {}
-    for n in sorted({r.threads for r in runs}):
-        mine = [r for r in runs if r.threads == n]
-        reference[str(n)] = round(float(np.median([r.reference_us for r in mine])), 3)
-        for r in mine:
-            scale = reference[str(n)] / r.reference_us
-            r.run_us *= scale
-            r.kernel_us = {k: v * scale for k, v in r.kernel_us.items()}
-            r.reference_us = reference[str(n)]
-    return reference
-
-
 def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -> tuple[list, dict, dict, dict, dict]:
     """Run every probe at every thread count, `passes` times (each pass after the first in its own shuffled order,
     so a slow spell of the machine falls on different probes; the median of the passes kept, `merged`): (op
@@ -588,7 +573,7 @@ def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -
     reference's median speed."""
     import random
 
-    from layout_solver.targets.xnnpack.clock import pool_wake_us
+    from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_wake_us
 
     runs: list[ProbeRun] = []
     wake = {n: pool_wake_us(n, rounds) for n in threads}

@@ -121,3 +121,21 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
         reference_ms.append(statistics.median(alone))
         ratios.append(program_ms / reference_ms[-1])
     return statistics.median(ratios), statistics.median(reference_ms)
+
+
+def at_reference_speed(runs: list) -> dict[str, float]:
+    """State every run's times at one machine speed, per thread count: the reference program's median over all
+    the runs (returned), each run scaled by that over the reference's time in its own rounds. `runs`:
+    calibrate_ops.ProbeRun, scaled in place."""
+    import numpy as np
+
+    reference = {}
+    for n in sorted({r.threads for r in runs}):
+        mine = [r for r in runs if r.threads == n]
+        reference[str(n)] = round(float(np.median([r.reference_us for r in mine])), 3)
+        for r in mine:
+            scale = reference[str(n)] / r.reference_us
+            r.run_us *= scale
+            r.kernel_us = {k: v * scale for k, v in r.kernel_us.items()}
+            r.reference_us = reference[str(n)]
+    return reference
