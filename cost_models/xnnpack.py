@@ -54,8 +54,8 @@ DEFAULT_PROFILE = "ci-x86"
 # `layout-solver calibrate xnnpack --threads 1,2`.
 BUILT_IN = {"ci-x86": "xnnpack_ci_x86.json", "ci-x86-xeon": "xnnpack_ci_x86_xeon.json"}
 # The name of the built-in profile measured on the CPU this process runs on (`host_profile_name`): what a run time
-# measured here is predicted with. A profile of another CPU predicts another machine (an EPYC's profile priced this
-# Xeon's two-thread runs 2.5x over).
+# measured here is predicted with. A profile of another CPU predicts another machine (the EPYC's profile priced
+# resnet8's two-thread run on this Xeon at 502 us, measured 201).
 HOST = "host"
 
 
@@ -410,15 +410,19 @@ def host_profile_name(cpu: str | None = None) -> str:
                   f"`layout-solver calibrate xnnpack --out FILE` and name the file")  # fmt: skip
 
 
+def profile_name(profile: str | Path | None) -> str:
+    """What `load_profile` reads for `profile`: a built-in's name ("host" resolved to this CPU's) or a file's path."""
+    name = str(profile or DEFAULT_PROFILE)
+    return host_profile_name() if name == HOST else name
+
+
 def load_profile(profile: str | Path | XnnpackProfile | None = None) -> XnnpackProfile:
     """A profile: a built-in name ("ci-x86"), "host" (the built-in measured on this CPU), a file written by
     `layout-solver calibrate xnnpack`, or None (the default). OSError names a file that does not exist or does not
     hold a profile, or a host no built-in profile was measured on."""
     if isinstance(profile, XnnpackProfile):
         return profile
-    name = str(profile or DEFAULT_PROFILE)
-    if name == HOST:
-        name = host_profile_name()
+    name = profile_name(profile)
     if name in BUILT_IN:
         return _built_in(name)
     path = Path(name)

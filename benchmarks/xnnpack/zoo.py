@@ -238,7 +238,7 @@ def prediction_errors(ok: list[dict], t: str, measured_key: str) -> list[float]:
 
 def timed_where(r: dict) -> str:
     """Where a record was timed, against the profile that predicted it: on the CPU the profile was measured on, on
-    another, or not recorded (records before the CPU was)."""
+    another, not recorded (records before the CPU was), or against a profile file not readable here."""
     from cost_models import xnnpack as xnn_cost
 
     if not r.get("cpu"):
@@ -246,7 +246,7 @@ def timed_where(r: dict) -> str:
     try:
         own = xnn_cost.measured_on(xnn_cost.load_profile(r.get("cost_profile")), r["cpu"])
     except OSError:
-        return "CPU not recorded"
+        return "profile not readable here"
     return "on the profile's own CPU" if own else "on another CPU than the profile's"
 
 

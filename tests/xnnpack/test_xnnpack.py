@@ -100,8 +100,10 @@ def test_host_names_the_shipped_profile_of_the_cpu_and_the_default_is_fixed():
         xnn_cost.host_profile_name("RISC-V Toy")
     # The default never follows the host: the same program lowers to the same bytes on any machine.
     assert xnn_cost.load_profile() == xnn_cost.load_profile(xnn_cost.DEFAULT_PROFILE) == xnn_cost.load_profile("ci-x86")
+    assert xnn_cost.profile_name(None) == "ci-x86" and xnn_cost.profile_name("my_cpu.json") == "my_cpu.json"
     here = [n for n in cpus if xnn_cost.measured_on(xnn_cost.load_profile(n), xnn_cost.cpu_model())]
     if here:  # "host" is this machine's own profile, else an error that says how to measure one
+        assert xnn_cost.profile_name(xnn_cost.HOST) == here[0]
         assert xnn_cost.load_profile(xnn_cost.HOST) == xnn_cost.load_profile(here[0])
     else:
         with pytest.raises(OSError, match="calibrate xnnpack"):

@@ -149,8 +149,7 @@ def compare_xnnpack(
                     sides["solver"][key] = sides["stock"].get(key)
         extra.update(_measure(module if not quantized else program_module, inputs, buffers, sides, threads, rounds,
                               quantized, profile))  # fmt: skip
-    named = xnn_cost.host_profile_name() if cost_profile == xnn_cost.HOST else cost_profile or xnn_cost.DEFAULT_PROFILE
-    return Comparison(model=name, target=target, cost_profile=str(named), cpu=xnn_cost.cpu_model(),
+    return Comparison(model=name, target=target, cost_profile=xnn_cost.profile_name(cost_profile), cpu=xnn_cost.cpu_model(),
                       **{s: Side(**r) for s, r in sides.items()}, **extra)  # fmt: skip
 
 
