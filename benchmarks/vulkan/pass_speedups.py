@@ -13,7 +13,11 @@ build's registry answers against stock's own), only the pass's time:
   of asking the registry again (`stock_tagging.registry_answers_reused`);
 - fill: exact elimination may take the weighted min-fill order where the min-size one needs tables far past the limit
   (`core.solvers.elimination.elimination_order`); off, min-size alone, as before it. It changed no program of the
-  zoo or outside set (where it changes the order, the same optimum is found faster).
+  zoo or outside set (where it changes the order, the same optimum is found faster);
+- tabulate: ExecuTorch's packed-dim arithmetic on representation sets, which every registry answer and every narrowing
+  of stock's tagging runs, answered from a table while the pass runs (`stock_tagging.packed_dims_tabulated`);
+- prices: each op's price kept from one tagging the pass prices to the next (stock's, each candidate's, the report's;
+  `pricing.modelled_costs_by_node`'s `op_prices`).
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
 `--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
 on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,
@@ -35,7 +39,7 @@ from layout_solver.vulkan import passes
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
-SHORTCUTS = ("memo", "screen", "reuse", "fill")
+SHORTCUTS = ("memo", "screen", "reuse", "fill", "tabulate", "prices")
 VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts turned off: none, each, all
 
 
@@ -43,9 +47,10 @@ VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts tu
 def shortcuts_off(names: tuple[str, ...]):
     """The stage's pass with the shortcuts in `names` off (memo: stock's own per-node answers; screen: a screen that
     refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again; fill:
-    no piece tries the min-fill order)."""
+    no piece tries the min-fill order; tabulate: stock's packed-dim functions; prices: every tagging priced afresh)."""
     saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
     saved = robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS
+    saved_pricing = passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled
     try:
         if "memo" in names:
             for method in saved_methods:
@@ -56,8 +61,19 @@ def shortcuts_off(names: tuple[str, ...]):
             passes.registry_answers_reused = lambda answers, limits: contextlib.nullcontext()
         if "fill" in names:
             elimination.FILL_MAX_VARS = 0
+        if "tabulate" in names:
+            passes.packed_dims_tabulated = contextlib.nullcontext
+        if "prices" in names:
+            by_node, modelled = saved_pricing[1:]
+            passes.modelled_costs_by_node = lambda graph_module, pricings, op_prices=None: by_node(
+                graph_module, pricings
+            )
+            passes.modelled = lambda graph_module, profile, profiles=None, op_prices=None: modelled(
+                graph_module, profile, profiles
+            )
         yield
     finally:
+        passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled = saved_pricing
         for method, saved_method in saved_methods.items():
             setattr(SolverTagMemoryMetaPass, method, saved_method)
         robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS = saved

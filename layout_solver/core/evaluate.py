@@ -13,17 +13,26 @@ from layout_solver.core.problem import Problem, ProblemError, Transition
 
 @dataclass(frozen=True)
 class TransitionPricer:
-    """Cost of moving one value from one label to another."""
+    """Cost of moving one value from one label to another; `values`, if given, the only values it is asked about
+    (it reads only their listed prices: an assignment moves a few of a problem's values, whose listed pairs can
+    number thousands)."""
 
     problem: Problem
+    values: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_table", self.problem.transition_table())
+        if self.values is None:
+            table = self.problem.transition_table()
+        else:  # the last listing of a pair wins, as in `transition_table`
+            table = {(t.value, t.src, t.dst): t.cost for t in self.problem.transition_costs if t.value in self.values}
+        object.__setattr__(self, "_table", table)
         object.__setattr__(self, "_values", {v.id: v for v in self.problem.values})
 
     def __call__(self, value_id: str, src: str, dst: str) -> float:
         if src == dst:
             return 0.0
+        if self.values is not None and value_id not in self.values:
+            raise KeyError(f"value {value_id!r}: not among the values this pricer was made for")
         value = self._values[value_id]
         if value.kind == "constant" and not self.problem.price_constants:
             return 0.0
@@ -49,7 +58,6 @@ def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str
     Raises ProblemError if the choice breaks a hard constraint (a result label
     outside its value's domain or against its fixed label).
     """
-    pricer = TransitionPricer(problem)
     labels: dict[str, str] = {}
     mode_cost = 0.0
     chosen = {}
@@ -78,6 +86,7 @@ def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str
         for vid, want in zip(op.operands, chosen[op.id].operands):
             if want != labels[vid]:
                 needed.setdefault((vid, want), {})[op.id] = None
+    pricer = TransitionPricer(problem, frozenset(vid for vid, _ in needed))
     # Built from validated parts, so skip re-validation (large graphs have many).
     transitions = [
         Transition.model_construct(

@@ -220,9 +220,12 @@ def weighted_sum(problems: list[Problem], weights: list[float], name: str | None
     # (0 + w0 * c0 + w1 * c1 ...; prices are never negative), at a fraction of its time (a MobileViT delegate's 4,217
     # modes and 9,640 pairs under two profiles: 21 ms in Python).
     mode_prices = [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
-    # A pair one problem does not list costs what that problem prices an unlisted pair at.
+    # A pair one problem does not list costs what that problem prices an unlisted pair at. Problems priced from one
+    # build list the same pairs in the same order: their prices are read as they stand.
     pair_prices = [
-        np.array([table.get(key, sizes[key[0]] * p.default_cost_per_byte) for key in pairs], dtype=float)
+        np.fromiter(table.values(), dtype=float, count=len(pairs))
+        if len(table) == len(pairs) and list(table) == pairs
+        else np.array([table.get(key, sizes[key[0]] * p.default_cost_per_byte) for key in pairs], dtype=float)
         for table, p in zip(tables, problems)
     ]
     summed = iter(np.minimum(_weighted(mode_prices, weights), MAX_COST).tolist())

@@ -44,7 +44,7 @@ from layout_solver.vulkan.pricing import (
     unreliable,
 )
 from layout_solver.vulkan.problem_builder import build_problem, is_constant_tensor, op_class, priced_again
-from layout_solver.vulkan.stock_tagging import registry_answers_reused
+from layout_solver.vulkan.stock_tagging import packed_dims_tabulated, registry_answers_reused
 from layout_solver.vulkan.validate import census, reprs_of, validate
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         # some graphs (0.46 s of 0.84 s in one profile). Reference counting frees them all the same.
         self._valid_op_nodes: dict[torch.fx.Node, bool] = {}
         self._node_repsets: dict[torch.fx.Node, object] = {}
-        with gc_paused(), compiles_reused():
+        self._op_prices: dict = {}  # `modelled_costs_by_node`'s, shared by the taggings this pass prices
+        with gc_paused(), compiles_reused(), packed_dims_tabulated():
             try:
                 return self._call(graph_module)
             finally:
@@ -260,7 +261,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 # paused, reference counting frees it; kept, the collector's first sweep after the pause would
                 # walk it (61,000 objects after a transformer block's delegate, 20-50 ms a delegate).
                 self.built, self.tagged, self.pristine, self.solver = {}, {}, None, None
-                self._valid_op_nodes = self._node_repsets = None
+                self._valid_op_nodes = self._node_repsets = self._op_prices = None
                 if getattr(self, "run", None) is not None:
                     self.run = dataclasses.replace(self.run, built=None)
 
@@ -312,7 +313,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             transitions=[transition_record(c, self.cost_profile) for c in clones],
             tensors_by_repr=_tensors_by_repr(graph_module),
             kept_stock=kept_stock,
-            **modelled(graph_module, self.cost_profile, self.cost_profiles),
+            **modelled(graph_module, self.cost_profile, self.cost_profiles, self._op_prices),
         )
         if "note" in self.decision:
             report.notes.append(self.decision["note"])
@@ -417,7 +418,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 answers[node] = known
         with registry_answers_reused(answers, self.texture_limits):
             TagMemoryMetaPass.call(self, graph_module)
-        return modelled_costs_by_node(graph_module, pricings)
+        return modelled_costs_by_node(graph_module, pricings, self._op_prices)
 
     def _written_copy(self, label, solution) -> GraphCopy:
         """A copy of the untagged graph (`pristine`) with `solution` written onto it as `label`'s problem says."""
@@ -436,7 +437,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         """Every pricing's (`decision_pricings`) prices of `solution` written as `label`'s problem says onto a copy
         of the untagged graph, by node; the copy is kept in `tagged`, for the write-back to adopt."""
         graph_copy = self.tagged[(label, _layout_key(solution))] = self._written_copy(label, solution)
-        return modelled_costs_by_node(graph_copy, pricings)
+        return modelled_costs_by_node(graph_copy, pricings, self._op_prices)
 
     @staticmethod
     def _write_back(graph_module, vproblem, solution) -> None:

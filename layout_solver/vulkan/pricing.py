@@ -91,15 +91,31 @@ def modelled_cost_by_node(
 
 
 def modelled_costs_by_node(
-    graph_module: torch.fx.GraphModule, pricings: dict[str, tuple[vk_cost.VulkanProfile | None, bool]]
+    graph_module: torch.fx.GraphModule,
+    pricings: dict[str, tuple[vk_cost.VulkanProfile | None, bool]],
+    op_prices: dict | None = None,
 ) -> dict[str, dict[str, tuple[str, tuple[str, ...], float]]]:
     """`modelled_cost_by_node` under each of `pricings` (name -> (profile, estimate), as `decision_pricings`
-    gives them), reading the graph once: what each node writes and reads is the same under every pricing."""
+    gives them), reading the graph once: what each node writes and reads is the same under every pricing.
+
+    `op_prices`, if given, keeps each op's price by (its name, what it writes and reads, profile, estimate) for
+    the next call on a copy of the same graph (copies keep the ops' names, targets and metadata; a tagging adds
+    only clones, priced apart): a pass prices stock's tagging and each candidate's, which share most ops."""
     priced: dict[str, dict[str, tuple[str, tuple[str, ...], float]]] = {name: {} for name in pricings}
     for key, name, labels, price in _priced_nodes(graph_module):
         for pricing, (profile, estimate) in pricings.items():
-            priced[pricing][key] = (name, labels, price(profile, estimate))
+            if op_prices is None or key.startswith(_TRANSITION_KEY):
+                priced[pricing][key] = (name, labels, price(profile, estimate))
+                continue
+            memo = (key, labels, profile, estimate)
+            cost = op_prices.get(memo)
+            if cost is None:
+                cost = op_prices[memo] = price(profile, estimate)
+            priced[pricing][key] = (name, labels, cost)
     return priced
+
+
+_TRANSITION_KEY = "transition of "
 
 
 def _priced_nodes(graph_module: torch.fx.GraphModule):
@@ -114,7 +130,7 @@ def _priced_nodes(graph_module: torch.fx.GraphModule):
         name = _operator_name(node)
         writes = tuple(repr_label(r) for r in reprs_of(node) or [])
         if is_clone(node):
-            key = "transition of {} from {} to {}".format(*_transition_labels(node))  # no price: it is per pricing
+            key = _TRANSITION_KEY + "{} from {} to {}".format(*_transition_labels(node))  # priced per pricing
             while key in keys:  # the same conversion twice (one per consumer group): each is priced
                 key += "'"
             keys.add(key)
@@ -190,12 +206,14 @@ def modelled(
     graph_module: torch.fx.GraphModule,
     profile: vk_cost.VulkanProfile | None,
     profiles: dict[str, vk_cost.VulkanProfile] | None = None,
+    op_prices: dict | None = None,
 ) -> dict:
     """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of
-    `profiles`; while explaining, the graph with its prices too (`graph_with_prices`)."""
+    `profiles`; while explaining, the graph with its prices too (`graph_with_prices`). `op_prices`: as in
+    `modelled_costs_by_node`."""
     report = object()  # the report profile's key, apart from every label in `profiles`
     pricings = {report: (profile, True), **{label: (p, True) for label, p in (profiles or {}).items()}}
-    by_pricing = modelled_costs_by_node(graph_module, pricings)
+    by_pricing = modelled_costs_by_node(graph_module, pricings, op_prices)
     priced = by_pricing.pop(report)
     by_op = _by_op(priced)
     by_profile = {label: sum(_by_op(nodes).values()) for label, nodes in by_pricing.items()}
@@ -211,7 +229,7 @@ def graph_with_prices(
     """The tagged graph as `graph_io.fx.graph_snapshot` records: each tensor's representation (storage and
     packing), clones marked as transitions, each op at its price in `priced` (`modelled_cost_by_node`, the best
     estimate, as `modelled` sums it), so a viewer's per-op prices add up to the report's `modelled_us`."""
-    by_name = {name: record[2] for name, record in priced.items() if not name.startswith("transition of ")}
+    by_name = {name: record[2] for name, record in priced.items() if not name.startswith(_TRANSITION_KEY)}
 
     def cost_of(node):
         if is_clone(node):

@@ -291,8 +291,9 @@ def build_problem(
     final_values, costs, routes = _domains_and_transition_prices(draft)
     # One validation call over plain dicts: pydantic-core checks thousands of
     # objects several times faster than constructing them one by one.
+    transitions = [{"value": v, "src": s, "dst": d, "cost": c} for (v, s, d), c in costs.items()]
     problem = Problem.model_validate(
-        {"name": name, "values": final_values, "ops": draft.ops, "transition_costs": costs,
+        {"name": name, "values": final_values, "ops": draft.ops, "transition_costs": transitions,
          "default_cost_per_byte": 0.0}
     )  # fmt: skip
     return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft)
@@ -305,9 +306,7 @@ def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | No
     draft = dataclasses.replace(built.draft, profile=vk_cost.load_profile(profile))
     mode_costs = [pricer(draft.profile) for pricer in draft.pricers]
     _, costs, routes = _domains_and_transition_prices(draft)
-    problem = built.problem.with_costs(
-        mode_costs, {(c["value"], c["src"], c["dst"]): c["cost"] for c in costs}, name=name
-    )
+    problem = built.problem.with_costs(mode_costs, costs, name=name)
     return dataclasses.replace(built, problem=problem, routes=routes, draft=draft)
 
 
@@ -420,13 +419,13 @@ def _domains_and_transition_prices(draft: _Draft):
     (`draft.pairs`) and only priced again under another profile."""
     if draft.pairs is None:
         draft.final_values, draft.pairs = _domains_and_transition_pairs(draft)
-    costs = []
+    costs: dict[tuple[str, str, str], float] = {}  # (value, src, dst) -> price
     routes: dict[tuple[str, str, str], list[str]] = {}
     for vid, shape, dtype, src, dst, textures in draft.pairs:
         route, cost = _route(shape, dtype, src, dst, textures, draft.profile)
         if len(route) > 1:
             routes[(vid, src, dst)] = list(route)
-        costs.append({"value": vid, "src": src, "dst": dst, "cost": round(cost, 3)})
+        costs[(vid, src, dst)] = round(cost, 3)
     return draft.final_values, costs, routes
 
 

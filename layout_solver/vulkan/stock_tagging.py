@@ -1,15 +1,17 @@
-"""Stock's tagging as the solver's pass runs it: with the registry answers the pass's build already read.
+"""Stock's tagging as the solver's pass runs it: with the registry answers the pass's build already read, and
+ExecuTorch's packed-dim arithmetic on representation sets answered from a table.
 
 The pass prices every candidate against stock's own tagging of the delegate graph (`passes._stock_prices`). Stock's
 `set_op_node_tensor_reprs` asks the registry for a fresh `OpRepSets` for every op it tags; the build asked for the same
-nodes moments before (about 40 ms of a MobileViT delegate's pass went to asking again). A scoped change to ExecuTorch,
-like the pass swap in `hooks`, kept in its own module because `hooks` imports `passes`.
+nodes moments before (about 40 ms of a MobileViT delegate's pass went to asking again). Scoped changes to ExecuTorch,
+like the pass swap in `hooks`, kept in their own module because `hooks` imports `passes`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -53,3 +55,55 @@ def registry_answers_reused(answers: dict, texture_limits) -> Iterator[None]:
             yield
         finally:
             tagging.get_op_features = original
+
+
+_PACKED_DIMS_SWAP = threading.Lock()  # guards the count of passes inside `packed_dims_tabulated`
+_packed_dims_users = 0
+
+
+@contextlib.contextmanager
+def packed_dims_tabulated() -> Iterator[None]:
+    """Inside this block, ExecuTorch's `PackedDimInfo.from_repr` answers from a table and
+    `TensorRepSet._possible_pdis` builds its two sets from it.
+
+    Every `OpRepSets` the registry makes, and every narrowing stock's tagging does, checks its sync rules by turning
+    each layout of each representation set into a new frozen-dataclass `PackedDimInfo` (`assert_sync_contraints`):
+    about a tenth of the solver pass on a MobileViT-v2 (py-spy). `from_repr` is a pure function of a (layout, storage)
+    pair, and a `PackedDimInfo` is frozen and compared by value, so one instance per pair gives every caller the
+    same answers. The swap is process-wide while any pass is inside (a count, not a lock held through the pass, so
+    passes on other threads run side by side); a stock pass running meanwhile gets the same values, faster.
+    """
+    global _packed_dims_users
+    info, repset = utils.PackedDimInfo, utils.TensorRepSet
+    with _PACKED_DIMS_SWAP:
+        if _packed_dims_users == 0:
+            info.from_repr = classmethod(_from_repr_tabulated)
+            repset._possible_pdis = _possible_pdis_tabulated
+        _packed_dims_users += 1
+    try:
+        yield
+    finally:
+        with _PACKED_DIMS_SWAP:
+            _packed_dims_users -= 1
+            if _packed_dims_users == 0:
+                info.from_repr = _STOCK_FROM_REPR
+                repset._possible_pdis = _STOCK_POSSIBLE_PDIS
+
+
+_STOCK_FROM_REPR = utils.PackedDimInfo.__dict__["from_repr"]
+_STOCK_POSSIBLE_PDIS = utils.TensorRepSet.__dict__["_possible_pdis"]
+
+
+@functools.cache
+def _from_repr_tabulated(cls, memory_layout, storage_type=utils.VkStorageType.BUFFER):
+    """`PackedDimInfo.from_repr`, one call per (layout, storage)."""
+    return _STOCK_FROM_REPR.__func__(cls, memory_layout, storage_type)
+
+
+def _possible_pdis_tabulated(self):
+    """`TensorRepSet._possible_pdis`: the (buffer, texture) sets of the layouts' PackedDimInfos, from the table."""
+    info, buffer, texture = utils.PackedDimInfo, utils.VkStorageType.BUFFER, utils.VkStorageType.TEXTURE_3D
+    return (
+        {_from_repr_tabulated(info, layout, buffer) for layout in self.valid_buffer_layouts},
+        {_from_repr_tabulated(info, layout, texture) for layout in self.valid_texture_layouts},
+    )

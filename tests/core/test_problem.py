@@ -355,3 +355,36 @@ def test_a_problem_priced_again_is_the_problem_validated_at_those_prices():
         problem.with_costs(mode_costs, {(value.id, value.domain[0], "NOT_A_LABEL"): 1.0})
     with pytest.raises(ProblemError, match="ops priced"):
         problem.with_costs(mode_costs[:-1], transitions)
+
+
+def test_a_problem_priced_again_prices_its_transitions_as_given_and_evaluates_as_the_original():
+    """`with_costs` builds its transition list from prices it checked itself (no second validation): the listed
+    prices are the ones given, a price out of range or a label outside the value's domain is refused by name, and
+    an assignment evaluated on the problem priced at its own prices costs what it costs on the original (the
+    evaluation reads the listed prices of the values it moves only)."""
+    from layout_solver.core.evaluate import TransitionPricer, evaluate
+
+    base = transformer_like(2)
+    listed = [(v.id, v.domain[0], v.domain[1]) for v in base.values if len(v.domain) > 1][:6]
+    problem = Problem.model_validate(
+        {**base.model_dump(), "transition_costs": [{"value": v, "src": s, "dst": d, "cost": 3.0 + k}
+                                                   for k, (v, s, d) in enumerate(listed)]}
+    )  # fmt: skip
+    table = problem.transition_table()
+    again = problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], table)
+    assert len(table) == 6 and again.transition_table() == table
+    assert again.transition_costs[0] is not problem.transition_costs[0]
+    assert Problem.model_validate(again.model_dump()) == again  # what it built is what validation would build
+    solution = solve(problem, time_limit=5)
+    for p in (problem, again):
+        assert evaluate(p, solution.modes, solution.labels).objective == pytest.approx(solution.objective, abs=1e-9)
+    (value, src, dst), cost = next(iter(table.items()))
+    with pytest.raises(ProblemError, match=value):
+        problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], {(value, src, dst): -1.0})
+    with pytest.raises(ProblemError, match=value):
+        problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], {(value, src, "nowhere"): 1.0})
+    pricer = TransitionPricer(problem, frozenset({value}))
+    assert pricer(value, src, dst) == cost
+    other = next(v.id for v in problem.values if v.id != value)
+    with pytest.raises(KeyError, match=other):
+        pricer(other, src, dst)

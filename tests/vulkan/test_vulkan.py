@@ -224,8 +224,8 @@ def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
 def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, monkeypatch):
     """Inside the solver's pass, stock's tagging (what every candidate is priced against, and the program where it
     is kept) gets each op's registry answer from the build (`registry_answers_reused`) instead of asking the
-    registry again: the same nodes, arguments, clones and representations as stock's own pass writes, and no op it
-    was answered for asked the registry."""
+    registry again, and packed-dim infos from a table (`packed_dims_tabulated`): the same nodes, arguments, clones
+    and representations as stock's own pass writes, and no op it was answered for asked the registry."""
     from executorch.backends.vulkan import utils
     from executorch.backends.vulkan.op_registry import OpFeatures
     from executorch.exir.pass_base import PassResult
@@ -248,13 +248,14 @@ def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, 
         def call(self, gm):
             stock_copy, reused_copy = vk_passes._detached_copy(gm), vk_passes._detached_copy(gm)
             TagMemoryMetaPass.call(self, stock_copy)
-            repsets = rules.build_problem(reused_copy, self.texture_limits).draft.repsets
-            answers = {n: repsets[n.name] for n in reused_copy.graph.nodes if n.name in repsets}
-            for node, known in answers.items():  # also stock's cache, as the pass gives it (`_stock_prices`)
-                node.meta["etvk_node_repsets"] = known
-            asked.clear()
-            with vk_stock_tagging.registry_answers_reused(answers, self.texture_limits):
-                TagMemoryMetaPass.call(self, reused_copy)
+            with vk_stock_tagging.packed_dims_tabulated():  # as the pass runs it: its whole `call` is inside
+                repsets = rules.build_problem(reused_copy, self.texture_limits).draft.repsets
+                answers = {n: repsets[n.name] for n in reused_copy.graph.nodes if n.name in repsets}
+                for node, known in answers.items():  # also stock's cache, as the pass gives it (`_stock_prices`)
+                    node.meta["etvk_node_repsets"] = known
+                asked.clear()
+                with vk_stock_tagging.registry_answers_reused(answers, self.texture_limits):
+                    TagMemoryMetaPass.call(self, reused_copy)
             seen.setdefault("stock", []).append(tagged(stock_copy))
             seen.setdefault("reused", []).append(tagged(reused_copy))
             seen.setdefault("asked", []).extend(n for n in asked if n in answers)
@@ -267,6 +268,41 @@ def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, 
     assert seen["answered"] and not seen["asked"]
     assert seen["reused"] == seen["stock"]
     assert any(r for graph in seen["stock"] for *_, r in graph)  # tagged at all
+
+
+def test_packed_dims_tabulated_answers_as_stock_and_is_undone_when_the_last_pass_leaves():
+    """Inside `packed_dims_tabulated`, every (layout, storage) pair's PackedDimInfo and every representation set's
+    packed-dim sets are stock's; blocks nest (two passes on two threads), and the last one out puts stock's
+    functions back."""
+    from executorch.backends.vulkan import utils
+
+    info, repset = utils.PackedDimInfo, utils.TensorRepSet
+    stock_from_repr, stock_pdis = info.__dict__["from_repr"], repset.__dict__["_possible_pdis"]
+    layouts, storages = list(utils.VkMemoryLayout), [utils.VkStorageType.BUFFER, utils.VkStorageType.TEXTURE_3D]
+    supported = [pair for pair in itertools.product(layouts, storages) if _from_repr_or_none(info, *pair)]
+    sets = [
+        repset(set(b), set(t))
+        for b in itertools.combinations(layouts, 2)
+        for t in itertools.combinations(layouts, 1)
+        if all(_from_repr_or_none(info, *p) for p in [(x, storages[0]) for x in b] + [(x, storages[1]) for x in t])
+    ]
+    expected = [info.from_repr(*pair) for pair in supported], [s._possible_pdis() for s in sets]
+    with vk_stock_tagging.packed_dims_tabulated():
+        with vk_stock_tagging.packed_dims_tabulated():
+            assert info.__dict__["from_repr"] is not stock_from_repr
+        assert info.__dict__["from_repr"] is not stock_from_repr  # the outer block still inside
+        answers = [info.from_repr(*pair) for pair in supported], [s._possible_pdis() for s in sets]
+        assert answers == expected and len(supported) >= 6 and sets
+        with pytest.raises(ValueError, match="DEFAULT_LAYOUT"):  # refused as stock refuses it
+            info.from_repr(utils.VkMemoryLayout.DEFAULT_LAYOUT, storages[0])
+    assert info.__dict__["from_repr"] is stock_from_repr and repset.__dict__["_possible_pdis"] is stock_pdis
+
+
+def _from_repr_or_none(info, layout, storage):
+    try:
+        return info.from_repr(layout, storage)
+    except ValueError:  # a layout stock does not map (DEFAULT_LAYOUT, PACKED_INT8_4C)
+        return None
 
 
 def test_mode_costs_the_profile_cannot_tell_apart_are_equal_in_the_problem(monkeypatch):
@@ -700,6 +736,31 @@ def test_the_default_margin_reads_how_far_prices_stray_in_whole_programs():
     unmeasured = lavapipe.model_copy(update={"program_error": 0.0})
     assert vk_pricing.resolution(unmeasured) == pytest.approx(vk_cost.mode_resolution(unmeasured))
     assert vk_pricing.resolution(vk_cost.load_profile("mobile-gpu")) == 0.0  # assumed numbers: nothing to stray
+
+
+@pytest.mark.parametrize("model", ["mixed", "window_heads", "residual"])
+def test_op_prices_kept_across_a_passs_taggings_are_the_prices_read_afresh(model, monkeypatch):
+    """The solver pass keeps each op's price for the next tagging it prices (`modelled_costs_by_node`'s
+    `op_prices`: stock's, each candidate's and the report's share most ops): every pricing it makes so equals the
+    same graph priced with nothing kept, and some prices were kept."""
+    from layout_solver.zoo.models import build
+
+    priced_afresh = vk_pricing.modelled_costs_by_node
+    calls = []
+
+    def checked(graph_module, pricings, op_prices=None):
+        kept_before = len(op_prices or ())
+        answer = priced_afresh(graph_module, pricings, op_prices)
+        assert answer == priced_afresh(graph_module, pricings)
+        calls.append((kept_before, len(op_prices or ())))
+        return answer
+
+    monkeypatch.setattr(vk_passes, "modelled_costs_by_node", checked)
+    monkeypatch.setattr(vk_pricing, "modelled_costs_by_node", checked)  # the report's `modelled`
+    module, inputs = build(f"{TINY}:{model}")
+    with collecting_reports(), vk_hooks.solver_layouts():
+        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    assert len(calls) >= 3 and any(before > 0 for before, _ in calls)  # later taggings found prices kept
 
 
 def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_they_convert():
