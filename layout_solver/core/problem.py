@@ -214,17 +214,22 @@ def _replaced(model: _Strict, **update):
     """`model.model_copy(update=update)` for this module's models (no extra fields, no private attributes), at a
     third of its cost: a problem priced under several profiles copies every mode of every op (5,000 per copy on a
     MobileViT's delegate, most of what pricing it again took)."""
-    copied = _new(type(model))
-    _set(copied, "__dict__", {**model.__dict__, **update})
-    _set(copied, "__pydantic_fields_set__", model.__pydantic_fields_set__ | update.keys())
-    _set(copied, "__pydantic_extra__", None)
-    _set(copied, "__pydantic_private__", None)
-    return copied
+    return _unvalidated(type(model), {**model.__dict__, **update}, model.__pydantic_fields_set__ | update.keys())
+
+
+def _unvalidated(cls: type[_Strict], fields: dict, fields_set) -> _Strict:
+    """An instance of one of this module's models holding `fields` as they are (already checked), unvalidated."""
+    made = _new(cls)
+    _set(made, "__dict__", fields)
+    _set(made, "__pydantic_fields_set__", fields_set)
+    _set(made, "__pydantic_extra__", None)
+    _set(made, "__pydantic_private__", None)
+    return made
 
 
 def _repriced_modes(modes: list[Mode], costs) -> list[Mode]:
     """`[_replaced(m, cost=float(c)) for m, c in zip(modes, costs)]`, the one copy `with_costs` makes per mode of every
-    op, in a little over half its time."""
+    op, in a little over half its time (`_unvalidated` written out: this loop runs for every mode)."""
     copies = []
     for mode, cost in zip(modes, costs):
         copied = _new(Mode)
@@ -240,12 +245,7 @@ def _repriced_modes(modes: list[Mode], costs) -> list[Mode]:
 
 def _transition(value: str, src: str, dst: str, cost: float) -> TransitionCost:
     """`TransitionCost(value=value, src=src, dst=dst, cost=cost)` from fields already checked, unvalidated."""
-    made = _new(TransitionCost)
-    _set(made, "__dict__", {"value": value, "src": src, "dst": dst, "cost": cost})
-    _set(made, "__pydantic_fields_set__", _TRANSITION_FIELDS)
-    _set(made, "__pydantic_extra__", None)
-    _set(made, "__pydantic_private__", None)
-    return made
+    return _unvalidated(TransitionCost, {"value": value, "src": src, "dst": dst, "cost": cost}, _TRANSITION_FIELDS)
 
 
 _new, _set, _COST = object.__new__, object.__setattr__, frozenset({"cost"})

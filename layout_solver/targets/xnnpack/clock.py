@@ -127,12 +127,10 @@ def at_reference_speed(runs: list) -> dict[str, float]:
     """State every run's times at one machine speed, per thread count: the reference program's median over all
     the runs (returned), each run scaled by that over the reference's time in its own rounds. `runs`:
     calibrate_ops.ProbeRun, scaled in place."""
-    import numpy as np
-
     reference = {}
     for n in sorted({r.threads for r in runs}):
         mine = [r for r in runs if r.threads == n]
-        reference[str(n)] = round(float(np.median([r.reference_us for r in mine])), 3)
+        reference[str(n)] = round(float(statistics.median([r.reference_us for r in mine])), 3)
         for r in mine:
             scale = reference[str(n)] / r.reference_us
             r.run_us *= scale
