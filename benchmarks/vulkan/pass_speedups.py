@@ -17,7 +17,10 @@ build's registry answers against stock's own), only the pass's time:
 - tabulate: ExecuTorch's packed-dim arithmetic on representation sets, which every registry answer and every narrowing
   of stock's tagging runs, answered from a table while the pass runs (`stock_tagging.packed_dims_tabulated`);
 - prices: each op's price kept from one tagging the pass prices to the next (stock's, each candidate's, the report's;
-  `pricing.modelled_costs_by_node`'s `op_prices`).
+  `pricing.modelled_costs_by_node`'s `op_prices`);
+- keep: inside the pass's `compiles_reused()` block, the solvers keep elimination orders and components by the
+  factors' scopes and factor tables by their prices (`core.model.kept`), for the up to three solves of a delegate;
+- pristine: the last candidate the pass writes is written onto the untagged graph itself, not onto a copy of it.
 Each model is lowered once with the stage, capturing its delegate graphs as `benchmarks.vulkan.pass_time` does; then
 `--rounds` rounds time the whole pass (requires, call, ensures) on fresh copies with every shortcut on, each one off
 on its own, and all off, in turn, interleaved. Process-to-process noise on this 2-core machine is about +-8% a model,
@@ -34,12 +37,12 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 from benchmarks import harness
 from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
 from layout_solver.core import robust
-from layout_solver.core.solvers import elimination
+from layout_solver.core.solvers import decompose, elimination, tables
 from layout_solver.vulkan import passes
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
 
-SHORTCUTS = ("memo", "screen", "reuse", "fill", "tabulate", "prices")
+SHORTCUTS = ("memo", "screen", "reuse", "fill", "tabulate", "prices", "keep", "pristine")
 VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts turned off: none, each, all
 
 
@@ -47,8 +50,12 @@ VARIANTS = [(), *((name,) for name in SHORTCUTS), SHORTCUTS]  # the shortcuts tu
 def shortcuts_off(names: tuple[str, ...]):
     """The stage's pass with the shortcuts in `names` off (memo: stock's own per-node answers; screen: a screen that
     refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again; fill:
-    no piece tries the min-fill order; tabulate: stock's packed-dim functions; prices: every tagging priced afresh)."""
-    saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
+    no piece tries the min-fill order; tabulate: stock's packed-dim functions; prices: every tagging priced afresh;
+    keep: nothing kept between solves; pristine: every candidate written onto a copy)."""
+    saved_methods = {
+        k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets", "_written_copy")
+    }
+    saved_kept = elimination.kept, decompose.kept, tables.kept
     saved = robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS
     saved_pricing = passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled
     try:
@@ -71,8 +78,16 @@ def shortcuts_off(names: tuple[str, ...]):
             passes.modelled = lambda graph_module, profile, profiles=None, op_prices=None: modelled(
                 graph_module, profile, profiles
             )
+        if "keep" in names:
+            elimination.kept = decompose.kept = tables.kept = lambda kind: None
+        if "pristine" in names:
+            written_copy = saved_methods["_written_copy"]
+            SolverTagMemoryMetaPass._written_copy = lambda self, label, solution, onto_pristine=False: written_copy(
+                self, label, solution
+            )
         yield
     finally:
+        elimination.kept, decompose.kept, tables.kept = saved_kept
         passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled = saved_pricing
         for method, saved_method in saved_methods.items():
             setattr(SolverTagMemoryMetaPass, method, saved_method)

@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -103,6 +104,11 @@ class CompiledProblem:
         """The cost of factor `f` under the option assignment `opt`."""
         return factor_cost(f, opt, self.cost)
 
+    def prices_of(self, value: int) -> tuple:
+        """A key that determines `cost(value, src, dst)` for every pair, in any problem: its listed prices (with its
+        size) and the price of a pair it does not list."""
+        return self.price_key[value], self.unlisted_price[value]
+
 
 def compile_problem(problem: Problem) -> CompiledProblem:
     """Compile a validated Problem into variables and factors; raises InfeasibleError (naming the op and values)
@@ -115,7 +121,7 @@ def compile_problem(problem: Problem) -> CompiledProblem:
     fresh compile gives, in about half the time.
     """
     scope = _reuse_scope.get()
-    last = scope[0] if scope else None
+    last = scope.last if scope is not None else None
     if last is not None and same_structure(last.problem, problem):
         compiled = _priced_again(last, problem)
     else:
@@ -124,22 +130,38 @@ def compile_problem(problem: Problem) -> CompiledProblem:
         draft.add_value_variables()
         compiled = draft.compiled_with_factors()
     if scope is not None:
-        scope[:] = [compiled]
+        scope.last = compiled
     return compiled
 
 
-# The innermost `compiles_reused()` block's last compiled problem ([] before the first), or None outside one.
-_reuse_scope: contextvars.ContextVar[list[CompiledProblem] | None] = contextvars.ContextVar(
-    "compiles_reused", default=None
-)
+def kept(kind: str) -> dict | None:
+    """The innermost `compiles_reused()` block's store of `kind` (a dict the caller keys by what determines its
+    entries), or None outside one."""
+    scope = _reuse_scope.get()
+    return None if scope is None else scope.kept[kind]
+
+
+@dataclass
+class _ReuseScope:
+    """What the solves inside one `compiles_reused()` block share: the last compiled problem, and what the solvers
+    work out from a piece's structure or a factor's prices alone (`kept`)."""
+
+    last: CompiledProblem | None = None
+    kept: dict[str, dict] = field(default_factory=lambda: defaultdict(dict))
+
+
+# The innermost `compiles_reused()` block's scope, or None outside one.
+_reuse_scope: contextvars.ContextVar[_ReuseScope | None] = contextvars.ContextVar("compiles_reused", default=None)
 
 
 @contextlib.contextmanager
 def compiles_reused() -> Iterator[None]:
-    """A block whose solves may reuse the last compile of the same structure (`compile_problem`). Scoped, so that
-    nothing outlives the block: a caller solving one graph under several prices (the Vulkan stage's profiles)
-    opens it around those solves; another thread or context compiles afresh."""
-    token = _reuse_scope.set([])
+    """A block whose solves may reuse the last compile of the same structure (`compile_problem`), and whatever a
+    solver keeps in it by a key that determines it (`kept`: elimination orders and components by the factors'
+    scopes, factor tables by their prices). Scoped, so that nothing outlives the block: a caller solving one graph
+    under several prices (the Vulkan stage's profiles) opens it around those solves; another thread or context
+    compiles afresh."""
+    token = _reuse_scope.set(_ReuseScope())
     try:
         yield
     finally:

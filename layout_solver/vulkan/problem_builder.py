@@ -238,7 +238,7 @@ class _Draft:
     pricers: list = field(default_factory=list)  # per op (in `ops` order): profile -> its modes' prices
     # `_domains_and_transition_pairs`: the values with their domains, and the transition pairs to price
     final_values: list[dict] | None = None
-    pairs: list[tuple] | None = None
+    pairs: TransitionPairs | None = None
     # node name -> the registry's OpRepSets, unconstrained: what the stock pass caches as "etvk_node_repsets"
     repsets: dict[str, utils.OpRepSets] = field(default_factory=dict)
 
@@ -289,13 +289,12 @@ def build_problem(
             continue  # aliases a result of its source op, registered with that op
         _add_op(draft, node)
     final_values, costs, routes = _domains_and_transition_prices(draft)
-    # One validation call over plain dicts: pydantic-core checks thousands of
-    # objects several times faster than constructing them one by one.
-    transitions = [{"value": v, "src": s, "dst": d, "cost": c} for (v, s, d), c in costs.items()]
+    # One validation call over plain dicts (pydantic-core checks them faster than objects are built one by one); the
+    # transitions, most of the objects, are checked on their own, as `with_costs` checks another profile's.
     problem = Problem.model_validate(
-        {"name": name, "values": final_values, "ops": draft.ops, "transition_costs": transitions,
-         "default_cost_per_byte": 0.0}
-    )  # fmt: skip
+        {"name": name, "values": final_values, "ops": draft.ops, "default_cost_per_byte": 0.0}
+    )
+    problem.transition_costs = problem.checked_transitions(costs)
     return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft)
 
 
@@ -416,24 +415,36 @@ def _domains_and_transition_prices(draft: _Draft):
     """Values and domains, transition prices: each value read or written by a mode, with the labels the modes
     name as its domain, and a price for every (stored-as, read-as) pair that can occur (through a texture where
     one clone cannot do it: `routes`). The pairs depend on the registry alone, so they are found once per draft
-    (`draft.pairs`) and only priced again under another profile."""
+    (`draft.pairs`) and only priced again under another profile: once per price class, not per pair."""
     if draft.pairs is None:
         draft.final_values, draft.pairs = _domains_and_transition_pairs(draft)
-    costs: dict[tuple[str, str, str], float] = {}  # (value, src, dst) -> price
-    routes: dict[tuple[str, str, str], list[str]] = {}
-    for vid, shape, dtype, src, dst, textures in draft.pairs:
-        route, cost = _route(shape, dtype, src, dst, textures, draft.profile)
-        if len(route) > 1:
-            routes[(vid, src, dst)] = list(route)
-        costs[(vid, src, dst)] = round(cost, 3)
+    pairs, profile = draft.pairs, draft.profile
+    priced = [_route(shape, dtype, src, dst, textures, profile) for shape, dtype, src, dst, textures in pairs.classes]
+    prices = [round(cost, 3) for _, cost in priced]
+    costs = {key: prices[c] for key, c in zip(pairs.keys, pairs.class_of)}  # (value, src, dst) -> price
+    routes = {key: list(priced[c][0]) for key, c in zip(pairs.keys, pairs.class_of) if len(priced[c][0]) > 1}
     return draft.final_values, costs, routes
 
 
-def _domains_and_transition_pairs(draft: _Draft) -> tuple[list[dict], list[tuple]]:
+@dataclass(frozen=True)
+class TransitionPairs:
+    """Every (stored-as, read-as) pair that can occur, in the order the values and their labels are listed: its
+    (value, src, dst) key and the index of its price class, a (shape, dtype, src, dst, textures the value fits in)
+    that determines its route and price under any profile (a model's layers repeat a few shapes: a transformer
+    delegate's 1,500 pairs fall in a few hundred classes)."""
+
+    keys: list[tuple[str, str, str]]
+    class_of: list[int]
+    classes: list[tuple]
+
+
+def _domains_and_transition_pairs(draft: _Draft) -> tuple[list[dict], TransitionPairs]:
     """Each value read or written by a mode, with the labels the modes name as its domain, and every
-    (stored-as, read-as) pair that can occur, as (value, shape, dtype, src, dst, textures the value fits in)."""
+    (stored-as, read-as) pair that can occur (`TransitionPairs`)."""
     final_values = []
-    pairs = []
+    keys: list[tuple[str, str, str]] = []
+    class_of: list[int] = []
+    class_index: dict[tuple, int] = {}
     for vid, value in draft.values.items():
         domain = list(dict.fromkeys(draft.mentions.get(vid, [])))
         if not domain:
@@ -448,8 +459,9 @@ def _domains_and_transition_pairs(draft: _Draft) -> tuple[list[dict], list[tuple
         shape = tuple(value["shape"])
         for src, dst in itertools.product(sources, targets):
             if src != dst:
-                pairs.append((vid, shape, value["dtype"], src, dst, textures))
-    return final_values, pairs
+                keys.append((vid, src, dst))
+                class_of.append(class_index.setdefault((shape, value["dtype"], src, dst, textures), len(class_index)))
+    return final_values, TransitionPairs(keys, class_of, list(class_index))
 
 
 # A transition the runtime cannot make in one clone and no texture can relay:

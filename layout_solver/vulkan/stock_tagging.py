@@ -1,5 +1,5 @@
 """Stock's tagging as the solver's pass runs it: with the registry answers the pass's build already read, and
-ExecuTorch's packed-dim arithmetic on representation sets answered from a table.
+ExecuTorch's packed-dim arithmetic on representation sets (and its dim orders from strides) answered from a table.
 
 The pass prices every candidate against stock's own tagging of the delegate graph (`passes._stock_prices`). Stock's
 `set_op_node_tensor_reprs` asks the registry for a fresh `OpRepSets` for every op it tags; the build asked for the same
@@ -16,6 +16,7 @@ import threading
 from collections.abc import Iterator
 
 from executorch.backends.vulkan import utils
+from executorch.exir import tensor as exir_tensor
 
 _REGISTRY_SWAP = threading.Lock()  # one swap at a time: each restores what it found
 
@@ -72,6 +73,9 @@ def packed_dims_tabulated() -> Iterator[None]:
     function of a (layout, storage) pair, and a `PackedDimInfo` is frozen and compared by value, so one instance per
     pair gives every caller the same answers. The swap is process-wide while any pass is inside (a count, not a lock held through the pass, so
     passes on other threads run side by side); a stock pass running meanwhile gets the same values, faster.
+
+    The block also swaps `exir.tensor.dim_order_from_stride` (every clone a tagging or a write-back inserts gets a
+    TensorSpec from it) for `_dim_order_sorted`: stock's defines a NamedTuple class on every call, 1.3% of the pass.
     """
     global _packed_dims_users
     info, repset = utils.PackedDimInfo, utils.TensorRepSet
@@ -79,6 +83,7 @@ def packed_dims_tabulated() -> Iterator[None]:
         if _packed_dims_users == 0:
             info.from_repr = classmethod(_from_repr_tabulated)
             repset._possible_pdis = _possible_pdis_tabulated
+            exir_tensor.dim_order_from_stride = _dim_order_sorted
         _packed_dims_users += 1
     try:
         yield
@@ -88,10 +93,12 @@ def packed_dims_tabulated() -> Iterator[None]:
             if _packed_dims_users == 0:
                 info.from_repr = _STOCK_FROM_REPR
                 repset._possible_pdis = _STOCK_POSSIBLE_PDIS
+                exir_tensor.dim_order_from_stride = _STOCK_DIM_ORDER
 
 
 _STOCK_FROM_REPR = utils.PackedDimInfo.__dict__["from_repr"]
 _STOCK_POSSIBLE_PDIS = utils.TensorRepSet.__dict__["_possible_pdis"]
+_STOCK_DIM_ORDER = exir_tensor.dim_order_from_stride
 
 
 @functools.cache
@@ -107,3 +114,12 @@ def _possible_pdis_tabulated(self):
         {_from_repr_tabulated(info, layout, buffer) for layout in self.valid_buffer_layouts},
         {_from_repr_tabulated(info, layout, texture) for layout in self.valid_texture_layouts},
     )
+
+
+def _dim_order_sorted(stride):
+    """`exir.tensor.dim_order_from_stride` for strides of positive ints (every static shape's): the dims by stride,
+    largest first, ties in dim order, as stock's stable sort of its comparison key orders them (for two positive
+    ints its `<` is theirs). Symbolic, zero or negative strides go to stock's."""
+    if all(type(s) is int and s > 0 for s in stride):
+        return tuple(sorted(range(len(stride)), key=stride.__getitem__, reverse=True))
+    return _STOCK_DIM_ORDER(stride)

@@ -490,6 +490,38 @@ def test_a_problem_priced_again_compiles_to_what_a_fresh_compile_gives(seed):
             pass  # compiled afresh, and found the pin infeasible: not priced as `second`
 
 
+@pytest.mark.parametrize("make", [lambda: transformer_like(4), lambda: cnn_like(12, n_labels=3)])
+def test_solves_inside_compiles_reused_keep_orders_components_and_tables_and_answer_as_alone(make):
+    """Inside `compiles_reused()` the solvers keep elimination orders and components by the factors' scopes, and
+    factor tables by their prices (`kept`): a graph solved under two prices, then the first again, gets the
+    solutions it gets alone; every factor's kept table is, bit for bit, the table priced afresh; and outside the
+    block nothing is kept."""
+    import random
+
+    from layout_solver.core.model import compiles_reused, kept
+    from layout_solver.core.solvers import tables
+
+    first = make()
+    rng = random.Random(7)
+    second = first.with_costs(
+        [[rng.uniform(0, 40) for _ in op.modes] for op in first.ops],
+        {(t.value, t.src, t.dst): rng.uniform(0, 9) for t in first.transition_costs},
+    )
+    alone = [solve(p).model_dump(exclude={"timings"}) for p in (first, second, first)]
+    with compiles_reused():
+        together = [solve(p).model_dump(exclude={"timings"}) for p in (first, second, first)]
+        stores = {kind: dict(kept(kind)) for kind in ("elimination orders", "components", "factor tables")}
+        compiled = compile_problem(second)
+        sub = restrict(compiled, list(range(compiled.n_vars)), compiled.factors, {})
+        shared = [tables.factor_table(sub, f) for f in sub.factors]
+    assert together == alone
+    assert all(stores.values()), {kind: len(store) for kind, store in stores.items()}
+    assert not any(t.flags.writeable for t in shared)  # a kept table is read-only
+    fresh = [tables.factor_table(sub, f) for f in sub.factors]  # outside the block: priced afresh
+    assert all(a.tobytes() == b.tobytes() and a.shape == b.shape for a, b in zip(shared, fresh))
+    assert kept("factor tables") is None
+
+
 def test_a_piece_min_size_needs_wide_tables_for_is_eliminated_in_the_min_fill_order_within_the_table_limit():
     """Where the min-size order needs a table above the limit, the weighted min-fill order is tried: a window-40
     piece's largest table falls from 373,248 entries to 20,736, so plain elimination takes it, and its answer is

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
-from layout_solver.core.model import CompiledProblem, Factor
+from layout_solver.core.model import CompiledProblem, Factor, kept
 from layout_solver.core.solvers.budget import WorkBudget
 from layout_solver.core.solvers.cpsat import Trace
 from layout_solver.core.solvers.elimination import MAX_TABLE, WIDE_WORK, elimination_order, solve_by_elimination
@@ -85,6 +85,24 @@ def shared_memo() -> Iterator[dict]:
         yield _shared_memo.get()
     finally:
         _shared_memo.reset(token)
+
+
+def _labelled(n: int, scopes: tuple[tuple[int, ...], ...]) -> tuple[int, tuple[int, ...]]:
+    """The number of connected components of `n` variables joined by factors of `scopes`, and each one's label."""
+    rows, cols = [], []
+    for scope in scopes:
+        for v in scope[1:]:
+            rows.append(scope[0])
+            cols.append(v)
+    graph = coo_array((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
+    count, label_array = connected_components(graph, directed=False)
+    return count, tuple(label_array.tolist())  # Python ints: numpy scalar indexing is slow in loops
+
+
+# The components depend on the factors' scopes alone: one graph solved under several profiles inside
+# `compiles_reused()` (the Vulkan stage solves each delegate up to three times) finds them once. Kept there for
+# problems of up to this many variables.
+COMPONENTS_KEPT_UP_TO = 4096
 
 
 class Decomposer:
@@ -161,15 +179,14 @@ class Decomposer:
     def components(self) -> list[tuple[list[int], list[Factor]]]:
         """The connected components of the variable graph (variables sharing a factor)."""
         n = self.c.n_vars
-        rows, cols = [], []
-        for f in self.c.factors:
-            scope = f.scope
-            for v in scope[1:]:
-                rows.append(scope[0])
-                cols.append(v)
-        graph = coo_array((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n))
-        count, label_array = connected_components(graph, directed=False)
-        label = label_array.tolist()  # Python ints: numpy scalar indexing is slow in loops
+        scopes = tuple(f.scope for f in self.c.factors)
+        known = kept("components") if n <= COMPONENTS_KEPT_UP_TO else None
+        if known is None:
+            count, label = _labelled(n, scopes)
+        else:
+            if (n, scopes) not in known:
+                known[(n, scopes)] = _labelled(n, scopes)
+            count, label = known[(n, scopes)]
         members: list[list[int]] = [[] for _ in range(count)]
         for v in range(n):
             members[label[v]].append(v)

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from layout_solver.core.model import kept
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 from layout_solver.core.solvers.tables import factor_table
 
@@ -53,6 +54,24 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: in
     250,000; a window-40 piece min-size needs 373,248 for, min-fill 20,736. Deterministic: ties go to the lower
     variable.
     """
+    orders = kept("elimination orders") if sub.n_vars <= ORDERS_KEPT_UP_TO else None
+    if orders is None:
+        return _elimination_order(sub, max_table, wide_work)
+    key = (tuple(sub.n_options), tuple(f.scope for f in sub.factors), max_table, wide_work)
+    if key not in orders:
+        order = _elimination_order(sub, max_table, wide_work)
+        orders[key] = None if order is None else tuple(order)
+    order = orders[key]
+    return None if order is None else list(order)
+
+
+# An order depends on the piece's option counts and factor scopes alone, not its prices: one graph solved under
+# several profiles inside `compiles_reused()` (the Vulkan stage's up to three solves of each delegate) asks for the
+# same orders. Kept there for pieces of up to this many variables.
+ORDERS_KEPT_UP_TO = 2048
+
+
+def _elimination_order(sub: Subproblem, max_table: int, wide_work: int | None) -> list[int] | None:
     cap = _table_cap(max_table, wide_work)
     work_cap = wide_work if wide_work is not None else 0  # no table above max_table passes without a wide limit
     order, largest, work = _greedy_order(sub, cap, max_table, work_cap, _table_size)

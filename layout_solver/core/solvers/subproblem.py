@@ -44,6 +44,8 @@ class Subproblem:
     factors: list[Factor]
     offset: float
     cost: Callable[[int, int, int], float]  # (value, src label, dst label) -> cost
+    # value -> a key that determines `cost(value, ., .)` (`CompiledProblem.prices_of`); None: none known
+    prices_of: Callable[[int], tuple] | None = None
 
     @property
     def n_vars(self) -> int:
@@ -120,6 +122,7 @@ def restrict(
         factors=out,
         offset=offset,
         cost=compiled.cost,
+        prices_of=compiled.prices_of,
     )
 
 

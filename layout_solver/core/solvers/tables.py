@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from layout_solver.core.model import Factor
+from layout_solver.core.model import Factor, kept
 from layout_solver.core.solvers.subproblem import Subproblem
 
 # Up to this many entries a factor's table is filled by a plain loop over its assignments: a few microseconds an
@@ -24,11 +24,32 @@ FLAT_LIMIT = 729
 
 
 def factor_table(sub: Subproblem, f: Factor) -> np.ndarray:
-    """Dense cost table of factor `f` over its scope (one axis per variable, in `f.scope` order)."""
+    """Dense cost table of factor `f` over its scope (one axis per variable, in `f.scope` order); read-only, and
+    shared with every factor priced and read alike (`_tables`)."""
+    tables = kept("factor tables") if sub.prices_of is not None else None
+    key = None
+    if tables is not None:
+        sources = f.src_labels if f.src_var >= 0 else f.src_labels[:1]
+        key = (sub.prices_of(f.value), f.src_var >= 0, sources, f.cons_reqs, f.const_req)
+        table = tables.get(key)
+        if table is not None:
+            return table
     shape = tuple(sub.n_options[v] for v in f.scope)
-    if math.prod(shape) <= _LOOP_TABLE:
-        return np.array(_looped_costs(sub, f), dtype=float).reshape(shape)
-    return _vectorised_table(sub, f, shape)
+    size = math.prod(shape)
+    if size <= _LOOP_TABLE:
+        table = np.array(_looped_costs(sub, f), dtype=float).reshape(shape)
+    else:
+        table = _vectorised_table(sub, f, shape)
+    table.setflags(write=False)
+    if key is not None and size <= _KEPT_TABLE:
+        tables[key] = table
+    return table
+
+
+# A factor's table is determined by its value's prices (`CompiledProblem.prices_of`), its source's labels and what
+# its consumers read, whichever value and variables it is of: a transformer's layers repeat their values' shapes and
+# their prices within a delegate. Inside `compiles_reused()`, tables of up to this many entries are kept.
+_KEPT_TABLE = 1024
 
 
 # A factor whose consumers have up to this many joint options has its reading (`_Reads`) cached: most factors of real
