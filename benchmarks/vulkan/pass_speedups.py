@@ -52,9 +52,8 @@ def shortcuts_off(names: tuple[str, ...]):
     refuses nothing, so every own optimum is written and priced, as before it; reuse: the registry asked again; fill:
     no piece tries the min-fill order; tabulate: stock's packed-dim functions; prices: every tagging priced afresh;
     keep: nothing kept between solves; pristine: every candidate written onto a copy)."""
-    saved_methods = {
-        k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets", "_written_copy")
-    }
+    saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
+    written_copy = SolverTagMemoryMetaPass.__dict__["_written_copy"]
     saved_kept = elimination.kept, decompose.kept, tables.kept
     saved = robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS
     saved_pricing = passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled
@@ -81,13 +80,13 @@ def shortcuts_off(names: tuple[str, ...]):
         if "keep" in names:
             elimination.kept = decompose.kept = tables.kept = lambda kind: None
         if "pristine" in names:
-            written_copy = saved_methods["_written_copy"]
             SolverTagMemoryMetaPass._written_copy = lambda self, label, solution, onto_pristine=False: written_copy(
                 self, label, solution
             )
         yield
     finally:
         elimination.kept, decompose.kept, tables.kept = saved_kept
+        SolverTagMemoryMetaPass._written_copy = written_copy
         passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled = saved_pricing
         for method, saved_method in saved_methods.items():
             setattr(SolverTagMemoryMetaPass, method, saved_method)
