@@ -226,7 +226,7 @@ def _unvalidated(cls: type[_Strict], fields: dict, fields_set) -> _Strict:
     """An instance of one of this module's models holding `fields` as they are (already checked), unvalidated."""
     made = _new(cls)
     _set(made, "__dict__", fields)
-    _set(made, "__pydantic_fields_set__", fields_set)
+    _set(made, "__pydantic_fields_set__", set(fields_set))  # a set, as pydantic's own: `model_copy` updates it
     _set(made, "__pydantic_extra__", None)
     _set(made, "__pydantic_private__", None)
     return made

@@ -183,6 +183,10 @@ def test_every_transition_is_priced_and_routed_as_transition_route_prices_its_pa
     for vproblem, limits in built:
         problem = vproblem.problem
         assert Problem.model_validate(problem.model_dump()) == problem
+        again = problem.with_costs([[m.cost for m in op.modes] for op in problem.ops], problem.transition_table())
+        for made in (problem, again):  # built unvalidated, still copied as pydantic copies a model (a notebook does)
+            assert made.transition_costs[0].model_copy(update={"cost": 0.5}).cost == 0.5
+            assert made.ops[0].modes[0].model_copy(update={"cost": 0.5}).cost == 0.5
         values = {v.id: v for v in problem.values}
         for t in problem.transition_costs:
             value = values[t.value]
