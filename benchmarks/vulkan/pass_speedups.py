@@ -36,8 +36,8 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 
 from benchmarks import harness
 from benchmarks.vulkan.pass_time import captured_delegates, timed_solver_pass
-from layout_solver.core import robust
-from layout_solver.core.solvers import decompose, elimination, tables
+from layout_solver.core import model, robust
+from layout_solver.core.solvers import elimination, tables
 from layout_solver.vulkan import passes
 from layout_solver.vulkan.passes import SolverTagMemoryMetaPass
 from layout_solver.zoo.models import build, expand_names
@@ -54,7 +54,7 @@ def shortcuts_off(names: tuple[str, ...]):
     keep: nothing kept between solves; pristine: every candidate written onto a copy)."""
     saved_methods = {k: SolverTagMemoryMetaPass.__dict__[k] for k in ("is_valid_op_node", "get_node_cached_repsets")}
     written_copy = SolverTagMemoryMetaPass.__dict__["_written_copy"]
-    saved_kept = elimination.kept, decompose.kept, tables.kept
+    saved_kept = model.kept, tables.kept  # `kept_or_made` (orders, components) reads model's
     saved = robust.dearer_than_stock, passes.registry_answers_reused, elimination.FILL_MAX_VARS
     saved_pricing = passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled
     try:
@@ -78,14 +78,14 @@ def shortcuts_off(names: tuple[str, ...]):
                 graph_module, profile, profiles
             )
         if "keep" in names:
-            elimination.kept = decompose.kept = tables.kept = lambda kind: None
+            model.kept = tables.kept = lambda kind: None
         if "pristine" in names:
             SolverTagMemoryMetaPass._written_copy = lambda self, label, solution, onto_pristine=False: written_copy(
                 self, label, solution
             )
         yield
     finally:
-        elimination.kept, decompose.kept, tables.kept = saved_kept
+        model.kept, tables.kept = saved_kept
         SolverTagMemoryMetaPass._written_copy = written_copy
         passes.packed_dims_tabulated, passes.modelled_costs_by_node, passes.modelled = saved_pricing
         for method, saved_method in saved_methods.items():

@@ -20,7 +20,7 @@ import contextvars
 import dataclasses
 import functools
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 from layout_solver.core.problem import InfeasibleError, Problem, same_structure
@@ -139,6 +139,22 @@ def kept(kind: str) -> dict | None:
     entries), or None outside one."""
     scope = _reuse_scope.get()
     return None if scope is None else scope.kept[kind]
+
+
+def kept_or_made(kind: str, key: Callable[[], Hashable], make: Callable[[], object]):
+    """`make()`, kept in the `compiles_reused()` block's store of `kind` under `key()` (built only inside one) and
+    taken from it when there; outside a block, made afresh."""
+    store = kept(kind)
+    if store is None:
+        return make()
+    k = key()
+    found = store.get(k, _MISSING)
+    if found is _MISSING:
+        found = store[k] = make()
+    return found
+
+
+_MISSING = object()
 
 
 @dataclass

@@ -29,7 +29,7 @@ import numpy as np
 from scipy.sparse import coo_array
 from scipy.sparse.csgraph import connected_components
 
-from layout_solver.core.model import CompiledProblem, Factor, kept
+from layout_solver.core.model import CompiledProblem, Factor, kept_or_made
 from layout_solver.core.solvers.budget import WorkBudget
 from layout_solver.core.solvers.cpsat import Trace
 from layout_solver.core.solvers.elimination import MAX_TABLE, WIDE_WORK, elimination_order, solve_by_elimination
@@ -180,13 +180,10 @@ class Decomposer:
         """The connected components of the variable graph (variables sharing a factor)."""
         n = self.c.n_vars
         scopes = tuple(f.scope for f in self.c.factors)
-        known = kept("components") if n <= COMPONENTS_KEPT_UP_TO else None
-        if known is None:
-            count, label = _labelled(n, scopes)
+        if n <= COMPONENTS_KEPT_UP_TO:
+            count, label = kept_or_made("components", lambda: (n, scopes), lambda: _labelled(n, scopes))
         else:
-            if (n, scopes) not in known:
-                known[(n, scopes)] = _labelled(n, scopes)
-            count, label = known[(n, scopes)]
+            count, label = _labelled(n, scopes)
         members: list[list[int]] = [[] for _ in range(count)]
         for v in range(n):
             members[label[v]].append(v)

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from layout_solver.core.model import kept
+from layout_solver.core.model import kept_or_made
 from layout_solver.core.solvers.subproblem import Subproblem, SubResult
 from layout_solver.core.solvers.tables import factor_table
 
@@ -54,15 +54,14 @@ def elimination_order(sub: Subproblem, max_table: int = MAX_TABLE, wide_work: in
     250,000; a window-40 piece min-size needs 373,248 for, min-fill 20,736. Deterministic: ties go to the lower
     variable.
     """
-    orders = kept("elimination orders") if sub.n_vars <= ORDERS_KEPT_UP_TO else None
-    if orders is None:
+    if sub.n_vars > ORDERS_KEPT_UP_TO:
         return _elimination_order(sub, max_table, wide_work)
-    key = (tuple(sub.n_options), tuple(f.scope for f in sub.factors), max_table, wide_work)
-    if key not in orders:
-        order = _elimination_order(sub, max_table, wide_work)
-        orders[key] = None if order is None else tuple(order)
-    order = orders[key]
-    return None if order is None else list(order)
+    order = kept_or_made(
+        "elimination orders",
+        lambda: (tuple(sub.n_options), tuple(f.scope for f in sub.factors), max_table, wide_work),
+        lambda: _elimination_order(sub, max_table, wide_work),
+    )
+    return None if order is None else list(order)  # a copy: the kept one is shared
 
 
 # An order depends on the piece's option counts and factor scopes alone, not its prices: one graph solved under
