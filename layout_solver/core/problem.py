@@ -190,7 +190,15 @@ class Problem(_Strict):
         for (value, src, dst), cost in transition_costs.items():
             if src not in domains.get(value, ()) or dst not in domains[value] or not 0.0 <= cost <= MAX_COST:
                 raise ProblemError(f"transition of {value!r} {src} -> {dst} priced {cost}", values=[value])
-        return [_transition(v, s, d, float(c)) for (v, s, d), c in transition_costs.items()]
+        made = []
+        for (value, src, dst), cost in transition_costs.items():  # `_unvalidated` written out: thousands per problem
+            transition = _new(TransitionCost)
+            _set(transition, "__dict__", {"value": value, "src": src, "dst": dst, "cost": float(cost)})
+            _set(transition, "__pydantic_fields_set__", _EVERY_TRANSITION_FIELD)
+            _set(transition, "__pydantic_extra__", None)
+            _set(transition, "__pydantic_private__", None)
+            made.append(transition)
+        return made
 
 
 def same_structure(a: Problem, b: Problem) -> bool:
@@ -248,13 +256,10 @@ def _repriced_modes(modes: list[Mode], costs) -> list[Mode]:
     return copies
 
 
-def _transition(value: str, src: str, dst: str, cost: float) -> TransitionCost:
-    """`TransitionCost(value=value, src=src, dst=dst, cost=cost)` from fields already checked, unvalidated."""
-    return _unvalidated(TransitionCost, {"value": value, "src": src, "dst": dst, "cost": cost}, _TRANSITION_FIELDS)
-
-
 _new, _set, _COST = object.__new__, object.__setattr__, frozenset({"cost"})
-_TRANSITION_FIELDS = frozenset({"value", "src", "dst", "cost"})
+# One fields-set for every transition built unvalidated: it names every field, so nothing pydantic adds to a
+# fields-set (an assigned field) changes it, and `model_copy` copies it before updating.
+_EVERY_TRANSITION_FIELD = {"value", "src", "dst", "cost"}
 
 
 def validate_references(problem: Problem) -> None:

@@ -199,10 +199,16 @@ def own_optimum_ruled_out(combined_bound: float, n_profiles: int, first_ratio: f
     return combined_bound > (1.0 + PRICE_AGREEMENT) * (n_profiles - 1 + min(first_ratio, 1.0))
 
 
-def weighted_sum(problems: list[Problem], weights: list[float], name: str | None = None) -> Problem:
+def weighted_sum(
+    problems: list[Problem], weights: list[float], name: str | None = None, prices: list[tuple] | None = None
+) -> Problem:
     """One problem whose every mode and transition costs the `weights`-weighted sum of its prices in
     `problems` (one problem built under several profiles). A transition one problem does not list is
     priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
+
+    `prices`, if given: each problem's prices as it was priced from them (its mode costs per op, its transition
+    costs by (value, src, dst), as `Problem.with_costs` takes them), read as they stand instead of from the
+    problems' objects (thousands of transitions per Vulkan delegate).
 
     Raises ProblemError if the problems differ in anything but costs (see `same_structure`).
     """
@@ -213,13 +219,21 @@ def weighted_sum(problems: list[Problem], weights: list[float], name: str | None
         if not same_structure(first, other):
             raise ProblemError(f"problem {k} ({other.name!r}) differs from {first.name!r} in more than its costs")
     sizes = {v.id: v.size_bytes for v in first.values}
-    tables = [p.transition_table() for p in problems]
+    tables = [p.transition_table() for p in problems] if prices is None else [costs for _, costs in prices]
     pairs = list(dict.fromkeys(key for table in tables for key in table))
     # Every mode's and every pair's prices as one array per problem (the problems' modes in one order: the same
     # structure), summed as weighted in numpy: the same floats, added in the same order, as a sum in Python
     # (0 + w0 * c0 + w1 * c1 ...; prices are never negative), at a fraction of its time (a MobileViT delegate's 4,217
     # modes and 9,640 pairs under two profiles: 21 ms in Python).
-    mode_prices = [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
+    mode_prices = (
+        [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
+        if prices is None
+        else [np.fromiter(itertools.chain.from_iterable(costs), dtype=float) for costs, _ in prices]
+    )
+    if any(len(p) != len(mode_prices[0]) for p in mode_prices) or sum(len(op.modes) for op in first.ops) != len(
+        mode_prices[0]
+    ):
+        raise ProblemError(f"mode prices for {[len(p) for p in mode_prices]} modes; the problems have other counts")
     # A pair one problem does not list costs what that problem prices an unlisted pair at. Problems priced from one
     # build list the same pairs in the same order: their prices are read as they stand.
     pair_prices = [

@@ -23,7 +23,7 @@ from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMet
 from executorch.exir.pass_base import PassResult
 
 from cost_models import vulkan as vk_cost
-from graph_io.vulkan import SlotUse, TransitionPlan, insert_transitions, repr_label, set_reprs
+from graph_io.vulkan import SlotUse, TransitionPlan, Written, insert_transitions, repr_label, set_reprs
 from layout_solver._moved import moved_attributes
 from layout_solver.core import robust
 from layout_solver.core.evaluate import evaluate
@@ -38,6 +38,7 @@ from layout_solver.vulkan.pricing import (
     is_clone,
     modelled,
     modelled_costs_by_node,
+    priced_nodes,
     resolution,
     total,
     transition_record,
@@ -97,13 +98,9 @@ def detach_specs(graph: torch.fx.Graph) -> None:
 
 def _adopt(graph_module: torch.fx.GraphModule, tagged: GraphCopy) -> None:
     """Give `graph_module` the graph of `tagged`, a `_detached_copy` of it that a tagging was written onto: the same
-    nodes by name (attributes the graph reads stay the module's own), tagged, with their clones; writing the same
-    tagging onto the original again would cost as much as the first time."""
+    nodes by name (attributes the graph reads stay the module's own), tagged, with their clones (the graph itself
+    carries stock's tagging by then, `_stock_prices`)."""
     graph_module.graph = tagged.graph  # fx's setter re-owns the graph and recompiles the module
-
-
-# What `pristine` holds once the untagged graph was written onto (`_written_copy`): no copy can be made of it.
-_SPENT = GraphCopy(None)
 
 
 def _layout_key(solution: Solution) -> tuple:
@@ -140,8 +137,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
 
     With one profile (`cost_profile`), its optimum. With several (`cost_profiles`, the default: every
     profile the project ships or the user adds), the candidate layouts of `layout_solver.core.robust` are
-    written onto copies of the graph and priced by every profile against stock's tagging of another
-    copy: the combined optimum is kept if no profile prices it dearer than stock's tagging; else the
+    written onto an untagged copy of the graph, priced by every profile against stock's tagging of the graph
+    itself, and taken back: the combined optimum is kept if no profile prices it dearer than stock's tagging; else the
     candidate (each profile's own optimum too) with the smallest worst ratio that no profile prices
     dearer; else stock's tagging.
     """
@@ -161,9 +158,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         return census(graph_module)  # the post-condition's own count, before and after
 
     def check(self, graph_module, before: Counter) -> None:
-        """`layout_solver.vulkan.validate` on a tagging this pass chose (not on stock's, where it kept that)."""
+        """`layout_solver.vulkan.validate` on a tagging this pass chose (not on stock's, where it kept that). The registry
+        it asks again does its packed-dim arithmetic from the table the pass used (`packed_dims_tabulated`: stock's
+        values, one per pair), half of the check's time otherwise."""
         if self.decision.get("label") is not None:  # stock's tagging is stock's, not ours to police
-            validate(graph_module, self.texture_limits, before)
+            with gc_paused(), packed_dims_tabulated():
+                validate(graph_module, self.texture_limits, before)
 
     # The three phases: one problem per profile; its optimum, or the robust choice among several; written
     # back as the chosen profile's problem says (or stock's own tagging, where the robust choice keeps it).
@@ -180,6 +180,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 self.built[label] = priced_again(first, profile)
         for built in self.built.values():  # after the pricing: `priced_again` reads the unconstrained modes
             self.constrain(built)
+            if type(self).constrain is not SolverTagMemoryMetaPass.constrain:
+                built.prices = None  # the problem's modes may no longer be the ones it was priced with
         return next(iter(self.built.values()))  # the report's problem size; the others are in `self.built`
 
     def solve(self, built) -> Solution:
@@ -204,7 +206,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             return
         (name,) = estimate
         stock = total(self._stock_prices(self.graph_module, estimate)[name])
-        mine = total(self._priced_copy(self.graph_module, label, solution, estimate)[name])
+        mine = total(self._priced_candidate(label, solution, estimate)[name])
         if mine > stock + robust.NOISE_US:
             self.decision["label"] = None
             self.decision["note"] = (
@@ -214,16 +216,17 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
 
     def write_back(self, graph_module, built, solution) -> None:
         """Tag the graph as the chosen profile's problem says, or with stock's own tagging: stock's was written onto
-        the graph itself to be priced (`_stock_prices`), a candidate's onto a copy, adopted here (`tagged`); where
-        nothing was priced, it is written now."""
+        the graph itself to be priced (`_stock_prices`); a candidate was priced on an untagged copy (`pristine`),
+        where it is written again, for good, and adopted; where nothing was priced, it is written now."""
         label = self.decision["label"]
         if self.pristine is None:  # nothing priced: the graph is as the pass was given it
             if label is None:
                 TagMemoryMetaPass.call(self, graph_module)  # stock's own tagging, as stock writes it
             else:
                 self._write_back(graph_module, self.built[label], solution)
-        elif label is not None:  # every candidate a decision can name was priced, so its copy is here
-            _adopt(graph_module, self.tagged[(label, _layout_key(solution))])
+        elif label is not None:  # stock's tagging is on the graph; the untagged copy takes the candidate's
+            self._write_back(self.pristine, self._on_pristine(label), solution)
+            _adopt(graph_module, self.pristine)
 
     def is_valid_op_node(self, node) -> bool:
         """Stock's answer, asked once per node while the pass runs: stock's tagging asks it again at every step of
@@ -257,6 +260,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         self._valid_op_nodes: dict[torch.fx.Node, bool] = {}
         self._node_repsets: dict[torch.fx.Node, object] = {}
         self._op_prices: dict = {}  # `modelled_costs_by_node`'s, shared by the taggings this pass prices
+        self._stock_nodes = None  # (graph, its `priced_nodes`) of stock's tagging, once priced
         with gc_paused(), compiles_reused(), packed_dims_tabulated():
             try:
                 return self._call(graph_module)
@@ -264,8 +268,8 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 # What the pass built is spent (the report has what it needs): released while the collector is
                 # paused, reference counting frees it; kept, the collector's first sweep after the pause would
                 # walk it (61,000 objects after a transformer block's delegate, 20-50 ms a delegate).
-                self.built, self.tagged, self.pristine, self.solver = {}, {}, None, None
-                self._valid_op_nodes = self._node_repsets = self._op_prices = None
+                self.built, self._pristine_problems, self.pristine, self.solver = {}, {}, None, None
+                self._valid_op_nodes = self._node_repsets = self._op_prices = self._stock_nodes = None
                 if getattr(self, "run", None) is not None:
                     self.run = dataclasses.replace(self.run, built=None)
 
@@ -276,7 +280,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         self.profiles = self.cost_profiles or {"profile": vk_cost.load_profile(self.cost_profile)}
         self.built = {}
         self.decision = {}
-        self.tagged = {}  # (label, layout) -> a copy of the graph tagged so
+        self._pristine_problems = {}  # label -> its problem with the nodes of `pristine` (`_on_pristine`)
         self.pristine = None  # a copy of the graph as it was given, once stock's tagging is written onto the graph
         self.solver = lowering_solver(
             self.time_limit,
@@ -317,7 +321,9 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             transitions=[transition_record(c, self.cost_profile) for c in clones],
             tensors_by_repr=_tensors_by_repr(graph_module),
             kept_stock=kept_stock,
-            **modelled(graph_module, self.cost_profile, self.cost_profiles, self._op_prices),
+            **modelled(
+                graph_module, self.cost_profile, self.cost_profiles, self._op_prices, self._unchanged(graph_module)
+            ),
         )
         if "note" in self.decision:
             report.notes.append(self.decision["note"])
@@ -338,7 +344,10 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         labels = list(problems)
         try:
             weights = [1.0 / (stock[label] + robust.NOISE_US) for label in labels]
-            combined = robust.weighted_sum([problems[label].problem for label in labels], weights)
+            given = [problems[label].prices for label in labels]
+            combined = robust.weighted_sum(
+                [problems[label].problem for label in labels], weights, prices=None if None in given else given
+            )
             # First: in a joint multi-method lowering this is the partition's share of the joint problem.
             candidates["every profile"] = (labels[0], solve(combined))
         except ProblemError as exc:  # built differently under two profiles: their own optima only
@@ -360,8 +369,10 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                     continue
                 seen[layout] = name
                 if screen:  # a profile's own optimum: often dearer than stock's under another profile
-                    objectives = {
-                        other: evaluate(problems[other].problem, solution.modes, solution.labels).objective
+                    objectives = {  # under its own profile, the solve's objective: `evaluate` of the same answer
+                        other: solution.objective
+                        if other == label
+                        else evaluate(problems[other].problem, solution.modes, solution.labels).objective
                         for other in labels
                     }
                     if robust.dearer_than_stock(objectives, stock) is not None:
@@ -371,9 +382,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 written.append(name)
             for name in written:
                 label, solution = candidates[name]
-                # The screened batch is the last: its last candidate is written onto the untagged graph itself.
-                last = screen and name == written[-1]
-                nodes = self._priced_copy(graph_module, label, solution, pricings, onto_pristine=last)
+                nodes = self._priced_candidate(label, solution, pricings)
                 prices[name] = {pricing: total(n) for pricing, n in nodes.items()}
                 margins[name] = {
                     pricing: robust.uncertainty(stock_nodes[pricing], n, *errors[pricing], vk_cost.UNFIT_FACTOR - 1.0)
@@ -427,34 +436,45 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 answers[node] = known
         with registry_answers_reused(answers, self.texture_limits):
             TagMemoryMetaPass.call(self, graph_module)
-        return modelled_costs_by_node(graph_module, pricings, self._op_prices)
+        self._stock_nodes = (graph_module.graph, priced_nodes(graph_module))
+        return modelled_costs_by_node(graph_module, pricings, self._op_prices, self._stock_nodes[1])
 
-    def _written_copy(self, label, solution, onto_pristine: bool = False) -> GraphCopy:
-        """A copy of the untagged graph (`pristine`) with `solution` written onto it as `label`'s problem says; with
-        `onto_pristine`, the untagged graph itself, when no other candidate is written after this one (a graph
-        copy is 10% of a MobileViT-v2 delegate's pass)."""
-        vproblem = self.built[label]
-        graph_copy = self.pristine if onto_pristine else _detached_copy(self.pristine)
-        if onto_pristine:
-            self.pristine = _SPENT
-        by_name = {n.name: n for n in graph_copy.graph.nodes}
-        moved = dataclasses.replace(
-            vproblem,
-            value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
-            op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
-        )
-        self._write_back(graph_copy, moved, solution)
-        return graph_copy
+    def _unchanged(self, graph_module) -> list | None:
+        """Stock's tagging's `priced_nodes`, where the graph is still the one stock's tagging was priced on (stock's
+        tagging kept: nothing written after it), for the report to price it again without reading it again."""
+        if self._stock_nodes is not None and self.decision.get("label") is None:
+            graph, nodes = self._stock_nodes
+            return nodes if graph is graph_module.graph else None
+        return None
 
-    def _priced_copy(self, graph_module, label, solution, pricings, onto_pristine: bool = False) -> dict[str, dict]:
-        """Every pricing's (`decision_pricings`) prices of `solution` written as `label`'s problem says onto a copy
-        of the untagged graph (`_written_copy`), by node; the copy is kept in `tagged`, for the write-back to adopt."""
-        written = self._written_copy(label, solution, onto_pristine)
-        graph_copy = self.tagged[(label, _layout_key(solution))] = written
-        return modelled_costs_by_node(graph_copy, pricings, self._op_prices)
+    def _on_pristine(self, label):
+        """`label`'s problem with the nodes of the untagged copy (`pristine`) in place of the graph's."""
+        moved = self._pristine_problems.get(label)
+        if moved is None:
+            vproblem = self.built[label]
+            by_name = {n.name: n for n in self.pristine.graph.nodes}
+            moved = self._pristine_problems[label] = dataclasses.replace(
+                vproblem,
+                value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
+                op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
+            )
+        return moved
+
+    def _priced_candidate(self, label, solution, pricings) -> dict[str, dict]:
+        """Every pricing's (`decision_pricings`) prices of `solution` written as `label`'s problem says, by node:
+        written onto the untagged copy (`pristine`), priced, and taken back (`graph_io.vulkan.Written`), so each
+        candidate needs no copy of its own (a copy was 10% of a MobileViT-v2 delegate's pass)."""
+        written = Written(self.pristine.graph)
+        self._write_back(self.pristine, self._on_pristine(label), solution, written)
+        try:
+            return modelled_costs_by_node(self.pristine, pricings, self._op_prices)
+        finally:
+            written.take_back()
 
     @staticmethod
-    def _write_back(graph_module, vproblem, solution) -> None:
+    def _write_back(graph_module, vproblem, solution, written: Written | None = None) -> None:
+        """Tag `graph_module` (a module or a `GraphCopy`) as `solution` says, `vproblem`'s nodes being its own;
+        `written`, if given, records what changed (`Written.take_back`)."""
         labels = solution.labels
         node_labels: dict[torch.fx.Node, str | list[str]] = {}
         for op in vproblem.problem.ops:
@@ -470,7 +490,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         for vid, node in vproblem.value_node.items():
             if node not in node_labels and vid in labels:
                 node_labels[node] = labels[vid]  # graph inputs and ops without an implementation
-        set_reprs(node_labels)
+        set_reprs(node_labels, written)
         ops = {op.id: op for op in vproblem.problem.ops}
         plans = []
         for t in solution.transitions:
@@ -483,7 +503,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                         uses.append(SlotUse(vproblem.op_node[consumer], slot.arg, slot.item))
             via = tuple(vproblem.routes.get((t.value, t.src, t.dst), [t.dst])[:-1])
             plans.append(TransitionPlan(vproblem.value_node[t.value], t.dst, uses, via))
-        for clone in insert_transitions(graph_module, plans):
+        for clone in insert_transitions(graph_module, plans, written):
             clone.meta["layout_solver_transition"] = True
 
 

@@ -94,15 +94,17 @@ def modelled_costs_by_node(
     graph_module: torch.fx.GraphModule,
     pricings: dict[str, tuple[vk_cost.VulkanProfile | None, bool]],
     op_prices: dict | None = None,
+    nodes: list | None = None,
 ) -> dict[str, dict[str, tuple[str, tuple[str, ...], float]]]:
     """`modelled_cost_by_node` under each of `pricings` (name -> (profile, estimate), as `decision_pricings`
     gives them), reading the graph once: what each node writes and reads is the same under every pricing.
 
     `op_prices`, if given, keeps each op's price by (its name, what it writes and reads, profile, estimate) for
     the next call on a copy of the same graph (copies keep the ops' names, targets and metadata; a tagging adds
-    only clones, priced apart): a pass prices stock's tagging and each candidate's, which share most ops."""
+    only clones, priced apart): a pass prices stock's tagging and each candidate's, which share most ops.
+    `nodes`, if given: `priced_nodes` of the graph as it is now, read by the caller before (the graph unchanged)."""
     priced: dict[str, dict[str, tuple[str, tuple[str, ...], float]]] = {name: {} for name in pricings}
-    for key, name, labels, price in _priced_nodes(graph_module):
+    for key, name, labels, price in _priced_nodes(graph_module) if nodes is None else nodes:
         for pricing, (profile, estimate) in pricings.items():
             if op_prices is None or key.startswith(_TRANSITION_KEY):
                 priced[pricing][key] = (name, labels, price(profile, estimate))
@@ -116,6 +118,11 @@ def modelled_costs_by_node(
 
 
 _TRANSITION_KEY = "transition of "
+
+
+def priced_nodes(graph_module: torch.fx.GraphModule) -> list[tuple]:
+    """What `modelled_costs_by_node` reads off a tagged graph, for several readings of the same graph."""
+    return list(_priced_nodes(graph_module))
 
 
 def _priced_nodes(graph_module: torch.fx.GraphModule):
@@ -207,13 +214,14 @@ def modelled(
     profile: vk_cost.VulkanProfile | None,
     profiles: dict[str, vk_cost.VulkanProfile] | None = None,
     op_prices: dict | None = None,
+    nodes: list | None = None,
 ) -> dict:
     """A tagged graph's modelled cost (total and by operator) under `profile`, and its total under each of
-    `profiles`; while explaining, the graph with its prices too (`graph_with_prices`). `op_prices`: as in
+    `profiles`; while explaining, the graph with its prices too (`graph_with_prices`). `op_prices`, `nodes`: as in
     `modelled_costs_by_node`."""
     report = object()  # the report profile's key, apart from every label in `profiles`
     pricings = {report: (profile, True), **{label: (p, True) for label, p in (profiles or {}).items()}}
-    by_pricing = modelled_costs_by_node(graph_module, pricings, op_prices)
+    by_pricing = modelled_costs_by_node(graph_module, pricings, op_prices, nodes)
     priced = by_pricing.pop(report)
     by_op = _by_op(priced)
     by_profile = {label: sum(_by_op(nodes).values()) for label, nodes in by_pricing.items()}

@@ -62,9 +62,8 @@ def storage_of(label: str) -> str:
     return label.partition(":")[0]
 
 
-# Where the runtime's C++ differs from the registry's sets, the runtime wins.
-# Each rule maps (input labels, output labels) of a one-input op to its legal
-# (input, output) pairs; the registry still supplies both label sets.
+# Where the runtime's C++ differs from the registry's sets, the runtime wins. Each rule maps (input labels, output
+# labels) of a one-input op to its legal (input, output) pairs; the registry still supplies both label sets.
 def _view_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
     # View.cpp picks the shader from the output's storage (view_buffer or the
     # texture view) and binds the input the same way, so storage must agree;
@@ -81,8 +80,8 @@ def _clone_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for a in ins for b in outs if not (storage_of(a) == storage_of(b) == "BUFFER" and a != b)]
 
 
-# Op classes a device profile prices separately (`layout-solver calibrate vulkan`
-# measures one representative of each in every representation it may take).
+# Op classes a device profile prices separately (`layout-solver calibrate vulkan` measures one representative of
+# each in every representation it may take).
 OP_CLASSES: dict[object, str] = {
     **{
         t: "unary"
@@ -192,6 +191,7 @@ class VulkanProblem:
     # (value, src, dst) -> the representations of the clones that make it, where that is more than one
     routes: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     draft: _Draft | None = field(default=None, repr=False)  # what `priced_again` re-prices
+    prices: tuple | None = field(default=None, repr=False)  # (mode costs per op, transition costs) priced at
 
 
 def is_constant_tensor(node) -> bool:
@@ -295,7 +295,8 @@ def build_problem(
         {"name": name, "values": final_values, "ops": draft.ops, "default_cost_per_byte": 0.0}
     )
     problem.transition_costs = problem.checked_transitions(costs)
-    return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft)
+    prices = ([[m["cost"] for m in op["modes"]] for op in draft.ops], costs)
+    return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft, prices)
 
 
 def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | None, name: str | None = None):
@@ -306,7 +307,7 @@ def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | No
     mode_costs = [pricer(draft.profile) for pricer in draft.pricers]
     _, costs, routes = _domains_and_transition_prices(draft)
     problem = built.problem.with_costs(mode_costs, costs, name=name)
-    return dataclasses.replace(built, problem=problem, routes=routes, draft=draft)
+    return dataclasses.replace(built, problem=problem, routes=routes, draft=draft, prices=(mode_costs, costs))
 
 
 def _add_op(draft: _Draft, node: torch.fx.Node) -> None:

@@ -223,8 +223,8 @@ def test_a_graph_priced_again_under_another_profile_is_the_problem_built_under_i
 
 
 def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
-    """The solver pass tags copies of the delegate graph (each candidate, from an untagged copy kept before stock's
-    tagging is written onto the graph itself) and adopts the chosen one: a copy's specs are its own (tagging it
+    """The solver pass tags a copy of the delegate graph (each candidate, on an untagged copy kept before stock's
+    tagging is written onto the graph itself) and adopts it where a candidate is chosen: a copy's specs are its own (tagging it
     leaves the original untagged), and nodes that share a spec in
     the graph (the output node reads its producers' specs) share one in the copy, as stock's tagging of the
     graph itself would see it; the adopted graph is the one the module then runs."""
@@ -255,6 +255,83 @@ def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
         program = to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
     assert len(program.to_executorch().buffer) > 1000
     assert not any(seen["original"]) and seen["shared"] and seen["adopted"]
+
+
+def _graph_state(graph: torch.fx.Graph) -> list:
+    """Everything a tagging can change on a graph, as plain data: each node's name, target, arguments, users in
+    their order and representation, and the graph's name registry."""
+    from executorch.backends.vulkan import utils
+
+    def reprs(node):
+        spec = node.meta.get("spec")
+        specs = spec if isinstance(spec, (list, tuple)) else [spec]
+        return [str(s.__dict__.get("etvk_node_repr")) for s in specs if s is not None]
+
+    names = graph._graph_namespace
+    return [
+        [
+            (n.name, str(n.target), str(n.args), [u.name for u in n.users], reprs(n), utils.has_node_repr(n))
+            for n in graph.nodes
+        ],
+        sorted(names._used_names),
+        sorted(names._base_count.items()),
+        sorted(names._obj_to_name.values()),
+    ]
+
+
+@pytest.mark.parametrize("model", ["mixed", "window_heads", "cat_pad"])
+def test_a_tagging_taken_back_leaves_the_graph_as_it_was(model):
+    """The solver pass prices each candidate written onto one untagged copy of the delegate graph and takes it back
+    (`graph_io.vulkan.Written`) instead of copying the graph for each: taken back, the copy is the untagged graph
+    again (nodes, arguments, users in their order, representations, name registry), and the next tagging written
+    onto it gives the graph it gives on a fresh copy, clone names included."""
+    from executorch.backends.vulkan import utils
+    from executorch.exir.pass_base import PassResult
+
+    from graph_io.vulkan import SlotUse, TransitionPlan, Written, insert_transitions, set_reprs
+    from layout_solver.zoo.models import build
+
+    def tagging(graph, labels, written=None):
+        tensors = [n for n in graph.nodes if n.op != "output" and utils.is_tensor_node(n) and "spec" in n.meta]
+        set_reprs({n: labels[i % len(labels)] for i, n in enumerate(tensors)}, written)
+        plans = []
+        for i, node in enumerate(n for n in tensors if n.op == "call_function"):
+            readers = [u for u in node.users if u.op == "call_function" and node in u.args]
+            if readers and len(plans) < 4:  # through another label first, every other one
+                uses = [SlotUse(u, u.args.index(node), None) for u in readers]
+                plans.append(TransitionPlan(node, labels[i % 2], uses, (labels[2],) if i % 2 else ()))
+        return insert_transitions(GraphHolder(graph), plans, written)
+
+    class GraphHolder:
+        def __init__(self, graph):
+            self.graph = graph
+
+    labels = ["TEXTURE_3D:TENSOR_CHANNELS_PACKED", "TEXTURE_3D:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_WIDTH_PACKED"]
+    seen = []
+
+    class Capture(vk_passes.SolverTagMemoryMetaPass):
+        def call(self, gm):
+            pristine, fresh = vk_passes._detached_copy(gm), vk_passes._detached_copy(gm)
+            untagged = _graph_state(pristine.graph)
+            written = Written(pristine.graph)
+            clones = tagging(pristine.graph, labels, written)
+            tagged = _graph_state(pristine.graph)
+            written.take_back()
+            after = _graph_state(pristine.graph)
+            again = tagging(pristine.graph, labels[::-1])
+            on_fresh = tagging(fresh.graph, labels[::-1])
+            seen.append((untagged, tagged, after, len(clones), [c.name for c in again], [c.name for c in on_fresh],
+                         _graph_state(pristine.graph), _graph_state(fresh.graph)))  # fmt: skip
+            pristine.graph.lint()
+            return PassResult(gm, True)
+
+    module, inputs = build(f"{TINY}:{model}")
+    with collecting_reports(), vk_hooks.substituted_pass(Capture):
+        to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
+    assert seen and any(n_clones for _, _, _, n_clones, *_ in seen), "no clone written"
+    for untagged, tagged, after, _, again, on_fresh, state, fresh_state in seen:
+        assert tagged != untagged and after == untagged
+        assert again == on_fresh and state == fresh_state
 
 
 @pytest.mark.parametrize("model", ["mixed", "window_heads", "cat_pad", "group_norm_8", "divided_gate"])
@@ -798,29 +875,33 @@ def test_the_default_margin_reads_how_far_prices_stray_in_whole_programs():
     assert vk_pricing.resolution(vk_cost.load_profile("mobile-gpu")) == 0.0  # assumed numbers: nothing to stray
 
 
-@pytest.mark.parametrize("model", ["mixed", "window_heads", "residual"])
+@pytest.mark.parametrize("model", ["mixed", "window_heads", "residual", "attention"])
 def test_op_prices_kept_across_a_passs_taggings_are_the_prices_read_afresh(model, monkeypatch):
     """The solver pass keeps each op's price for the next tagging it prices (`modelled_costs_by_node`'s
-    `op_prices`: stock's, each candidate's and the report's share most ops): every pricing it makes so equals the
-    same graph priced with nothing kept, and some prices were kept."""
+    `op_prices`: stock's, each candidate's and the report's share most ops), and stock's tagging's nodes as read
+    when it was priced, for the report where it is kept: every pricing it makes so equals the same graph priced with
+    nothing kept, and some prices were kept."""
     from layout_solver.zoo.models import build
 
     priced_afresh = vk_pricing.modelled_costs_by_node
     calls = []
 
-    def checked(graph_module, pricings, op_prices=None):
+    def checked(graph_module, pricings, op_prices=None, nodes=None):
         kept_before = len(op_prices or ())
-        answer = priced_afresh(graph_module, pricings, op_prices)
+        answer = priced_afresh(graph_module, pricings, op_prices, nodes)
         assert answer == priced_afresh(graph_module, pricings)
-        calls.append((kept_before, len(op_prices or ())))
+        calls.append((kept_before, nodes is not None))
         return answer
 
     monkeypatch.setattr(vk_passes, "modelled_costs_by_node", checked)
     monkeypatch.setattr(vk_pricing, "modelled_costs_by_node", checked)  # the report's `modelled`
     module, inputs = build(f"{TINY}:{model}")
-    with collecting_reports(), vk_hooks.solver_layouts():
+    with collecting_reports(), vk_hooks.solver_layouts() as reports:
         to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
     assert len(calls) >= 3 and any(before > 0 for before, _ in calls)  # later taggings found prices kept
+    # stock's tagging, priced again for the report where it is kept, from the nodes read when it was first priced
+    kept = sum(r.kept_stock for r in reports)
+    assert sum(given for _, given in calls) >= 2 * kept and (kept or model != "attention"), (kept, calls)
 
 
 def test_two_copies_tagged_alike_move_nothing_and_transitions_are_keyed_by_what_they_convert():
@@ -881,7 +962,7 @@ def test_a_candidate_its_problems_price_dearer_than_stock_is_refused_unwritten_w
 ):
     """Where the combined candidate is refused, each profile's own optimum is solved; one that a profile's problem
     already prices above stock's (past what the problem and the written program may disagree by) is refused
-    without being written onto a copy of the graph and priced there (`robust.dearer_than_stock`). The program is
+    without being written onto the graph's untagged copy and priced there (`robust.dearer_than_stock`). The program is
     the one that writing and pricing every candidate gives, byte for byte, and the report lists the refused
     candidate with the others. Written and priced, each is dearer than stock's under the profile that refused it."""
     screen = robust.dearer_than_stock
@@ -897,10 +978,10 @@ def test_a_candidate_its_problems_price_dearer_than_stock_is_refused_unwritten_w
     assert refused, "no own optimum was refused on its problems' prices"
     assert any(r.kept_stock and "optimum" in r.notes[-1] for r in reports)  # listed with the candidates priced
 
-    original = vk_passes.SolverTagMemoryMetaPass._priced_copy
+    original = vk_passes.SolverTagMemoryMetaPass._priced_candidate
 
-    def priced_copy(self, graph_module, label, solution, pricings, onto_pristine=False):
-        nodes = original(self, graph_module, label, solution, pricings, onto_pristine)
+    def priced_candidate(self, label, solution, pricings):
+        nodes = original(self, label, solution, pricings)
         events.append(("priced", {p: vk_pricing.total(n) for p, n in nodes.items()}, None))
         return nodes
 
@@ -909,7 +990,7 @@ def test_a_candidate_its_problems_price_dearer_than_stock_is_refused_unwritten_w
 
     events.clear()
     monkeypatch.setattr(robust, "dearer_than_stock", price_every_candidate)
-    monkeypatch.setattr(vk_passes.SolverTagMemoryMetaPass, "_priced_copy", priced_copy)
+    monkeypatch.setattr(vk_passes.SolverTagMemoryMetaPass, "_priced_candidate", priced_candidate)
     every_reports, every_pte = _lower(model, solver_layouts)
     assert every_pte == pte and [r.kept_stock for r in every_reports] == [r.kept_stock for r in reports]
     # A batch of own optima is screened first, then written and priced in the same order; the combined candidate
