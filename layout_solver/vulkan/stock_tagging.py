@@ -65,7 +65,7 @@ _packed_dims_users = 0
 @contextlib.contextmanager
 def packed_dims_tabulated() -> Iterator[None]:
     """Inside this block, ExecuTorch's `PackedDimInfo.from_repr` answers from a table and
-    `TensorRepSet._possible_pdis` builds its two sets from it.
+    `TensorRepSet._possible_pdis` from another, keyed by the set's layouts (its two sets built from the first).
 
     Every `OpRepSets` the registry makes, and every narrowing stock's tagging does, checks its sync rules by turning
     each layout of each representation set into a new frozen-dataclass `PackedDimInfo` (`assert_sync_contraints`):
@@ -73,6 +73,9 @@ def packed_dims_tabulated() -> Iterator[None]:
     function of a (layout, storage) pair, and a `PackedDimInfo` is frozen and compared by value, so one instance per
     pair gives every caller the same answers. The swap is process-wide while any pass is inside (a count, not a lock held through the pass, so
     passes on other threads run side by side); a stock pass running meanwhile gets the same values, faster.
+
+    `utils.filter_invalid_reprs` (which texture layouts of a set fit a tensor within the limits: every registry
+    answer asks it per argument) answers from a table keyed by (shape, the set's texture layouts, limits) too.
 
     The block also swaps `exir.tensor.dim_order_from_stride` (every clone a tagging or a write-back inserts gets a
     TensorSpec from it) for `_dim_order_sorted`: stock's defines a NamedTuple class on every call, 1.3% of the pass.
@@ -83,6 +86,7 @@ def packed_dims_tabulated() -> Iterator[None]:
         if _packed_dims_users == 0:
             info.from_repr = classmethod(_from_repr_tabulated)
             repset._possible_pdis = _possible_pdis_tabulated
+            utils.filter_invalid_reprs = _filter_invalid_reprs_tabulated
             exir_tensor.dim_order_from_stride = _dim_order_sorted
         _packed_dims_users += 1
     try:
@@ -93,12 +97,14 @@ def packed_dims_tabulated() -> Iterator[None]:
             if _packed_dims_users == 0:
                 info.from_repr = _STOCK_FROM_REPR
                 repset._possible_pdis = _STOCK_POSSIBLE_PDIS
+                utils.filter_invalid_reprs = _STOCK_FILTER
                 exir_tensor.dim_order_from_stride = _STOCK_DIM_ORDER
 
 
 _STOCK_FROM_REPR = utils.PackedDimInfo.__dict__["from_repr"]
 _STOCK_POSSIBLE_PDIS = utils.TensorRepSet.__dict__["_possible_pdis"]
 _STOCK_DIM_ORDER = exir_tensor.dim_order_from_stride
+_STOCK_FILTER = utils.filter_invalid_reprs
 
 
 @functools.cache
@@ -108,12 +114,40 @@ def _from_repr_tabulated(cls, memory_layout, storage_type=utils.VkStorageType.BU
 
 
 def _possible_pdis_tabulated(self):
-    """`TensorRepSet._possible_pdis`: the (buffer, texture) sets of the layouts' PackedDimInfos, from the table."""
-    info, buffer, texture = utils.PackedDimInfo, utils.VkStorageType.BUFFER, utils.VkStorageType.TEXTURE_3D
-    return (
-        {_from_repr_tabulated(info, layout, buffer) for layout in self.valid_buffer_layouts},
-        {_from_repr_tabulated(info, layout, texture) for layout in self.valid_texture_layouts},
-    )
+    """`TensorRepSet._possible_pdis`: the (buffer, texture) sets of the layouts' PackedDimInfos, from a table keyed by
+    the layouts (frozen: stock's callers only read them)."""
+    key = (frozenset(self.valid_buffer_layouts), frozenset(self.valid_texture_layouts))
+    known = _PDIS.get(key)
+    if known is None:
+        info, buffer, texture = utils.PackedDimInfo, utils.VkStorageType.BUFFER, utils.VkStorageType.TEXTURE_3D
+        known = _PDIS[key] = (
+            frozenset(_from_repr_tabulated(info, layout, buffer) for layout in key[0]),
+            frozenset(_from_repr_tabulated(info, layout, texture) for layout in key[1]),
+        )
+    return known
+
+
+_PDIS: dict[tuple[frozenset, frozenset], tuple[frozenset, frozenset]] = {}  # at most one entry per pair of layout sets
+
+
+def _filter_invalid_reprs_tabulated(tensor_val, tensor_repset, texture_limits):
+    """`utils.filter_invalid_reprs` for a static shape: the texture layouts that fit, from a table; the new set is
+    built in the order of the given one, as stock's is (its first layout is the one stock's tagging picks)."""
+    shape = tensor_val.shape
+    if not all(type(d) is int for d in shape):
+        return _STOCK_FILTER(tensor_val, tensor_repset, texture_limits)
+    textures = tensor_repset.valid_texture_layouts
+    key = (tuple(shape), frozenset(textures), tuple(texture_limits))
+    fits = _FITS.get(key)
+    if fits is None:
+        if len(_FITS) >= 65536:  # a service lowering model after model: bounded
+            _FITS.clear()
+        fits = _FITS[key] = frozenset(_STOCK_FILTER(tensor_val, tensor_repset, texture_limits).valid_texture_layouts)
+    kept = set() if len(shape) > 4 else {layout for layout in textures if layout in fits}
+    return utils.TensorRepSet(tensor_repset.valid_buffer_layouts, kept)
+
+
+_FITS: dict[tuple, frozenset] = {}  # (shape, texture layouts, limits) -> those that fit; a model's shapes repeat
 
 
 def _dim_order_sorted(stride):

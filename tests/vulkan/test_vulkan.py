@@ -279,7 +279,7 @@ def _graph_state(graph: torch.fx.Graph) -> list:
     ]
 
 
-@pytest.mark.parametrize("model", ["mixed", "window_heads", "cat_pad"])
+@pytest.mark.parametrize("model", ["mixed", "window_heads"])
 def test_a_tagging_taken_back_leaves_the_graph_as_it_was(model):
     """The solver pass prices each candidate written onto one untagged copy of the delegate graph and takes it back
     (`graph_io.vulkan.Written`) instead of copying the graph for each: taken back, the copy is the untagged graph
@@ -384,9 +384,15 @@ def test_stock_tagging_with_the_builds_registry_answers_is_stock_tagging(model, 
     assert any(r for graph in seen["stock"] for *_, r in graph)  # tagged at all
 
 
+def _fits(filter_invalid_reprs, tensor, repset, limits) -> tuple:
+    answer = filter_invalid_reprs(tensor, repset, limits)
+    return list(answer.valid_buffer_layouts), list(answer.valid_texture_layouts)
+
+
 def test_packed_dims_tabulated_answers_as_stock_and_is_undone_when_the_last_pass_leaves():
-    """Inside `packed_dims_tabulated`, every (layout, storage) pair's PackedDimInfo and every representation set's
-    packed-dim sets are stock's; blocks nest (two passes on two threads), and the last one out puts stock's
+    """Inside `packed_dims_tabulated`, every (layout, storage) pair's PackedDimInfo, every representation set's
+    packed-dim sets and the texture layouts that fit a tensor (in the order stock's set holds them) are stock's;
+    blocks nest (two passes on two threads), and the last one out puts stock's
     functions back."""
     from executorch.backends.vulkan import utils
 
@@ -401,15 +407,26 @@ def test_packed_dims_tabulated_answers_as_stock_and_is_undone_when_the_last_pass
         if all(_from_repr_or_none(info, *p) for p in [(x, storages[0]) for x in b] + [(x, storages[1]) for x in t])
     ]
     expected = [info.from_repr(*pair) for pair in supported], [s._possible_pdis() for s in sets]
+    # which texture layouts fit a tensor (wide, tall, deep, 5-D) under small limits, in the order stock's set holds them
+    shapes = [(1, 3, 8, 40), (1, 3, 40, 8), (1, 40, 8, 8), (2, 3, 4), (9,), (1, 2, 3, 4, 5)]
+    fit_cases = [(torch.empty(shape), repset(set(), set(t)), (16, 16, 16)) for shape in shapes for t in
+                 itertools.permutations(layouts[:3])]  # fmt: skip
     with vk_stock_tagging.packed_dims_tabulated():
         with vk_stock_tagging.packed_dims_tabulated():
             assert info.__dict__["from_repr"] is not stock_from_repr
         assert info.__dict__["from_repr"] is not stock_from_repr  # the outer block still inside
         answers = [info.from_repr(*pair) for pair in supported], [s._possible_pdis() for s in sets]
         assert answers == expected and len(supported) >= 6 and sets
+        assert [s._possible_pdis() for s in sets] == expected[1]  # again, from the table
+        sets[0].valid_texture_layouts.clear()  # keyed by the layouts themselves: a set changed is answered afresh
+        assert sets[0]._possible_pdis() == (expected[1][0][0], set())
+        fitted = [_fits(utils.filter_invalid_reprs, *case) for case in fit_cases] * 2  # the second time from the table
         with pytest.raises(ValueError, match="DEFAULT_LAYOUT"):  # refused as stock refuses it
             info.from_repr(utils.VkMemoryLayout.DEFAULT_LAYOUT, storages[0])
     assert info.__dict__["from_repr"] is stock_from_repr and repset.__dict__["_possible_pdis"] is stock_pdis
+    assert utils.filter_invalid_reprs is vk_stock_tagging._STOCK_FILTER
+    assert fitted == [_fits(utils.filter_invalid_reprs, *case) for case in fit_cases] * 2
+    assert any(texture and len(texture) < 3 for _, texture in fitted)  # some layouts fit, not all
 
 
 def test_dim_orders_inside_the_pass_are_stocks_and_stocks_function_is_back_after_it():
