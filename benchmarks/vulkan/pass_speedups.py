@@ -35,7 +35,6 @@ more than any one saving, which is why the variants are compared in one process.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 
 from executorch.backends.vulkan._passes.tag_memory_meta_pass import TagMemoryMetaPass
@@ -106,14 +105,7 @@ def shortcuts_off(names: tuple[str, ...]):
 def _priced_on_a_copy(self, label, solution, pricings):
     """`SolverTagMemoryMetaPass._priced_candidate` as it was before the take-back: onto a copy of the untagged graph."""
     graph_copy = passes._detached_copy(self.pristine)
-    by_name = {n.name: n for n in graph_copy.graph.nodes}
-    vproblem = self.built[label]
-    moved = dataclasses.replace(
-        vproblem,
-        value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
-        op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
-    )
-    self._write_back(graph_copy, moved, solution)
+    self._write_back(graph_copy, passes.moved_onto(self.built[label], graph_copy.graph), solution)
     return passes.modelled_costs_by_node(graph_copy, pricings, self._op_prices)
 
 

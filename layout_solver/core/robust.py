@@ -230,10 +230,9 @@ def weighted_sum(
         if prices is None
         else [np.fromiter(itertools.chain.from_iterable(costs), dtype=float) for costs, _ in prices]
     )
-    if any(len(p) != len(mode_prices[0]) for p in mode_prices) or sum(len(op.modes) for op in first.ops) != len(
-        mode_prices[0]
-    ):
-        raise ProblemError(f"mode prices for {[len(p) for p in mode_prices]} modes; the problems have other counts")
+    n_modes = sum(len(op.modes) for op in first.ops)
+    if any(len(p) != n_modes for p in mode_prices):  # `prices` not the problems' own (their modes since changed)
+        raise ProblemError(f"mode prices for {[len(p) for p in mode_prices]} modes; the problems have {n_modes}")
     # A pair one problem does not list costs what that problem prices an unlisted pair at. Problems priced from one
     # build list the same pairs in the same order: their prices are read as they stand.
     pair_prices = [

@@ -103,6 +103,16 @@ def _adopt(graph_module: torch.fx.GraphModule, tagged: GraphCopy) -> None:
     graph_module.graph = tagged.graph  # fx's setter re-owns the graph and recompiles the module
 
 
+def moved_onto(vproblem, graph: torch.fx.Graph):
+    """`vproblem` with the nodes of `graph`, a copy of its own graph (the same node names), in place of its own."""
+    by_name = {n.name: n for n in graph.nodes}
+    return dataclasses.replace(
+        vproblem,
+        value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
+        op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
+    )
+
+
 def _layout_key(solution: Solution) -> tuple:
     """A solution's labels and modes, as one hashable key: what a write-back depends on besides the problem."""
     return tuple(sorted(solution.labels.items())), tuple(sorted(solution.modes.items()))
@@ -442,22 +452,15 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
     def _unchanged(self, graph_module) -> list | None:
         """Stock's tagging's `priced_nodes`, where the graph is still the one stock's tagging was priced on (stock's
         tagging kept: nothing written after it), for the report to price it again without reading it again."""
-        if self._stock_nodes is not None and self.decision.get("label") is None:
-            graph, nodes = self._stock_nodes
-            return nodes if graph is graph_module.graph else None
-        return None
+        if self._stock_nodes is None or self._stock_nodes[0] is not graph_module.graph:  # a candidate's, adopted
+            return None
+        return self._stock_nodes[1]
 
     def _on_pristine(self, label):
         """`label`'s problem with the nodes of the untagged copy (`pristine`) in place of the graph's."""
         moved = self._pristine_problems.get(label)
         if moved is None:
-            vproblem = self.built[label]
-            by_name = {n.name: n for n in self.pristine.graph.nodes}
-            moved = self._pristine_problems[label] = dataclasses.replace(
-                vproblem,
-                value_node={vid: by_name[n.name] for vid, n in vproblem.value_node.items()},
-                op_node={oid: by_name[n.name] for oid, n in vproblem.op_node.items()},
-            )
+            moved = self._pristine_problems[label] = moved_onto(self.built[label], self.pristine.graph)
         return moved
 
     def _priced_candidate(self, label, solution, pricings) -> dict[str, dict]:

@@ -191,7 +191,7 @@ class VulkanProblem:
     # (value, src, dst) -> the representations of the clones that make it, where that is more than one
     routes: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     draft: _Draft | None = field(default=None, repr=False)  # what `priced_again` re-prices
-    prices: tuple | None = field(default=None, repr=False)  # (mode costs per op, transition costs) priced at
+    prices: tuple | None = field(default=None, repr=False)  # (mode costs per op, transition costs) as built
 
 
 def is_constant_tensor(node) -> bool:
