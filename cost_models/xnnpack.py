@@ -434,6 +434,32 @@ def load_profile(profile: str | Path | XnnpackProfile | None = None) -> XnnpackP
         raise OSError(f"XNNPACK cost profile {name!r} is not a profile: {exc}") from exc
 
 
+def remeasured(base: XnnpackProfile, new: XnnpackProfile) -> XnnpackProfile:
+    """`base` with every thread count `new` measured taken from `new` (each thread count's curves, overheads and
+    measurements are stated at its own reference speed, so the others stay valid); `base`'s command and `new`'s
+    both recorded. ValueError where the two were measured on different CPUs."""
+    if base.device != new.device:
+        raise ValueError(f"cannot merge profiles of two CPUs: {base.device!r} and {new.device!r}")
+    fresh = set(new.reference_us) | set(new.curves)
+
+    def merged(old: dict, newer: dict) -> dict:
+        return {**{t: v for t, v in old.items() if t not in fresh}, **newer}
+
+    def kept(items: list) -> list:
+        return [m for m in items if str(m.threads) not in fresh]
+
+    return new.model_copy(update={
+        "command": f"{base.command}; then threads {','.join(sorted(fresh))} re-measured by: {new.command}",
+        "curves": merged(base.curves, new.curves),
+        "measurements": kept(base.measurements) + new.measurements,
+        "op_curves": merged(base.op_curves, new.op_curves),
+        "overheads": merged(base.overheads, new.overheads),
+        "op_measurements": kept(base.op_measurements) + new.op_measurements,
+        "reference_us": merged(base.reference_us, new.reference_us),
+        "unit_us": merged(base.unit_us, new.unit_us),
+    })  # fmt: skip
+
+
 def profile_digest(profile: XnnpackProfile) -> str:
     """What a cache key records of the profile that priced a result."""
     return hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]

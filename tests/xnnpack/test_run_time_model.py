@@ -307,3 +307,51 @@ def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
     assert out[("add(64, 256)", 1)].run_us == 12.0
     assert out[("add(64, 256)", 1)].kernel_us == {"Add (ND) #1": 2.0, "Add (ND) #2": 4.0}
     assert out[("add(64, 256)", 2)].run_us == 8.0 and out[("gemm(4, 32, 32)", 1)].kernel_us["Add (ND) #1"] == 4.0
+
+
+def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_another_cpu():
+    """`calibrate xnnpack --threads 2 --keep-from P`: P's 1-thread half kept whole, its 2-thread half replaced by
+    the new measurement's (curves, overheads, reference, raw measurements), both commands recorded; a profile of
+    another CPU is refused, not merged."""
+    import pytest
+
+    base = xnn_cost.load_profile()
+    scaled = lambda curve: curve.model_copy(update={"us": [u / 2 for u in curve.us]})
+    new = base.model_copy(update={
+        "command": "layout-solver calibrate xnnpack --threads 2",
+        "curves": {"2": {e: {k: scaled(c) for k, c in by.items()} for e, by in base.curves["2"].items()}},
+        "measurements": [m for m in base.measurements if m.threads == 2][:3],
+        "op_curves": {"2": base.op_curves["2"]}, "overheads": {"2": base.overheads["1"]},
+        "op_measurements": [m for m in base.op_measurements if m.threads == 2][:2],
+        "reference_us": {"2": 123.0}, "unit_us": {"2": {}},
+    })  # fmt: skip
+    out = xnn_cost.remeasured(base, new)
+    assert out.reference_us == {"1": base.reference_us["1"], "2": 123.0}
+    assert out.curves["1"] == base.curves["1"] and out.curves["2"] == new.curves["2"]
+    assert out.overheads == {"1": base.overheads["1"], "2": base.overheads["1"]} and out.unit_us["2"] == {}
+    assert [m.threads for m in out.measurements].count(2) == 3
+    assert [m for m in out.measurements if m.threads == 1] == [m for m in base.measurements if m.threads == 1]
+    assert [m.threads for m in out.op_measurements].count(2) == 2
+    assert out.command.startswith(base.command) and out.command.endswith("re-measured by: " + new.command)
+    with pytest.raises(ValueError, match="two CPUs"):
+        xnn_cost.remeasured(base, new.model_copy(update={"device": "riscv64 (Toy)"}))
+
+
+def test_programs_run_with_torchs_own_pool_held_to_one_thread_and_it_is_given_back():
+    """While a program is timed, torch's intra-op pool (which copies the inputs and outputs and would spin on the
+    second core after each copy) is held to one thread; the caller's setting comes back after, error or not."""
+    import pytest
+
+    from layout_solver.targets.xnnpack.runtime import pinned
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pinned(2):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError), pinned(1):
+            raise RuntimeError("a program failed")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -97,17 +97,34 @@ class XnnpackTarget(Target):
         parser.add_argument("--out", default="xnnpack_profile.json", help="profile file to write (default %(default)s)")
         parser.add_argument("--threads", type=int_list, help="thread counts to measure (default 1,2)")
         parser.add_argument("--rounds", type=int, default=60, help="timed runs per probe (default %(default)s)")
-        parser.add_argument("--passes", type=int, default=3,
-                            help="times every op probe is measured, the median kept (default %(default)s)")  # fmt: skip
+        parser.add_argument(
+            "--passes",
+            type=int,
+            default=3,
+            help="times every op probe is measured, the median kept (default %(default)s)",
+        )
+        parser.add_argument("--keep-from", help="a profile of this CPU (built-in name or file) whose other thread "
+                            "counts are kept: only --threads are measured again")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
-        return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds, "passes": args.passes}
+        return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds, "passes": args.passes,
+                "keep_from": args.keep_from}  # fmt: skip
 
     def calibrate(
-        self, out, threads=(1, 2), rounds: int = 60, command: str = "", log=print, passes: int = 3, **_
+        self,
+        out,
+        threads=(1, 2),
+        rounds: int = 60,
+        command: str = "",
+        log=print,
+        passes: int = 3,
+        keep_from=None,
+        **_,
     ) -> str:
-        """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`."""
+        """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`; with
+        `keep_from`, that profile with the measured thread counts replaced (`cost_models.xnnpack.remeasured`)."""
+        from cost_models import xnnpack as xnn_cost
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
         out = Path(out)
@@ -115,7 +132,12 @@ class XnnpackTarget(Target):
             raise ValueError(f"cannot write {out}: {out.parent} is not a directory")
         if rounds < 3 or passes < 1 or not threads or any(t < 1 for t in threads):
             raise ValueError("--rounds at least 3, --passes at least 1, --threads positive integers")
+        base = xnn_cost.load_profile(keep_from) if keep_from else None  # a bad name fails before the hour's work
+        if base is not None and not xnn_cost.measured_on(base, xnn_cost.cpu_model()):
+            raise ValueError(f"--keep-from {keep_from}: measured on {base.device}, not on this CPU")
         profile = calibrate(list(threads), rounds=rounds, command=command, log=log, passes=passes)
+        if base is not None:
+            profile = xnn_cost.remeasured(base, profile)
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")
         tmp.replace(out)

@@ -8,7 +8,7 @@ import functools
 import statistics
 import time
 
-from layout_solver.targets.xnnpack.runtime import etdump_events, load_method, set_threads
+from layout_solver.targets.xnnpack.runtime import etdump_events, load_method, pinned, set_threads
 
 
 @functools.cache
@@ -99,27 +99,27 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
     `REFERENCE_RUNS_PER_ROUND` times; the program's time is paired with the median of the reference's runs after
     its first, which the program's own caches would slow."""
     reference, reference_inputs = reference_program()
-    set_threads(threads)
-    methods = [load_method(reference)[1], load_method(buffer)[1]]
-    args = [list(reference_inputs), list(inputs)]
-    twin = run_twin(buffer, inputs, threads)
-    for method, given in zip(methods, args):
-        for _ in range(5):
-            method.execute(given)
-
-    def timed(i: int) -> float:
-        started = time.perf_counter()
-        methods[i].execute(args[i])
-        return (time.perf_counter() - started) * 1e3
-
     ratios, reference_ms = [], []
-    for _ in range(rounds):
-        for _ in range(TWIN_PAIRS_PER_ROUND):
-            twin()
-            program_ms = timed(1)
-        alone = [timed(0) for _ in range(REFERENCE_RUNS_PER_ROUND)][1:]
-        reference_ms.append(statistics.median(alone))
-        ratios.append(program_ms / reference_ms[-1])
+    with pinned(threads):
+        methods = [load_method(reference)[1], load_method(buffer)[1]]
+        args = [list(reference_inputs), list(inputs)]
+        twin = run_twin(buffer, inputs, threads)
+        for method, given in zip(methods, args):
+            for _ in range(5):
+                method.execute(given)
+
+        def timed(i: int) -> float:
+            started = time.perf_counter()
+            methods[i].execute(args[i])
+            return (time.perf_counter() - started) * 1e3
+
+        for _ in range(rounds):
+            for _ in range(TWIN_PAIRS_PER_ROUND):
+                twin()
+                program_ms = timed(1)
+            alone = [timed(0) for _ in range(REFERENCE_RUNS_PER_ROUND)][1:]
+            reference_ms.append(statistics.median(alone))
+            ratios.append(program_ms / reference_ms[-1])
     return statistics.median(ratios), statistics.median(reference_ms)
 
 

@@ -150,6 +150,11 @@ def probe_us(op: CpuOp, threads: int, runs: int = RUNS) -> float:
     return sum(per_run_ms(raw, runs) for raw in mine) * 1e3
 
 
+# How the times were taken; a cache's entries from an older way are probed again. 2: torch's own pool held to one
+# thread while a probe runs (`runtime.pinned`; before, its spinning worker slowed 2-thread probes up to 2x).
+TIMING_VERSION = 2
+
+
 def default_cache() -> Path:
     """$LAYOUT_SOLVER_CACHE (else ~/.cache/layout-solver)/xnnpack_cpu_ops.json."""
     root = Path(os.environ.get("LAYOUT_SOLVER_CACHE", Path.home() / ".cache" / "layout-solver"))
@@ -162,7 +167,8 @@ def device_key() -> str:
 
     from cost_models.xnnpack import cpu_model
 
-    return f"{platform.machine()} {cpu_model()} | executorch {version('executorch')} | torch {torch.__version__}"
+    return (f"{platform.machine()} {cpu_model()} | executorch {version('executorch')} | torch {torch.__version__}"
+            f" | timing {TIMING_VERSION}")  # fmt: skip
 
 
 class CpuOpTimes:

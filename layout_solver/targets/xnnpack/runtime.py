@@ -3,6 +3,7 @@ programs timed in interleaved paired rounds, per-op times from ETDump (`executor
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import tempfile
@@ -22,6 +23,25 @@ def set_threads(threads: int) -> None:
     from executorch.extension.pybindings import portable_lib
 
     portable_lib._unsafe_reset_threadpool(int(threads))
+
+
+@contextlib.contextmanager
+def pinned(threads: int):
+    """The runtime's thread pool pinned to `threads` and torch's own intra-op pool held to one thread while
+    programs run (restored after). The pybindings copy a program's inputs and outputs with torch; above its grain
+    (32 Ki elements) that copy wakes torch's OpenMP worker, which then spins on the second core while XNNPACK's
+    worker needs it: a program of two [49, 768] x [768, 768] products read 1,080 us at 2 threads against 1,025 at 1
+    here, and 563 with torch's pool held to one. A device runs the program without torch, so no timing should pay
+    for torch's pool."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        set_threads(threads)
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def load_method(buffer: bytes, etdump: bool = False, method: str = "forward"):
@@ -60,20 +80,20 @@ def paired_times(
 ) -> PairedTiming:
     """Run every program's `method` once per round, in an order that alternates round to round, with `threads`
     threads, on `inputs` (or program i on `inputs_of[i]`)."""
-    set_threads(threads)
-    loaded = [load_method(b, method=method) for b in buffers]  # each program kept alive beside its method
-    methods = [m for _, m in loaded]
     args = [list(x) for x in inputs_of] if inputs_of is not None else [list(inputs)] * len(buffers)
-    for loaded_method, given in zip(methods, args):
-        for _ in range(warmup):
-            loaded_method.execute(given)
-    ms: list[list[float]] = [[] for _ in methods]
-    order = list(range(len(methods)))
-    for r in range(rounds):
-        for i in order if r % 2 == 0 else order[::-1]:
-            started = time.perf_counter()
-            methods[i].execute(args[i])
-            ms[i].append((time.perf_counter() - started) * 1e3)
+    ms: list[list[float]] = [[] for _ in buffers]
+    order = list(range(len(buffers)))
+    with pinned(threads):
+        loaded = [load_method(b, method=method) for b in buffers]  # each program kept alive beside its method
+        methods = [m for _, m in loaded]
+        for loaded_method, given in zip(methods, args):
+            for _ in range(warmup):
+                loaded_method.execute(given)
+        for r in range(rounds):
+            for i in order if r % 2 == 0 else order[::-1]:
+                started = time.perf_counter()
+                methods[i].execute(args[i])
+                ms[i].append((time.perf_counter() - started) * 1e3)
     return PairedTiming(ms)
 
 
@@ -115,15 +135,15 @@ def etdump_events(
     the caches as an interleaved timing leaves them)."""
     from executorch.devtools import Inspector
 
-    set_threads(threads)
-    _, warm = load_method(buffer)
-    for _ in range(warmup):
-        warm.execute(list(inputs))
-    program, method = load_method(buffer, etdump=True)
-    for _ in range(runs):
-        if between is not None:
-            between()
-        method.execute(list(inputs))
+    with pinned(threads):
+        _, warm = load_method(buffer)
+        program, method = load_method(buffer, etdump=True)
+        for _ in range(warmup):
+            warm.execute(list(inputs))
+        for _ in range(runs):
+            if between is not None:
+                between()
+            method.execute(list(inputs))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.etdp"
         program.write_etdump_result_to_file(str(path), str(Path(tmp) / "debug.bin"))
