@@ -322,6 +322,12 @@ def _child(request: dict) -> dict:
     if not available:
         return {"unavailable": HOW_TO_GET_A_DEVICE}
     inputs = request["inputs"]
+    # The pybindings copy inputs and outputs with torch, whose OpenMP worker then spins on a core that lavapipe's
+    # threads need (it took XNNPACK's second core: `layout_solver.targets.xnnpack.runtime.pinned`). This process
+    # only runs programs, so torch keeps one thread in it (imported after the backend: libexecutorch loads first).
+    import torch
+
+    torch.set_num_threads(1)
     # A loaded program points into its buffer without copying it: keep every buffer alive.
     buffers = {name: Path(p).read_bytes() for name, (p, _) in request["programs"].items()}
     method = {name: m for name, (_, m) in request["programs"].items()}
