@@ -322,8 +322,8 @@ def _child(request: dict) -> dict:
     if not available:
         return {"unavailable": HOW_TO_GET_A_DEVICE}
     inputs = request["inputs"]
-    # The pybindings copy inputs and outputs with torch, whose OpenMP worker then spins on a core that lavapipe's
-    # threads need (it took XNNPACK's second core: `layout_solver.targets.xnnpack.runtime.pinned`). This process
+    # A worker of torch's own pool can spin on a core that lavapipe's threads need (one took XNNPACK's second core:
+    # `layout_solver.targets.xnnpack.runtime.pinned`). This process
     # only runs programs, so torch keeps one thread in it (imported after the backend: libexecutorch loads first).
     import torch
 
