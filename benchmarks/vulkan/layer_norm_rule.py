@@ -3,7 +3,7 @@
 Run: .venv/bin/python -m benchmarks.vulkan.layer_norm_rule [--shapes 1x3x5x7,1x65x96] [--out FILE]
 
 The solver's problem refuses width- and height-packed texture layer norms where the runtime got them wrong
-(`layout_solver.vulkan.problem_builder.RUNTIME_LABEL_RULES`, read here through that registry). This reads the runtime itself: LayerNorm -> mul ->
+(`layout_solver.vulkan.runtime_rules.RUNTIME_LABEL_RULES`, read here through that registry). This reads the runtime itself: LayerNorm -> mul ->
 Linear over the last dim, lowered with stock's TagMemoryMetaPass (which writes width-packed textures at every shape
 here), executed on the Vulkan device (lavapipe here), compared with eager; the table gives each shape's labels, the
 largest error and whether the rule refuses the label stock wrote. A shape the rule refuses whose error is within
@@ -21,7 +21,7 @@ from benchmarks import harness
 from layout_solver.targets.vulkan.measure import lower_vulkan
 from layout_solver.targets.vulkan.runtime import execute
 from layout_solver.vulkan import stock_layouts
-from layout_solver.vulkan.problem_builder import RUNTIME_LABEL_RULES
+from layout_solver.vulkan.runtime_rules import RUNTIME_LABEL_RULES
 
 # 2026-12-04 on lavapipe: wrong only at shape[-3] == 3 with a width above 4.
 DEFAULT_SHAPES = (

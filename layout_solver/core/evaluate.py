@@ -8,24 +8,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from layout_solver.core.problem import Problem, ProblemError, Transition
+from layout_solver.core.problem import Prices, Problem, ProblemError, Transition
 
 
 @dataclass(frozen=True)
 class TransitionPricer:
     """Cost of moving one value from one label to another; `values`, if given, the only values it is asked about
     (it reads only their listed prices: an assignment moves a few of a problem's values, whose listed pairs can
-    number thousands)."""
+    number thousands); `prices` (checked for the problem), read instead of the problem's own."""
 
     problem: Problem
     values: frozenset[str] | None = None
+    prices: Prices | None = None
 
     def __post_init__(self) -> None:
-        if self.values is None:
-            table = self.problem.transition_table()
+        if self.prices is not None:
+            self.problem.check_priced_by(self.prices)
+            listed = self.prices.transition_costs
+            table = listed if self.values is None else {k: c for k, c in listed.items() if k[0] in self.values}
+            per_byte = self.prices.default_cost_per_byte
+        elif self.values is None:
+            table, per_byte = self.problem.transition_table(), self.problem.default_cost_per_byte
         else:  # the last listing of a pair wins, as in `transition_table`
             table = {(t.value, t.src, t.dst): t.cost for t in self.problem.transition_costs if t.value in self.values}
+            per_byte = self.problem.default_cost_per_byte
         object.__setattr__(self, "_table", table)
+        object.__setattr__(self, "_per_byte", per_byte)
         object.__setattr__(self, "_values", {v.id: v for v in self.problem.values})
 
     def __call__(self, value_id: str, src: str, dst: str) -> float:
@@ -39,7 +47,7 @@ class TransitionPricer:
         explicit = self._table.get((value_id, src, dst))
         if explicit is not None:
             return explicit
-        return value.size_bytes * self.problem.default_cost_per_byte
+        return value.size_bytes * self._per_byte
 
 
 @dataclass
@@ -52,8 +60,11 @@ class Evaluation:
     mode_cost: float
 
 
-def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str]) -> Evaluation:
-    """Cost of choosing ``modes`` (op id -> mode name) and labels for unproduced values.
+def evaluate(
+    problem: Problem, modes: dict[str, str], free_labels: dict[str, str], prices: Prices | None = None
+) -> Evaluation:
+    """Cost of choosing ``modes`` (op id -> mode name) and labels for unproduced values; at `prices` (checked for
+    `problem`: `Problem.checked_prices`) instead of the problem's own, if given.
 
     Raises ProblemError if the choice breaks a hard constraint (a result label
     outside its value's domain or against its fixed label).
@@ -61,13 +72,14 @@ def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str
     labels: dict[str, str] = {}
     mode_cost = 0.0
     chosen = {}
-    for op in problem.ops:
-        by_name = {m.name: m for m in op.modes}
+    mode_costs = None if prices is None else prices.mode_costs
+    for oi, op in enumerate(problem.ops):
+        by_name = {m.name: mi for mi, m in enumerate(op.modes)}
         if modes.get(op.id) not in by_name:
             raise ProblemError(f"op {op.id!r} has no chosen mode (got {modes.get(op.id)!r})", ops=[op.id])
-        mode = by_name[modes[op.id]]
-        chosen[op.id] = mode
-        mode_cost += mode.cost
+        mi = by_name[modes[op.id]]
+        mode = chosen[op.id] = op.modes[mi]
+        mode_cost += mode.cost if mode_costs is None else mode_costs[oi][mi]
         for vid, label in zip(op.results, mode.results):
             labels[vid] = label
     for value in problem.values:
@@ -86,7 +98,7 @@ def evaluate(problem: Problem, modes: dict[str, str], free_labels: dict[str, str
         for vid, want in zip(op.operands, chosen[op.id].operands):
             if want != labels[vid]:
                 needed.setdefault((vid, want), {})[op.id] = None
-    pricer = TransitionPricer(problem, frozenset(vid for vid, _ in needed))
+    pricer = TransitionPricer(problem, frozenset(vid for vid, _ in needed), prices)
     # Built from validated parts, so skip re-validation (large graphs have many).
     transitions = [
         Transition.model_construct(

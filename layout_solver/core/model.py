@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
-from layout_solver.core.problem import InfeasibleError, Problem, same_structure
+from layout_solver.core.problem import InfeasibleError, Prices, Problem, same_structure
 
 
 @dataclass(slots=True)
@@ -110,22 +110,25 @@ class CompiledProblem:
         return self.price_key[value], self.unlisted_price[value]
 
 
-def compile_problem(problem: Problem) -> CompiledProblem:
+def compile_problem(problem: Problem, prices: Prices | None = None) -> CompiledProblem:
     """Compile a validated Problem into variables and factors; raises InfeasibleError (naming the op and values)
     when no mode of an op can produce its results in their allowed labels. Three phases: the ops' variables (their
-    legal modes), the free values' variables (their labels), then one factor per value read.
+    legal modes), the free values' variables (their labels), then one factor per value read. `prices` (checked for
+    `problem`: `Problem.checked_prices`): compiled at those prices instead of its own.
 
     Inside `compiles_reused()`, a problem that differs from the last one compiled there only in its prices
     (`same_structure`: one graph priced under several profiles, or their weighted sum, solved one after another)
     keeps that one's variables and factors and is only priced again (`_priced_again`): the same CompiledProblem a
     fresh compile gives, in about half the time.
     """
+    if prices is not None:
+        problem.check_priced_by(prices)
     scope = _reuse_scope.get()
     last = scope.last if scope is not None else None
     if last is not None and same_structure(last.problem, problem):
-        compiled = _priced_again(last, problem)
+        compiled = _priced_again(last, problem, prices)
     else:
-        draft = _Draft(problem)
+        draft = _Draft(problem, prices)
         draft.add_op_variables()
         draft.add_value_variables()
         compiled = draft.compiled_with_factors()
@@ -184,14 +187,22 @@ def compiles_reused() -> Iterator[None]:
         _reuse_scope.reset(token)
 
 
-def _transition_prices(problem: Problem, label_ids: dict[str, int], value_index: dict[str, int]):
-    """The problem's transition prices by label ids, per value: a key that determines them
+def _transition_prices(
+    problem: Problem, label_ids: dict[str, int], value_index: dict[str, int], prices: Prices | None = None
+):
+    """The problem's transition prices (or `prices`'s) by label ids, per value: a key that determines them
     (`CompiledProblem.price_key`), its listed (src, dst) prices (`listed_prices`) and the price of a pair it does not
     list (`unlisted_price`)."""
     values = problem.values
     explicit: dict[int, list[tuple[int, int, float]]] = {}
-    for t in problem.transition_costs:
-        explicit.setdefault(value_index[t.value], []).append((label_ids[t.src], label_ids[t.dst], t.cost))
+    if prices is None:
+        for t in problem.transition_costs:
+            explicit.setdefault(value_index[t.value], []).append((label_ids[t.src], label_ids[t.dst], t.cost))
+        per_byte = problem.default_cost_per_byte
+    else:
+        for (value, src, dst), cost in prices.transition_costs.items():
+            explicit.setdefault(value_index[value], []).append((label_ids[src], label_ids[dst], cost))
+        per_byte = prices.default_cost_per_byte
     free_constants = not problem.price_constants
     free = [free_constants and v.kind == "constant" for v in values]
     price_key = [
@@ -199,25 +210,34 @@ def _transition_prices(problem: Problem, label_ids: dict[str, int], value_index:
     ]
     # the last listing of a pair wins, as in `Problem.transition_table`
     listed = {vi: {(s, d): c for s, d, c in pairs} for vi, pairs in explicit.items() if not free[vi]}
-    unlisted = [0.0 if free[i] else v.size_bytes * problem.default_cost_per_byte for i, v in enumerate(values)]
+    unlisted = [0.0 if free[i] else v.size_bytes * per_byte for i, v in enumerate(values)]
     return price_key, listed, unlisted
 
 
-def _priced_again(like: CompiledProblem, problem: Problem) -> CompiledProblem:
+def _priced_again(like: CompiledProblem, problem: Problem, prices: Prices | None = None) -> CompiledProblem:
     """`problem` compiled, given `like`, the compiled form of a problem of the same structure (`same_structure`):
-    its variables, choices and factors, with `problem`'s unary costs, transition prices and offset, each summed in
-    the order a fresh compile sums it."""
+    its variables, choices and factors, with `problem`'s unary costs, transition prices and offset (or `prices`'s),
+    each summed in the order a fresh compile sums it."""
     label_ids = {label: i for i, label in enumerate(like.labels)}
     value_index = {v.id: i for i, v in enumerate(problem.values)}
-    price_key, listed, unlisted = _transition_prices(problem, label_ids, value_index)
-    ops = problem.ops
-    unary = [
-        tuple(ops[oi].modes[mi].cost for mi in choices) if oi >= 0 else costs
-        for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
-    ]
+    price_key, listed, unlisted = _transition_prices(problem, label_ids, value_index, prices)
+    if prices is None:
+        ops = problem.ops
+        unary = [
+            tuple(ops[oi].modes[mi].cost for mi in choices) if oi >= 0 else costs
+            for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
+        ]
+        fixed = [ops[oi].modes[mi].cost for oi, mi in like.op_fixed_mode.items()]
+    else:
+        mode_costs = prices.mode_costs
+        unary = [
+            tuple(mode_costs[oi][mi] for mi in choices) if oi >= 0 else costs
+            for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
+        ]
+        fixed = [mode_costs[oi][mi] for oi, mi in like.op_fixed_mode.items()]
     offset = 0.0
-    for oi, mi in like.op_fixed_mode.items():  # in op order, as `add_op_variables` added them
-        offset += ops[oi].modes[mi].cost
+    for cost in fixed:  # in op order, as `add_op_variables` added them
+        offset += cost
     compiled = dataclasses.replace(
         like,
         problem=problem,
@@ -237,8 +257,10 @@ class _Draft:
     """compile_problem's working state: label ids (interned), the variables so far and how each op and value
     maps onto them."""
 
-    def __init__(self, problem: Problem):
+    def __init__(self, problem: Problem, prices: Prices | None = None):
         self.problem = problem
+        self.prices = prices  # read instead of the problem's own, if given
+        self.mode_costs = [[m.cost for m in op.modes] for op in problem.ops] if prices is None else prices.mode_costs
         self.label_ids: dict[str, int] = {}
         self.interned: dict[tuple[str, ...], tuple[int, ...]] = {}
         values = problem.values
@@ -303,9 +325,10 @@ class _Draft:
             self.legal_modes.append(legal)
             if len(legal) == 1:
                 self.op_fixed_mode[oi] = legal[0]
-                self.offset += op.modes[legal[0]].cost
+                self.offset += self.mode_costs[oi][legal[0]]
             else:
-                self.op_var[oi] = self._add_variable(oi, -1, tuple(legal), tuple(op.modes[mi].cost for mi in legal))
+                costs = self.mode_costs[oi]
+                self.op_var[oi] = self._add_variable(oi, -1, tuple(legal), tuple(costs[mi] for mi in legal))
 
     def add_value_variables(self) -> None:
         """A value no op produces (an input, a constant) is a variable over its allowed labels, or fixed where it
@@ -328,7 +351,7 @@ class _Draft:
         for oi, op in enumerate(problem.ops):
             for slot, vid in enumerate(op.operands):
                 consumers.setdefault(self.value_index[vid], {}).setdefault(oi, []).append(slot)
-        price_key, listed, unlisted = _transition_prices(problem, self.label_ids, self.value_index)
+        price_key, listed, unlisted = _transition_prices(problem, self.label_ids, self.value_index, self.prices)
         compiled = CompiledProblem(
             problem=problem,
             labels=list(self.label_ids),

@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -154,32 +155,69 @@ class Problem(_Strict):
         """The same problem at other prices: op i's mode j costs `mode_costs[i][j]`, the listed transitions are
         `transition_costs` ((value, src, dst) -> cost). Its structure was validated once and is not validated again
         (that is most of a build's time on a large graph; one graph is priced under several profiles); the prices
-        are: each finite and within [0, MAX_COST], every transition's value and labels in the problem.
+        are (`checked_prices`). Raises ProblemError naming the op or value whose price is out of range."""
+        return self.priced(self.checked_prices(mode_costs, transition_costs, default_cost_per_byte), name)
 
-        Raises ProblemError naming the op or value whose price is out of range.
-        """
+    def checked_prices(
+        self,
+        mode_costs: list[list[float]],
+        transition_costs: dict[tuple[str, str, str], float],
+        default_cost_per_byte: float | None = None,
+        like: Prices | None = None,
+    ) -> Prices:
+        """Other prices for this problem's structure, checked as validation checks prices: one per mode of every op,
+        each finite and within [0, MAX_COST], every transition's value and labels in the problem. `like`: prices
+        of this problem checked before; where `transition_costs` lists the same pairs, they are not looked up in
+        the domains again (one graph priced under several profiles lists the same pairs under each).
+
+        Raises ProblemError naming the op or value whose price is out of range."""
         if len(mode_costs) != len(self.ops):
             raise ProblemError(f"{len(mode_costs)} ops priced, the problem has {len(self.ops)}")
-        ops = []
         for op, costs in zip(self.ops, mode_costs):
             if len(costs) != len(op.modes):
                 raise ProblemError(f"op {op.id!r}: {len(costs)} modes priced, it has {len(op.modes)}", ops=[op.id])
             if not all(0.0 <= c <= MAX_COST for c in costs):  # also refuses NaN
                 raise ProblemError(f"op {op.id!r}: a mode price outside [0, {MAX_COST:g}]: {costs}", ops=[op.id])
-            ops.append(_replaced(op, modes=_repriced_modes(op.modes, costs)))
-        listed = self.checked_transitions(transition_costs)
+        known = like is not None and like.structure is self and like.transition_costs.keys() == transition_costs.keys()
+        domains = None if known else {v.id: v.domain for v in self.values}
+        for (value, src, dst), cost in transition_costs.items():
+            if not 0.0 <= cost <= MAX_COST or (
+                domains is not None and (src not in domains.get(value, ()) or dst not in domains[value])
+            ):
+                raise ProblemError(f"transition of {value!r} {src} -> {dst} priced {cost}", values=[value])
         default = self.default_cost_per_byte if default_cost_per_byte is None else default_cost_per_byte
         if not 0.0 <= default <= MAX_COST:
             raise ProblemError(f"default_cost_per_byte {default} outside [0, {MAX_COST:g}]")
+        return Prices(mode_costs, transition_costs, float(default), self)
+
+    def own_prices(self) -> Prices:
+        """This problem's own prices, as `checked_prices` gives other ones."""
+        return Prices(
+            [[m.cost for m in op.modes] for op in self.ops], self.transition_table(), self.default_cost_per_byte, self
+        )
+
+    def priced(self, prices: Prices, name: str | None = None) -> Problem:
+        """This problem at `prices` (checked for it: `checked_prices`), as a Problem of its own: the same values
+        (copies: a caller may pin one problem's values), ops and modes, at those prices."""
+        self.check_priced_by(prices)
         return self.model_copy(
             update={
                 "name": self.name if name is None else name,
-                "values": [_replaced(v) for v in self.values],  # a caller may pin one problem's values
-                "ops": ops,
-                "transition_costs": listed,
-                "default_cost_per_byte": float(default),
+                "values": [_replaced(v) for v in self.values],
+                "ops": [
+                    _replaced(op, modes=_repriced_modes(op.modes, c)) for op, c in zip(self.ops, prices.mode_costs)
+                ],
+                "transition_costs": _transitions(prices.transition_costs),
+                "default_cost_per_byte": prices.default_cost_per_byte,
             }
         )
+
+    def check_priced_by(self, prices: Prices) -> None:
+        """Raise ProblemError unless `prices` were checked for this problem's structure (`checked_prices`)."""
+        if prices.structure is not self and not same_structure(prices.structure, self):
+            raise ProblemError(
+                f"prices checked for problem {prices.structure.name!r}, whose structure is not {self.name!r}'s"
+            )
 
     def checked_transitions(self, transition_costs: dict[tuple[str, str, str], float]) -> list[TransitionCost]:
         """`transition_costs` ((value, src, dst) -> cost) as this problem's `transition_costs` list, each checked as
@@ -190,15 +228,35 @@ class Problem(_Strict):
         for (value, src, dst), cost in transition_costs.items():
             if src not in domains.get(value, ()) or dst not in domains[value] or not 0.0 <= cost <= MAX_COST:
                 raise ProblemError(f"transition of {value!r} {src} -> {dst} priced {cost}", values=[value])
-        made = []
-        for (value, src, dst), cost in transition_costs.items():  # `_unvalidated` written out: thousands per problem
-            transition = _new(TransitionCost)
-            _set(transition, "__dict__", {"value": value, "src": src, "dst": dst, "cost": float(cost)})
-            _set(transition, "__pydantic_fields_set__", _EVERY_TRANSITION_FIELD)
-            _set(transition, "__pydantic_extra__", None)
-            _set(transition, "__pydantic_private__", None)
-            made.append(transition)
-        return made
+        return _transitions(transition_costs)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """A problem's prices apart from its structure (`Problem.checked_prices`, or `own_prices`): op i's mode j costs
+    `mode_costs[i][j]`, a (value, src, dst) pair of `transition_costs` its price, any other pair size_bytes *
+    `default_cost_per_byte`. `structure` is the problem they were checked for. One graph priced several ways (a
+    Vulkan delegate under each device profile, and their weighted sum) is solved and evaluated at each
+    (`solve(problem, prices=...)`) without a Problem of its own per pricing: making one was a tenth of a pass."""
+
+    mode_costs: list[list[float]]
+    transition_costs: dict[tuple[str, str, str], float]
+    default_cost_per_byte: float
+    structure: Problem = field(repr=False, compare=False)
+
+
+def _transitions(transition_costs: dict[tuple[str, str, str], float]) -> list[TransitionCost]:
+    """Checked prices ((value, src, dst) -> cost) as TransitionCost objects, built unvalidated (`_unvalidated`
+    written out: thousands per problem)."""
+    made = []
+    for (value, src, dst), cost in transition_costs.items():
+        transition = _new(TransitionCost)
+        _set(transition, "__dict__", {"value": value, "src": src, "dst": dst, "cost": float(cost)})
+        _set(transition, "__pydantic_fields_set__", _EVERY_TRANSITION_FIELD)
+        _set(transition, "__pydantic_extra__", None)
+        _set(transition, "__pydantic_private__", None)
+        made.append(transition)
+    return made
 
 
 def same_structure(a: Problem, b: Problem) -> bool:
@@ -273,9 +331,11 @@ def validate_references(problem: Problem) -> None:
     if repeated:
         raise ProblemError(f"ops defined more than once: {repeated}", ops=repeated)
     values = {v.id: v for v in problem.values}
+    domains = {v.id: frozenset(v.domain) for v in problem.values}
     producer: dict[str, str] = {}
     for op in problem.ops:
-        for vid in [*op.operands, *op.results]:
+        slots = [*op.operands, *op.results]
+        for vid in slots:
             if vid not in values:
                 raise ProblemError(f"op {op.id!r} refers to unknown value {vid!r}", ops=[op.id], values=[vid])
         for vid in op.results:
@@ -286,15 +346,18 @@ def validate_references(problem: Problem) -> None:
                     values=[vid],
                 )
             producer[vid] = op.id
-        for mode in op.modes:
-            for vid, label in zip([*op.operands, *op.results], [*mode.operands, *mode.results]):
-                if label not in values[vid].domain:
-                    raise ProblemError(
-                        f"op {op.id!r} mode {mode.name!r} wants value {vid!r} in {label!r}, "
-                        f"outside its domain {values[vid].domain}",
-                        ops=[op.id],
-                        values=[vid],
-                    )
+        allowed = [domains[vid] for vid in slots]
+        for mode in op.modes:  # every label in its slot's domain, checked in C (most of a Vulkan build's check)
+            labels = mode.operands + mode.results
+            if all(map(frozenset.__contains__, allowed, labels)):
+                continue
+            vid, label = next((vid, label) for vid, label, a in zip(slots, labels, allowed) if label not in a)
+            raise ProblemError(
+                f"op {op.id!r} mode {mode.name!r} wants value {vid!r} in {label!r}, "
+                f"outside its domain {values[vid].domain}",
+                ops=[op.id],
+                values=[vid],
+            )
     priced: dict[tuple[str, str, str], float] = {}
     for t in problem.transition_costs:
         key = (t.value, t.src, t.dst)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from layout_solver.core.problem import MAX_COST, Problem, ProblemError, same_structure
+from layout_solver.core.problem import MAX_COST, Prices, Problem, ProblemError, same_structure
 
 # Prices this many microseconds apart are the same price: below one dispatch's overhead on any device
 # profiled, and an assumed-numbers profile prices a delegate of texture ops at 0 and one buffer in it at
@@ -200,14 +200,19 @@ def own_optimum_ruled_out(combined_bound: float, n_profiles: int, first_ratio: f
 
 
 def weighted_sum(
-    problems: list[Problem], weights: list[float], name: str | None = None, prices: list[tuple] | None = None
+    problems: list[Problem], weights: list[float], name: str | None = None, prices: list[Prices] | None = None
 ) -> Problem:
     """One problem whose every mode and transition costs the `weights`-weighted sum of its prices in
-    `problems` (one problem built under several profiles). A transition one problem does not list is
-    priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
+    `problems` (one problem built under several profiles): `weighted_prices`, as a Problem of its own."""
+    return problems[0].priced(weighted_prices(problems, weights, prices), name)
 
-    `prices`, if given: each problem's prices as it was priced from them (its mode costs per op, its transition
-    costs by (value, src, dst), as `Problem.with_costs` takes them), read as they stand instead of from the
+
+def weighted_prices(problems: list[Problem], weights: list[float], prices: list[Prices] | None = None) -> Prices:
+    """Prices for the first of `problems` (one problem built under several profiles) whose every mode and
+    transition costs the `weights`-weighted sum of its prices in `problems`. A transition one problem does not
+    list is priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
+
+    `prices`, if given: each problem's prices (`Problem.checked_prices`), read as they stand instead of from the
     problems' objects (thousands of transitions per Vulkan delegate).
 
     Raises ProblemError if the problems differ in anything but costs (see `same_structure`).
@@ -218,8 +223,13 @@ def weighted_sum(
     for k, other in enumerate(problems[1:], start=1):
         if not same_structure(first, other):
             raise ProblemError(f"problem {k} ({other.name!r}) differs from {first.name!r} in more than its costs")
+    if prices is not None:
+        if len(prices) != len(problems):
+            raise ProblemError(f"{len(prices)} prices for {len(problems)} problems: one per problem")
+        for problem, priced in zip(problems, prices):
+            problem.check_priced_by(priced)
     sizes = {v.id: v.size_bytes for v in first.values}
-    tables = [p.transition_table() for p in problems] if prices is None else [costs for _, costs in prices]
+    tables = [p.transition_table() for p in problems] if prices is None else [p.transition_costs for p in prices]
     pairs = list(dict.fromkeys(key for table in tables for key in table))
     # Every mode's and every pair's prices as one array per problem (the problems' modes in one order: the same
     # structure), summed as weighted in numpy: the same floats, added in the same order, as a sum in Python
@@ -228,7 +238,7 @@ def weighted_sum(
     mode_prices = (
         [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
         if prices is None
-        else [np.fromiter(itertools.chain.from_iterable(costs), dtype=float) for costs, _ in prices]
+        else [np.fromiter(itertools.chain.from_iterable(p.mode_costs), dtype=float) for p in prices]
     )
     n_modes = sum(len(op.modes) for op in first.ops)
     if any(len(p) != n_modes for p in mode_prices):  # `prices` not the problems' own (their modes since changed)
@@ -239,13 +249,14 @@ def weighted_sum(
         np.fromiter(table.values(), dtype=float, count=len(pairs))
         if len(table) == len(pairs) and list(table) == pairs
         else np.array([table.get(key, sizes[key[0]] * p.default_cost_per_byte) for key in pairs], dtype=float)
-        for table, p in zip(tables, problems)
+        for table, p in zip(tables, prices or problems)
     ]
     summed = iter(np.minimum(_weighted(mode_prices, weights), MAX_COST).tolist())
     mode_costs = [list(itertools.islice(summed, len(op.modes))) for op in first.ops]
     transition_costs = dict(zip(pairs, np.minimum(_weighted(pair_prices, weights), MAX_COST).tolist()))
-    default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, problems)), MAX_COST)
-    return first.with_costs(mode_costs, transition_costs, default, name or first.name)
+    default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, prices or problems)), MAX_COST)
+    like = prices[0] if prices else None
+    return first.checked_prices(mode_costs, transition_costs, default, like=like)
 
 
 def _weighted(prices: list[np.ndarray], weights: list[float]) -> np.ndarray:

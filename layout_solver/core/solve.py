@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from layout_solver.core.evaluate import evaluate
 from layout_solver.core.model import CompiledProblem, compile_problem
-from layout_solver.core.problem import ComponentStats, Problem, ProblemError, Solution
+from layout_solver.core.problem import ComponentStats, Prices, Problem, ProblemError, Solution
 from layout_solver.core.solvers.budget import UNITS_PER_SECOND, WorkBudget
 from layout_solver.core.solvers.decompose import Decomposer
 from layout_solver.core.solvers.greedy import greedy
@@ -61,9 +61,11 @@ def solve(
     trace: list[TraceRow] | None = None,
     deterministic: bool = True,
     work_limit: float | None = None,
+    prices: Prices | None = None,
     **tuning,
 ) -> Solution:
-    """Cheapest assignment found within `time_limit` seconds, with a proven bound.
+    """Cheapest assignment found within `time_limit` seconds, with a proven bound; at `prices` (checked for
+    `problem`: `Problem.checked_prices`) instead of its own, if given (the answer `problem.priced(prices)` gets).
 
     `deterministic` (the default): the search engines stop on a work budget they count themselves
     (`solvers/budget.py`: `work_limit` units, by default UNITS_PER_SECOND per second of `time_limit`), so the
@@ -95,7 +97,7 @@ def solve(
             raise ProblemError(f"the work limit must be a positive finite number of units, got {work_limit!r}")
         budget = WorkBudget(float(units))
     with gc_paused():
-        return _solve(problem, time_limit, workers, trace, budget, **tuning)
+        return _solve(problem, time_limit, workers, trace, budget, prices, **tuning)
 
 
 def _solve(
@@ -104,11 +106,12 @@ def _solve(
     workers: int,
     trace: list[TraceRow] | None,
     budget: WorkBudget | None = None,
+    prices: Prices | None = None,
     **tuning,
 ) -> Solution:
     t0 = time.perf_counter()
     deadline = t0 + time_limit
-    compiled = compile_problem(problem)
+    compiled = compile_problem(problem, prices)
     t1 = time.perf_counter()
     decomposer = Decomposer(compiled, deadline=deadline, workers=workers, budget=budget, **tuning)
     if trace is not None:
@@ -143,7 +146,7 @@ def _solve(
     elif not stats.proven:
         notes.append(f"{stopped}: returning the best answer found; see gap")
     modes, free_labels = decode(compiled, options)
-    result = evaluate(problem, modes, free_labels)
+    result = evaluate(problem, modes, free_labels, prices)
     t3 = time.perf_counter()
     objective = result.objective
     lower = min(bound + compiled.offset, objective)

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from layout_solver.core.problem import Problem, Solution
+from layout_solver.core.problem import Prices, Problem, Solution
 from layout_solver.core.solve import DEFAULT_TIME_LIMIT, solve
 
 SERVICE_ENV = "LAYOUT_SOLVER_SERVICE"
@@ -66,9 +66,14 @@ def solve_remote(
 
 
 def solve_problem(
-    problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, service: str | None = None, token: str | None = None
+    problem: Problem,
+    time_limit: float = DEFAULT_TIME_LIMIT,
+    service: str | None = None,
+    token: str | None = None,
+    prices: Prices | None = None,
 ) -> Solution:
-    """Solve `problem` via the service if one is configured, else (or when it fails) in-process.
+    """Solve `problem` (at `prices`, if given: `solve`'s) via the service if one is configured, else (or when it
+    fails) in-process. The service is sent the problem at those prices, as a Problem of its own.
 
     The solution's notes record which one answered. An infeasible or invalid
     problem raises here exactly as `solve()` raises it: a failing service
@@ -76,11 +81,11 @@ def solve_problem(
     """
     url = service_url(service)
     if url is None:
-        return solve(problem, time_limit=time_limit)
+        return solve(problem, time_limit=time_limit, prices=prices)
     try:
-        solution = solve_remote(problem, url, time_limit, token)
+        solution = solve_remote(problem if prices is None else problem.priced(prices), url, time_limit, token)
     except ServiceUnavailable as exc:
-        solution = solve(problem, time_limit=time_limit)
+        solution = solve(problem, time_limit=time_limit, prices=prices)
         solution.notes.append(f"service {url} failed ({exc}); solved in-process")
         return solution
     solution.notes.append(f"solved by service {url}")

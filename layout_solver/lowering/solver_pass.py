@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from layout_solver.core.problem import Problem, Solution
+from layout_solver.core.problem import Prices, Problem, Solution
 from layout_solver.core.solve import gc_paused
 from layout_solver.lowering.client import solve_problem
-from layout_solver.lowering.joint_lowering import program_links, solve_partition
+from layout_solver.lowering.joint_lowering import in_joint_lowering, program_links, solve_partition
 from layout_solver.lowering.pass_report import PassReport, stage_clock
 
 PHASES = ("build", "solve", "write_back", "check")
@@ -128,14 +128,19 @@ def solver_report(run: SolverPassRun, pass_seconds: float | None = None, **field
 
 def lowering_solver(
     time_limit: float, service: str | None, program, placeholders: Callable[[], set[str]]
-) -> Callable[[Problem], Solution]:
-    """How a pass inside a lowering solves: its share of a joint multi-method answer if one is being
-    served, else on its own (in-process or on the service). `placeholders()` names the problem's
-    placeholders whose values may be shared across methods (linked by content or name)."""
+) -> Callable[..., Solution]:
+    """How a pass inside a lowering solves a problem (at `prices`, if given: `solve`'s): its share of a joint
+    multi-method answer if one is being served (which takes the problem at those prices as a Problem of its own),
+    else on its own (in-process or on the service). `placeholders()` names the problem's placeholders whose values
+    may be shared across methods (linked by content or name)."""
 
-    def solve(problem: Problem) -> Solution:
+    def solve(problem: Problem, prices: Prices | None = None) -> Solution:
+        if prices is not None and in_joint_lowering():
+            problem, prices = problem.priced(prices), None
         return solve_partition(
-            problem, lambda p: solve_problem(p, time_limit, service), lambda: program_links(program, placeholders())
+            problem,
+            lambda p: solve_problem(p, time_limit, service, prices=prices),
+            lambda: program_links(program, placeholders()),
         )
 
     return solve

@@ -188,17 +188,31 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 )
             else:
                 self.built[label] = priced_again(first, profile)
-        for built in self.built.values():  # after the pricing: `priced_again` reads the unconstrained modes
-            self.constrain(built)
-            if type(self).constrain is not SolverTagMemoryMetaPass.constrain:
+        if type(self).constrain is not SolverTagMemoryMetaPass.constrain:
+            for built in self.built.values():  # after the pricing: `priced_again` reads the unconstrained modes
+                built.materialized()  # a problem of its own to constrain
+                self.constrain(built)
                 built.prices = None  # the problem's modes may no longer be the ones it was priced with
         return next(iter(self.built.values()))  # the report's problem size; the others are in `self.built`
+
+    @staticmethod
+    def _solved(built, solve) -> Solution:
+        """`solve`'s optimum of one profile's problem (`self.built`'s), at its prices where no Problem was made of
+        it."""
+        return solve(built.problem) if built.problem is not None else solve(built.structure, built.prices)
+
+    @staticmethod
+    def _objective(built, solution: Solution) -> float:
+        """What one profile's problem (`self.built`'s) prices `solution` at: `evaluate`'s objective."""
+        if built.problem is not None:
+            return evaluate(built.problem, solution.modes, solution.labels).objective
+        return evaluate(built.structure, solution.modes, solution.labels, built.prices).objective
 
     def solve(self, built) -> Solution:
         """The one profile's optimum, or the robust choice among the profiles (`self.decision` says which)."""
         if len(self.built) == 1:
             label = self.decision["label"] = next(iter(self.built))
-            solution = self.solver(self.built[label].problem)
+            solution = self._solved(self.built[label], self.solver)
             self._keep_stock_if_estimated_dearer(label, solution)
             return solution
         return self._robust_choice(self.graph_module, self.built, self.profiles, self.solver, self.decision)
@@ -355,11 +369,12 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         try:
             weights = [1.0 / (stock[label] + robust.NOISE_US) for label in labels]
             given = [problems[label].prices for label in labels]
-            combined = robust.weighted_sum(
-                [problems[label].problem for label in labels], weights, prices=None if None in given else given
+            structure = problems[labels[0]].structure
+            combined = robust.weighted_prices(
+                [problems[label].structure for label in labels], weights, prices=None if None in given else given
             )
             # First: in a joint multi-method lowering this is the partition's share of the joint problem.
-            candidates["every profile"] = (labels[0], solve(combined))
+            candidates["every profile"] = (labels[0], solve(structure, combined))
         except ProblemError as exc:  # built differently under two profiles: their own optima only
             log.info("layout-solver: no combined candidate (%s)", exc)
         prices: dict[str, dict[str, float]] = {}
@@ -380,9 +395,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 seen[layout] = name
                 if screen:  # a profile's own optimum: often dearer than stock's under another profile
                     objectives = {  # under its own profile, the solve's objective: `evaluate` of the same answer
-                        other: solution.objective
-                        if other == label
-                        else evaluate(problems[other].problem, solution.modes, solution.labels).objective
+                        other: solution.objective if other == label else self._objective(problems[other], solution)
                         for other in labels
                     }
                     if robust.dearer_than_stock(objectives, stock) is not None:
@@ -416,7 +429,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
                 )
             ]
             for label in tried:
-                candidates[f"{label} optimum"] = (label, solve(problems[label].problem))
+                candidates[f"{label} optimum"] = (label, self._solved(problems[label], solve))
             price([f"{label} optimum" for label in tried], screen=True)
         choice = robust.choose(prices, stock, margins)
         if refused:  # reported with the rest, at the ratios their problems' prices give (a floor of the written)
@@ -480,7 +493,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
         `written`, if given, records what changed (`Written.take_back`)."""
         labels = solution.labels
         node_labels: dict[torch.fx.Node, str | list[str]] = {}
-        for op in vproblem.problem.ops:
+        for op in vproblem.structure.ops:
             node = vproblem.op_node[op.id]
             if op.id in vproblem.multi_output_ops:
                 node_labels[node] = [labels[r] for r in op.results]
@@ -494,7 +507,7 @@ class SolverTagMemoryMetaPass(SolverPass, TagMemoryMetaPass):
             if node not in node_labels and vid in labels:
                 node_labels[node] = labels[vid]  # graph inputs and ops without an implementation
         set_reprs(node_labels, written)
-        ops = {op.id: op for op in vproblem.problem.ops}
+        ops = {op.id: op for op in vproblem.structure.ops}
         plans = []
         for t in solution.transitions:
             uses = []

@@ -34,7 +34,8 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from cost_models import vulkan as vk_cost
 from graph_io.fx import dtype_name
 from graph_io.vulkan import label_repr
-from layout_solver.core.problem import Problem, ProblemError
+from layout_solver.core.problem import Prices, Problem, ProblemError
+from layout_solver.vulkan.runtime_rules import RUNTIME_LABEL_RULES, RUNTIME_PAIR_RULES, storage_of
 
 log = logging.getLogger(__name__)
 
@@ -55,29 +56,6 @@ def repset_labels(repset: utils.TensorRepSet, dtype: str | None = None) -> list[
     if dtype is not None and dtype not in ("int8", "uint8"):
         buf = [lay for lay in buf if not lay.name.startswith("PACKED_INT8")]
     return [f"TEXTURE_3D:{lay.name}" for lay in tex] + [f"BUFFER:{lay.name}" for lay in buf]
-
-
-def storage_of(label: str) -> str:
-    """The storage half of a label: "TEXTURE_3D" or "BUFFER"."""
-    return label.partition(":")[0]
-
-
-# Where the runtime's C++ differs from the registry's sets, the runtime wins. Each rule maps (input labels, output
-# labels) of a one-input op to its legal (input, output) pairs; the registry still supplies both label sets.
-def _view_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
-    # View.cpp picks the shader from the output's storage (view_buffer or the
-    # texture view) and binds the input the same way, so storage must agree;
-    # both shaders take the input's and the output's packed dim / layout as
-    # specialization constants, so the packing may change inside the view's own
-    # dispatch (the registry's sync rule would forbid that and add a clone); the
-    # cost model prices such a view as the clone it amounts to.
-    return [(a, b) for a in ins for b in outs if storage_of(a) == storage_of(b)]
-
-
-def _clone_pairs(ins: list[str], outs: list[str]) -> list[tuple[str, str]]:
-    # Clone.cpp: texture->texture (a view when the layouts differ), texture<->buffer;
-    # buffer->buffer only when the layout is unchanged ("not supported yet").
-    return [(a, b) for a in ins for b in outs if not (storage_of(a) == storage_of(b) == "BUFFER" and a != b)]
 
 
 # Op classes a device profile prices separately (`layout-solver calibrate vulkan` measures one representative of
@@ -142,26 +120,8 @@ def contraction(node: torch.fx.Node) -> int:
     return int(val.shape[-1]) if val is not None and len(val.shape) else 0
 
 
-def _layer_norm_label_ok(val, label: str) -> bool:
-    # Found on the device by the differential tests (lavapipe, runtime at cff6f4dd32): native_layer_norm
-    # written to a width- or height-packed texture is wrong when the channel dim is not a multiple of 4
-    # (layer_norm -> conv on [1, 3, 5, 7]: max abs error 1.17); channels-packed textures and buffers are right.
-    storage, _, layout = label.partition(":")
-    channels = int(val.shape[-3]) if len(val.shape) >= 3 else 1
-    return storage != "TEXTURE_3D" or layout == "TENSOR_CHANNELS_PACKED" or channels % 4 == 0
-
-
-# target -> predicate (tensor value, label) over the labels its tensors may take, where the runtime is
-# stricter than the registry.
-RUNTIME_LABEL_RULES = {
-    exir_ops.edge.aten.native_layer_norm.default: _layer_norm_label_ok,
-}
-
-
-RUNTIME_PAIR_RULES = {
-    exir_ops.edge.aten.view_copy.default: _view_pairs,
-    exir_ops.edge.aten.clone.default: _clone_pairs,
-}
+# An op target's name, as str() gives it (an edge op's repr is dear, and a delegate repeats a few targets).
+_target_name = functools.cache(str)
 
 
 @functools.cache
@@ -181,9 +141,10 @@ class Slot:
 
 @dataclass
 class VulkanProblem:
-    """A delegate graph as a layout problem, with the maps the write-back needs back to the fx graph."""
+    """A delegate graph as a layout problem, with the maps the write-back needs back to the fx graph. `problem` is
+    None where `priced_again` left it to `prices` (`materialized` makes it)."""
 
-    problem: Problem
+    problem: Problem | None
     value_node: dict[str, torch.fx.Node]  # value id -> fx node holding it
     op_node: dict[str, torch.fx.Node]
     op_slots: dict[str, list[Slot]]  # op id -> operand slots, aligned with Op.operands
@@ -191,7 +152,19 @@ class VulkanProblem:
     # (value, src, dst) -> the representations of the clones that make it, where that is more than one
     routes: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     draft: _Draft | None = field(default=None, repr=False)  # what `priced_again` re-prices
-    prices: tuple | None = field(default=None, repr=False)  # (mode costs per op, transition costs) as built
+    prices: Prices | None = field(default=None, repr=False)  # its prices (those `problem` has, where there is one)
+
+    @property
+    def structure(self) -> Problem:
+        """Its values, ops and modes (every profile's problem of one graph has the same): `problem`, or the problem
+        its prices were checked for."""
+        return self.problem if self.problem is not None else self.prices.structure
+
+    def materialized(self) -> Problem:
+        """Its problem as a Problem of its own, made from its prices the first time (`Problem.priced`)."""
+        if self.problem is None:
+            self.problem = self.prices.structure.priced(self.prices)
+        return self.problem
 
 
 def is_constant_tensor(node) -> bool:
@@ -295,19 +268,22 @@ def build_problem(
         {"name": name, "values": final_values, "ops": draft.ops, "default_cost_per_byte": 0.0}
     )
     problem.transition_costs = problem.checked_transitions(costs)
-    prices = ([[m["cost"] for m in op["modes"]] for op in draft.ops], costs)
+    prices = Prices(
+        [[m["cost"] for m in op["modes"]] for op in draft.ops], costs, problem.default_cost_per_byte, problem
+    )
     return VulkanProblem(problem, draft.value_node, draft.op_node, draft.op_slots, draft.multi, routes, draft, prices)
 
 
-def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | None, name: str | None = None):
+def priced_again(built: VulkanProblem, profile: vk_cost.VulkanProfile | str | None) -> VulkanProblem:
     """`built`'s problem priced with another profile: the same values, domains, ops and modes (no profile changes
     what the registry allows), each mode and transition priced as `build_problem` prices them under `profile`,
-    and the transition routes that profile finds cheapest; the structure is not built or validated again."""
+    and the transition routes that profile finds cheapest; the structure is not built or validated again, and
+    no Problem is made of it (`prices` alone; `materialized` makes one)."""
     draft = dataclasses.replace(built.draft, profile=vk_cost.load_profile(profile))
     mode_costs = [pricer(draft.profile) for pricer in draft.pricers]
     _, costs, routes = _domains_and_transition_prices(draft)
-    problem = built.problem.with_costs(mode_costs, costs, name=name)
-    return dataclasses.replace(built, problem=problem, routes=routes, draft=draft, prices=(mode_costs, costs))
+    prices = built.structure.checked_prices(mode_costs, costs, like=built.prices)
+    return dataclasses.replace(built, problem=None, routes=routes, draft=draft, prices=prices)
 
 
 def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
@@ -356,7 +332,7 @@ def _add_op(draft: _Draft, node: torch.fx.Node) -> None:
     for vid, labels in zip(results, slot_labels[len(operands) :]):
         draft.mentions.setdefault(vid, []).extend(labels)
         draft.produced.setdefault(vid, set()).update(labels)
-    draft.ops.append({"id": node.name, "target": str(node.target), "operands": operands, "results": results,
+    draft.ops.append({"id": node.name, "target": _target_name(node.target), "operands": operands, "results": results,
                       "modes": modes})  # fmt: skip
     draft.op_node[node.name] = node
     draft.op_slots[node.name] = slots

@@ -323,6 +323,13 @@ def test_client_uses_service_and_falls_back(server, monkeypatch):
     assert "HTTP 401" in refused.notes[-1] and "solved in-process" in refused.notes[-1]
     monkeypatch.setenv(SERVICE_ENV, dead)  # the environment sets the default
     assert "solved in-process" in solve_problem(problem, time_limit=5).notes[-1]
+    # At other prices (`Problem.checked_prices`): the service gets the problem made of them, and answers as it does
+    monkeypatch.setenv("LAYOUT_SOLVER_TOKEN", TOKEN)
+    prices = problem.checked_prices([[2.0 * m.cost + 1.0 for m in op.modes] for op in problem.ops], {})
+    priced = solve(problem.priced(prices), time_limit=5)
+    for answer in (solve_problem(problem, 5, url, prices=prices), solve_problem(problem, 5, dead, prices=prices)):
+        assert answer.labels == priced.labels and answer.objective == priced.objective, answer.notes
+    assert solve_problem(problem, 5, url, prices=prices).notes[-1] == f"solved by service {url}"
 
 
 def test_vulkan_pass_solves_on_the_service(server, monkeypatch):

@@ -24,6 +24,7 @@ from layout_solver.core.problem import ProblemError
 from layout_solver.lowering.pass_report import collecting_reports
 from layout_solver.vulkan import (
     LayoutValidationError,
+    runtime_rules,
     solver_layouts,
     stock_layouts,
     validate,
@@ -218,8 +219,14 @@ def test_a_graph_priced_again_under_another_profile_is_the_problem_built_under_i
     with collecting_reports(), vk_hooks.substituted_pass(Capture):
         to_edge_transform_and_lower(torch.export.export(module, inputs), partitioner=[VulkanPartitioner()])
     again, direct, first = built["again"], built["direct"], built["first"]
-    assert again.problem == direct.problem and again.routes == direct.routes
+    assert again.problem is None and again.structure is first.problem  # priced, no Problem made of it
+    assert again.materialized() == direct.problem and again.routes == direct.routes
     assert again.problem != first.problem  # the two profiles price this graph differently
+    # solved at its prices, the answer the problem made of them gets
+    from layout_solver.core.solve import solve
+
+    at_prices = solve(again.structure, prices=again.prices).model_dump(exclude={"timings"})
+    assert at_prices == solve(direct.problem).model_dump(exclude={"timings"})
 
 
 def test_a_detached_copy_shares_what_the_graph_shares_and_nothing_with_it():
@@ -556,10 +563,10 @@ def test_runtime_rules_for_views_clones_and_buffer_transitions():
     """Where the runtime's C++ is stricter (or looser) than the registry's sets, the problem follows the runtime."""
     tex_w, tex_c = "TEXTURE_3D:TENSOR_WIDTH_PACKED", "TEXTURE_3D:TENSOR_CHANNELS_PACKED"
     buf_w, buf_c = "BUFFER:TENSOR_WIDTH_PACKED", "BUFFER:TENSOR_CHANNELS_PACKED"
-    view = rules._view_pairs([tex_w, tex_c, buf_w, buf_c], [tex_w, buf_c])
+    view = runtime_rules._view_pairs([tex_w, tex_c, buf_w, buf_c], [tex_w, buf_c])
     assert (tex_c, tex_w) in view and (buf_w, buf_c) in view  # packing may change inside a view
-    assert all(rules.storage_of(a) == rules.storage_of(b) for a, b in view)  # storage may not
-    clone = rules._clone_pairs([tex_w, buf_w], [tex_c, buf_c])
+    assert all(runtime_rules.storage_of(a) == runtime_rules.storage_of(b) for a, b in view)  # storage may not
+    clone = runtime_rules._clone_pairs([tex_w, buf_w], [tex_c, buf_c])
     assert (buf_w, buf_c) not in clone and {(tex_w, tex_c), (tex_w, buf_c), (buf_w, tex_c)} <= set(clone)
     route, cost = rules.transition_route((1, 8, 4, 4), "float32", buf_w, buf_c, [tex_w, tex_c])
     assert len(route) == 2 and route[0].startswith("TEXTURE_3D") and route[1] == buf_c and cost > 0
@@ -597,7 +604,11 @@ def test_view_inputs_are_constrained_and_the_validator_reads_the_runtime_rules()
         )
     views = [op for op in captured["problem"].ops if "view_copy" in op.target]
     assert views and all(len(op.operands) == 1 for op in views)
-    assert all(rules.storage_of(m.operands[0]) == rules.storage_of(m.results[0]) for op in views for m in op.modes)
+    assert all(
+        runtime_rules.storage_of(m.operands[0]) == runtime_rules.storage_of(m.results[0])
+        for op in views
+        for m in op.modes
+    )
     from executorch.backends.vulkan import utils
 
     gm = captured["gm"]
