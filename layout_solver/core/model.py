@@ -195,14 +195,14 @@ def _transition_prices(
     list (`unlisted_price`)."""
     values = problem.values
     explicit: dict[int, list[tuple[int, int, float]]] = {}
-    if prices is None:
-        for t in problem.transition_costs:
-            explicit.setdefault(value_index[t.value], []).append((label_ids[t.src], label_ids[t.dst], t.cost))
-        per_byte = problem.default_cost_per_byte
-    else:
-        for (value, src, dst), cost in prices.transition_costs.items():
-            explicit.setdefault(value_index[value], []).append((label_ids[src], label_ids[dst], cost))
-        per_byte = prices.default_cost_per_byte
+    listed_pairs = (
+        (((t.value, t.src, t.dst), t.cost) for t in problem.transition_costs)
+        if prices is None
+        else prices.transition_costs.items()
+    )
+    for (value, src, dst), cost in listed_pairs:
+        explicit.setdefault(value_index[value], []).append((label_ids[src], label_ids[dst], cost))
+    per_byte = problem.default_cost_per_byte if prices is None else prices.default_cost_per_byte
     free_constants = not problem.price_constants
     free = [free_constants and v.kind == "constant" for v in values]
     price_key = [
@@ -221,23 +221,14 @@ def _priced_again(like: CompiledProblem, problem: Problem, prices: Prices | None
     label_ids = {label: i for i, label in enumerate(like.labels)}
     value_index = {v.id: i for i, v in enumerate(problem.values)}
     price_key, listed, unlisted = _transition_prices(problem, label_ids, value_index, prices)
-    if prices is None:
-        ops = problem.ops
-        unary = [
-            tuple(ops[oi].modes[mi].cost for mi in choices) if oi >= 0 else costs
-            for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
-        ]
-        fixed = [ops[oi].modes[mi].cost for oi, mi in like.op_fixed_mode.items()]
-    else:
-        mode_costs = prices.mode_costs
-        unary = [
-            tuple(mode_costs[oi][mi] for mi in choices) if oi >= 0 else costs
-            for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
-        ]
-        fixed = [mode_costs[oi][mi] for oi, mi in like.op_fixed_mode.items()]
+    mode_costs = _mode_costs(problem, prices)
+    unary = [
+        tuple(mode_costs[oi][mi] for mi in choices) if oi >= 0 else costs
+        for oi, choices, costs in zip(like.var_op, like.var_choices, like.unary)
+    ]
     offset = 0.0
-    for cost in fixed:  # in op order, as `add_op_variables` added them
-        offset += cost
+    for oi, mi in like.op_fixed_mode.items():  # in op order, as `add_op_variables` added them
+        offset += mode_costs[oi][mi]
     compiled = dataclasses.replace(
         like,
         problem=problem,
@@ -253,6 +244,11 @@ def _priced_again(like: CompiledProblem, problem: Problem, prices: Prices | None
     return compiled
 
 
+def _mode_costs(problem: Problem, prices: Prices | None) -> list[list[float]]:
+    """Op i's mode j's cost at [i][j]: `prices`'s, or the problem's own."""
+    return [[m.cost for m in op.modes] for op in problem.ops] if prices is None else prices.mode_costs
+
+
 class _Draft:
     """compile_problem's working state: label ids (interned), the variables so far and how each op and value
     maps onto them."""
@@ -260,7 +256,7 @@ class _Draft:
     def __init__(self, problem: Problem, prices: Prices | None = None):
         self.problem = problem
         self.prices = prices  # read instead of the problem's own, if given
-        self.mode_costs = [[m.cost for m in op.modes] for op in problem.ops] if prices is None else prices.mode_costs
+        self.mode_costs = _mode_costs(problem, prices)
         self.label_ids: dict[str, int] = {}
         self.interned: dict[tuple[str, ...], tuple[int, ...]] = {}
         values = problem.values

@@ -213,7 +213,7 @@ def weighted_prices(problems: list[Problem], weights: list[float], prices: list[
     list is priced as that problem prices an unlisted pair (size_bytes * default_cost_per_byte).
 
     `prices`, if given: each problem's prices (`Problem.checked_prices`), read as they stand instead of from the
-    problems' objects (thousands of transitions per Vulkan delegate).
+    problems' objects (`Problem.own_prices`; thousands of transitions per Vulkan delegate).
 
     Raises ProblemError if the problems differ in anything but costs (see `same_structure`).
     """
@@ -223,23 +223,20 @@ def weighted_prices(problems: list[Problem], weights: list[float], prices: list[
     for k, other in enumerate(problems[1:], start=1):
         if not same_structure(first, other):
             raise ProblemError(f"problem {k} ({other.name!r}) differs from {first.name!r} in more than its costs")
-    if prices is not None:
-        if len(prices) != len(problems):
-            raise ProblemError(f"{len(prices)} prices for {len(problems)} problems: one per problem")
-        for problem, priced in zip(problems, prices):
-            problem.check_priced_by(priced)
+    if prices is None:
+        prices = [p.own_prices() for p in problems]
+    if len(prices) != len(problems):
+        raise ProblemError(f"{len(prices)} prices for {len(problems)} problems: one per problem")
+    for problem, priced in zip(problems, prices):
+        problem.check_priced_by(priced)
     sizes = {v.id: v.size_bytes for v in first.values}
-    tables = [p.transition_table() for p in problems] if prices is None else [p.transition_costs for p in prices]
+    tables = [p.transition_costs for p in prices]
     pairs = list(dict.fromkeys(key for table in tables for key in table))
     # Every mode's and every pair's prices as one array per problem (the problems' modes in one order: the same
     # structure), summed as weighted in numpy: the same floats, added in the same order, as a sum in Python
     # (0 + w0 * c0 + w1 * c1 ...; prices are never negative), at a fraction of its time (a MobileViT delegate's 4,217
     # modes and 9,640 pairs under two profiles: 21 ms in Python).
-    mode_prices = (
-        [np.fromiter((m.cost for op in p.ops for m in op.modes), dtype=float) for p in problems]
-        if prices is None
-        else [np.fromiter(itertools.chain.from_iterable(p.mode_costs), dtype=float) for p in prices]
-    )
+    mode_prices = [np.fromiter(itertools.chain.from_iterable(p.mode_costs), dtype=float) for p in prices]
     n_modes = sum(len(op.modes) for op in first.ops)
     if any(len(p) != n_modes for p in mode_prices):  # `prices` not the problems' own (their modes since changed)
         raise ProblemError(f"mode prices for {[len(p) for p in mode_prices]} modes; the problems have {n_modes}")
@@ -249,14 +246,13 @@ def weighted_prices(problems: list[Problem], weights: list[float], prices: list[
         np.fromiter(table.values(), dtype=float, count=len(pairs))
         if len(table) == len(pairs) and list(table) == pairs
         else np.array([table.get(key, sizes[key[0]] * p.default_cost_per_byte) for key in pairs], dtype=float)
-        for table, p in zip(tables, prices or problems)
+        for table, p in zip(tables, prices)
     ]
     summed = iter(np.minimum(_weighted(mode_prices, weights), MAX_COST).tolist())
     mode_costs = [list(itertools.islice(summed, len(op.modes))) for op in first.ops]
     transition_costs = dict(zip(pairs, np.minimum(_weighted(pair_prices, weights), MAX_COST).tolist()))
-    default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, prices or problems)), MAX_COST)
-    like = prices[0] if prices else None
-    return first.checked_prices(mode_costs, transition_costs, default, like=like)
+    default = min(sum(w * p.default_cost_per_byte for w, p in zip(weights, prices)), MAX_COST)
+    return first.checked_prices(mode_costs, transition_costs, default, like=prices[0])
 
 
 def _weighted(prices: list[np.ndarray], weights: list[float]) -> np.ndarray:

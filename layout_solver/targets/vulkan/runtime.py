@@ -323,8 +323,8 @@ def _child(request: dict) -> dict:
         return {"unavailable": HOW_TO_GET_A_DEVICE}
     inputs = request["inputs"]
     # A worker of torch's own pool can spin on a core that lavapipe's threads need (one took XNNPACK's second core:
-    # `layout_solver.targets.xnnpack.runtime.pinned`). This process
-    # only runs programs, so torch keeps one thread in it (imported after the backend: libexecutorch loads first).
+    # `layout_solver.targets.xnnpack.runtime.pinned`). This process only runs programs, so torch keeps one thread
+    # in it (imported after the backend: libexecutorch loads first).
     import torch
 
     torch.set_num_threads(1)

@@ -29,8 +29,9 @@ def set_threads(threads: int) -> None:
 def pinned(threads: int):
     """The runtime's thread pool pinned to `threads` and torch's own intra-op pool held to one thread while
     programs run (restored after). A worker of torch's pool (likely woken by the pybindings' copies of inputs and
-    outputs above torch's grain, 32 Ki elements) spun on the second core while XNNPACK's worker needed it: a program of two [49, 768] x [768, 768] products read 1,080 us at 2 threads against 1,025 at 1
-    here, and 563 with torch's pool held to one. A device runs the program without torch, so no timing should pay
+    outputs above torch's grain, 32 Ki elements) spun on the second core while XNNPACK's worker needed it: a
+    program of two [49, 768] x [768, 768] products read 1,080 us at 2 threads against 1,025 at 1 here, and 563
+    with torch's pool held to one. A device runs the program without torch, so no timing should pay
     for torch's pool."""
     import torch
 
