@@ -176,6 +176,29 @@ class Measurement(_Strict):
     us: float = Field(ge=0)
 
 
+class GemmShape(NamedTuple):
+    """The matrix product XNNPACK runs a convolution or fully-connected op as: `rows` of output (pixels, each group
+    apart), `taps` kernel taps, `k` input channels per tap and group, `n` output channels per group."""
+
+    rows: int
+    taps: int
+    k: int
+    n: int
+
+
+# XNNPACK packs a GEMM's weights in tiles of its microkernel: each tap's input channels rounded up to a multiple of
+# kr, the output channels to one of nr, and the kernel runs the padding as work. Which microkernel a CPU gets (so
+# kr and nr) is measured (`XnnpackProfile.packing`): on this EPYC an int8 convolution of 3 input channels runs at
+# 3.5x below its neighbours' rate per multiply-add, as if it had 8.
+PACKED_FAMILIES = ("conv", "gemm")
+
+
+def packed_work(gemm: GemmShape, tiles: tuple[int, int] | list[int]) -> float:
+    """The multiply-adds a GEMM's kernel runs with its weights packed in `tiles` (kr, nr)."""
+    kr, nr = tiles
+    return float(gemm.rows * gemm.taps * -(-gemm.k // kr) * kr * -(-gemm.n // nr) * nr)
+
+
 class OpMeasurement(_Strict):
     """One timed probe op: its class, work, element size, thread count and ETDump's microseconds for it."""
 
@@ -188,6 +211,9 @@ class OpMeasurement(_Strict):
     units: float = Field(default=0.0, ge=0)  # its OP_UNITS count (rows, matrices), where its class has one
     # Whether the probe was made to measure the per-unit cost (many short rows / small matrices), not the curve.
     unit_probe: bool = False
+    gemm: GemmShape | None = None  # the GEMM it runs as (a convolution or matrix product); `work` is unpacked
+    # Whether the probe was made to read the GEMM packing tiles (channels off any tile), not its class's curve.
+    tile_probe: bool = False
 
 
 class XnnpackProfile(_Strict):
@@ -212,14 +238,26 @@ class XnnpackProfile(_Strict):
     # threads -> element bytes -> class -> microseconds per unit of its OP_UNITS count, beyond its curve; a class
     # without one (or a profile measured before it) pays its curve alone.
     unit_us: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
+    # threads -> element bytes -> (kr, nr): the tiles XNNPACK packs a GEMM's weights in, fitted on the probes
+    # (`calibrate_ops.packing`); the conv and gemm curves are by packed work. None in a profile measured before.
+    packing: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
 
     @property
     def predicts_run_time(self) -> bool:
         """Whether the profile has op curves and overheads (schema 2, measured by `calibrate xnnpack`)."""
         return bool(self.op_curves and self.overheads)
 
-    def op_us(self, op_class: str, work: float, elem_bytes: int, threads: int, units: float = 0.0) -> float:
+    def op_us(
+        self,
+        op_class: str,
+        work: float,
+        elem_bytes: int,
+        threads: int,
+        units: float = 0.0,
+        gemm: GemmShape | None = None,
+    ) -> float:
         """Microseconds of one op of `op_class` doing `work` (its kernel alone) over `units` of its OP_UNITS count,
+        run as `gemm` where it is a convolution or product (its work then packed as the profile's table says),
         at the nearest measured thread count: the class's curve at the nearest measured element size, else its
         fp32 curve (an int8 program's softmax or batched product runs in float), its variant nearest a numeric one
         ("dwconv:25" -> "dwconv:49") first, its order dropped for a CPU kernel, plus that table's `unit_us` per
@@ -234,6 +272,9 @@ class XnnpackProfile(_Strict):
                 for name in (wanted, wanted.split("@")[0], _nearest_variant(by_class, wanted)):
                     if name in by_class:
                         per_unit = self.unit_us.get(threads_key, {}).get(elem_key, {}).get(name, 0.0)
+                        tiles = self.packing.get(threads_key, {}).get(elem_key)
+                        if gemm is not None and tiles and op_family(name) in PACKED_FAMILIES:
+                            work = packed_work(gemm, tiles)
                         return by_class[name].at(work) + per_unit * units
         raise ValueError(f"profile {self.device!r} has no {fallback!r} curve to price {op_class!r}")
 
@@ -314,6 +355,7 @@ class PredictedOp(NamedTuple):
     in_delegate: bool
     key: str = ""  # a CPU kernel call's digest, where its time was measured (`run_us`'s `measured`)
     units: float = 0.0  # its class's OP_UNITS count (a softmax's rows, a batched product's matrices)
+    gemm: GemmShape | None = None  # the GEMM a convolution or product runs as
 
 
 CONVERSION_PREFIX = "conversion:"
@@ -341,7 +383,7 @@ def run_us(
             part = "conversion"
             us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
         else:
-            part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units)
+            part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units, op.gemm)
         out[part] = out.get(part, 0.0) + us
     cpu_ops = sum(not op.in_delegate for op in ops)
     kernels = sum(out.values())
@@ -457,6 +499,7 @@ def remeasured(base: XnnpackProfile, new: XnnpackProfile) -> XnnpackProfile:
         "op_measurements": kept(base.op_measurements) + new.op_measurements,
         "reference_us": merged(base.reference_us, new.reference_us),
         "unit_us": merged(base.unit_us, new.unit_us),
+        "packing": merged(base.packing, new.packing),
     })  # fmt: skip
 
 

@@ -10,13 +10,14 @@ any other one a Convert.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from executorch.backends.xnnpack.utils.quant_utils import is_tagged_as_implicit_q_dq
 
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
 from layout_solver.xnnpack.op_rules import (
-    ELEMENTWISE_TARGETS,
     RESHAPE_TARGETS,
     copy_op_class,
     elem_bytes,
@@ -35,6 +36,17 @@ POOLS = ("max_pool2d.default", "max_pool2d_with_indices.default", "avg_pool2d.de
          "max.dim")  # fmt: skip
 COPIES = ("cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "clone.default")
 MATMULS = {"linear.default": "gemm", "addmm.default": "gemm", "mm.default": "gemm", "bmm.default": "bmm"}
+
+
+class OpWork(NamedTuple):
+    """What `classify` reads off one node: its op class, work, OP_UNITS count and GEMM (where it runs as one)."""
+
+    op_class: str
+    work: float
+    units: float = 0.0
+    gemm: xnn_cost.GemmShape | None = None
+
+
 # Priced apart (conversion curves) or not run at all (implicit q / dq, getitem, a weight's dequantize).
 NOT_OPERATORS = ("permute_copy.default", "_to_copy.default", "getitem")
 
@@ -44,54 +56,61 @@ def _numel(node) -> int:
     return int(val.numel()) if val is not None else 0
 
 
-def classify(node) -> tuple[str, float, float] | None:
-    """The op class, work and count of units (`cost_models.xnnpack.OP_UNITS`: a softmax's rows, a batched
-    product's matrices; 0 for any other class) of a call_function node of a delegate graph, or None where it runs
-    no operator."""
-    found = _class_and_work(node)
-    return found if found is None or len(found) == 3 else (*found, 0.0)
-
-
-def _class_and_work(node) -> tuple | None:
-    """`classify`'s answer, its units left out where its class has none."""
+def classify(node) -> OpWork | None:
+    """The op class, work, count of units (`cost_models.xnnpack.OP_UNITS`: a softmax's rows, a batched product's
+    matrices; 0 for any other class) and, for a convolution or matrix product, the GEMM XNNPACK runs it as, of a
+    call_function node of a delegate graph, or None where it runs no operator."""
     name = short_target(node.target)
     if name in NOT_OPERATORS or name.startswith("dequantize_per_channel"):
         return None
     if is_quantize(node) or is_dequantize(node):
         # Folded into the quantized op next to it where the partitioner tagged it so; else XNNPACK runs it as a
         # Convert operator (an int8 delegate's fp32 inputs and outputs, a float op's inputs and result inside it).
-        return None if is_tagged_as_implicit_q_dq(node) else ("convert", _numel(node))
+        return None if is_tagged_as_implicit_q_dq(node) else OpWork("convert", _numel(node))
     if name == "convolution.default":
-        weight = tensor_of(node.args[1])
-        macs = _numel(node) * int(torch.Size(weight.shape[1:]).numel())
-        stride, padding, dilation, transposed, _, groups = node.args[3:9]
-        if groups > 1 and groups == tensor_of(node.args[0]).shape[1]:
-            # XNNPACK picks its depthwise microkernel by the kernel's taps (3x3 and 7x7 run at 10x apart per MAC).
-            return f"dwconv:{int(torch.Size(weight.shape[2:]).numel())}", macs
-        pointwise = list(weight.shape[2:]) == [1, 1] and set(stride) | set(dilation) == {1} and not any(padding)
-        # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
-        return ("gemm" if pointwise and not transposed else "conv"), macs
+        return _convolution(node)
     if name in MATMULS:
-        out, macs = tensor_of(node), _numel(node) * int(tensor_of(node.args[0]).shape[-1])
+        product_input = node.args[1] if name == "addmm.default" else node.args[0]  # addmm(bias, input, weight)
+        out, k = tensor_of(node), int(tensor_of(product_input).shape[-1])
+        macs = _numel(node) * k
         if MATMULS[name] == "bmm":  # and its matrices: every dim but the last two
-            return "bmm", macs, int(torch.Size(out.shape[:-2]).numel())
-        return MATMULS[name], macs
+            return OpWork("bmm", macs, int(torch.Size(out.shape[:-2]).numel()))
+        n = int(out.shape[-1]) if out.dim() else 1
+        return OpWork(MATMULS[name], macs, gemm=xnn_cost.GemmShape(max(1, out.numel() // max(1, n)), 1, k, n))
     if name in ("_softmax.default", "softmax.int"):  # and its rows: every dim but the reduced one
         out = tensor_of(node)
-        return "softmax", out.numel(), out.numel() // max(1, int(out.shape[node.args[1]])) if out.dim() else 1
+        return OpWork("softmax", out.numel(), out.numel() // max(1, int(out.shape[node.args[1]])) if out.dim() else 1)
     if name in TRANSCENDENTAL:
-        return "transcendental", _numel(node)
+        return OpWork("transcendental", _numel(node))
     if name in POOLS:
-        return "pool", _numel(node.args[0])
+        return OpWork("pool", _numel(node.args[0]))
     if name in COPIES:
-        return copy_op_class(node, label_of(node)), _numel(node)  # a cat or slice in short runs: its own curve
+        return OpWork(copy_op_class(node, label_of(node)), _numel(node))  # a cat or slice in short runs: its own curve
     if name.startswith("upsample_bilinear2d"):
-        return "resize", _numel(node)
+        return OpWork("resize", _numel(node))
     if name in RESHAPE_TARGETS:
-        return "copy", 0.0  # XNNPACK's reshape runs in place: an operator, no work
-    if name in ELEMENTWISE_TARGETS:
-        return "elementwise", _numel(node)
-    return "elementwise", _numel(node)
+        return OpWork("copy", 0.0)  # XNNPACK's reshape runs in place: an operator, no work
+    return OpWork("elementwise", _numel(node))
+
+
+def _convolution(node) -> OpWork:
+    """A convolution's class and work: depthwise by its taps, pointwise as the GEMM XNNPACK runs it as, any other
+    as its indirect GEMM (one per group) over the output pixels."""
+    weight, out = tensor_of(node.args[1]), tensor_of(node)
+    macs = _numel(node) * int(torch.Size(weight.shape[1:]).numel())
+    stride, padding, dilation, transposed, _, groups = node.args[3:9]
+    taps = int(torch.Size(weight.shape[2:]).numel())
+    if groups > 1 and groups == tensor_of(node.args[0]).shape[1]:
+        # XNNPACK picks its depthwise microkernel by the kernel's taps (3x3 and 7x7 run at 10x apart per MAC).
+        return OpWork(f"dwconv:{taps}", macs)
+    pointwise = list(weight.shape[2:]) == [1, 1] and set(stride) | set(dilation) == {1} and not any(padding)
+    gemm = None
+    if not transposed:  # a deconvolution packs its weights another way
+        n = int(weight.shape[0]) // groups
+        rows = int(out.numel()) // max(1, int(weight.shape[0])) * groups
+        gemm = xnn_cost.GemmShape(rows, taps, int(weight.shape[1]), n)
+    # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
+    return OpWork("gemm" if pointwise and not transposed else "conv", macs, gemm=gemm)
 
 
 def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
@@ -101,8 +120,8 @@ def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
         if node.op == "call_function":
             classified = classify(node)
             if classified is not None:
-                op_class, work, units = classified
-                out.append(xnn_cost.PredictedOp(op_class, float(work), elem_bytes(node), True, units=float(units)))
+                out.append(xnn_cost.PredictedOp(classified.op_class, float(classified.work), elem_bytes(node), True,
+                                                units=float(classified.units), gemm=classified.gemm))  # fmt: skip
     return out
 
 

@@ -236,7 +236,7 @@ def test_a_softmax_is_read_with_its_rows_and_a_batched_product_with_its_matrices
             return torch.softmax(torch.bmm(q, k), -1)
 
     exported = torch.export.export(Attention(), (torch.randn(6, 16, 8), torch.randn(6, 8, 16)))
-    read = [classify(n) for n in exported.graph.nodes if n.op == "call_function"]
+    read = [classify(n)[:3] for n in exported.graph.nodes if n.op == "call_function"]
     assert ("bmm", 6 * 16 * 16 * 8, 6) in read and ("softmax", 6 * 16 * 16, 6 * 16) in read
 
     profile = _profile().model_copy(update={"unit_us": {"1": {"4": {"elementwise": 0.5}}}})
@@ -245,7 +245,7 @@ def test_a_softmax_is_read_with_its_rows_and_a_batched_product_with_its_matrices
 
 
 def test_the_curve_fit_passes_over_an_odd_probe_and_fits_the_cost_per_unit_on_its_own_probes():
-    from layout_solver.targets.xnnpack.calibrate_ops import op_curves
+    from cost_models.xnnpack_fit import op_curves
 
     def measured(op_class, work, us, units=0.0, unit_probe=False):
         return xnn_cost.OpMeasurement(op_class=op_class, work=work, elem_bytes=4, threads=1, us=us, units=units,
@@ -311,7 +311,7 @@ def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
 
 def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_another_cpu():
     """`calibrate xnnpack --threads 2 --keep-from P`: P's 1-thread half kept whole, its 2-thread half replaced by
-    the new measurement's (curves, overheads, reference, raw measurements), both commands recorded; a profile of
+    the new measurement's (curves, overheads, reference, packing tiles, raw measurements), both commands recorded; a profile of
     another CPU is refused, not merged."""
     import pytest
 
@@ -323,9 +323,10 @@ def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_a
         "measurements": [m for m in base.measurements if m.threads == 2][:3],
         "op_curves": {"2": base.op_curves["2"]}, "overheads": {"2": base.overheads["1"]},
         "op_measurements": [m for m in base.op_measurements if m.threads == 2][:2],
-        "reference_us": {"2": 123.0}, "unit_us": {"2": {}},
+        "reference_us": {"2": 123.0}, "unit_us": {"2": {}}, "packing": {"2": {"1": (4, 4)}},
     })  # fmt: skip
     out = xnn_cost.remeasured(base, new)
+    assert out.packing == {"1": base.packing["1"], "2": {"1": (4, 4)}}  # each half's tiles with its curves
     assert out.reference_us == {"1": base.reference_us["1"], "2": 123.0}
     assert out.curves["1"] == base.curves["1"] and out.curves["2"] == new.curves["2"]
     assert out.overheads == {"1": base.overheads["1"], "2": base.overheads["1"]} and out.unit_us["2"] == {}

@@ -85,8 +85,8 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
                 done += 1
                 log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
                     + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
-    op_measurements, op_curves, unit_us, overheads, reference = (
-        calibrate_ops(threads, rounds, log, passes) if ops else ([], {}, {}, {}, {})
+    op_measurements, op_curves, unit_us, overheads, reference, packing = (
+        calibrate_ops(threads, rounds, log, passes) if ops else ([], {}, {}, {}, {}, {})
     )
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({xnn_cost.cpu_model()})".replace("  ", " "),
@@ -99,6 +99,7 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
         overheads=overheads,
         reference_us=reference,
         op_measurements=op_measurements,
+        packing=packing,
     )
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_models import xnnpack as xnn_cost
+from cost_models.xnnpack_fit import op_curves, packing
 
 # ETDump events that are bookkeeping, not kernels.
+QUANT = (("", False), ("int8 ", True))  # a probe's name prefix by whether it is quantized
 BOOKKEEPING = ("Method::execute", "DELEGATE_CALL", "OPERATOR_CALL", "Program::load_method", "Method::init")
 
 
@@ -38,6 +40,8 @@ class Probe:
     delegated: bool = True
     int8: bool = False
     unit_probe: bool = False  # made of many short rows / small matrices: measures its class's cost per unit
+    # Made of channels off any tile (1-12 in, 4-24 out): reads the GEMM packing tiles, not its class's curve.
+    tile_probe: bool = False
     # A chain of layers of a program's sizes (an overhead probe whose kernels dominate): it fits what a run spends
     # beyond its kernels in proportion to them, not the per-operator costs the chains of tiny ops fit.
     kernel_bound: bool = False
@@ -216,6 +220,7 @@ def probes() -> list[Probe]:
         (8, 8, 3, 1, 8),
     ]
     out += [Probe(f"conv{c}", "conv", _conv(*c)) for c in convs]
+    out += _tile_probes()
     depthwise = [(16, 3, 32), (32, 3, 32), (64, 3, 16), (64, 7, 24), (128, 3, 16), (128, 7, 12), (256, 3, 8),
                  (48, 7, 24), (8, 3, 8), (96, 3, 40), (32, 5, 32), (96, 5, 16), (24, 7, 48), (240, 3, 20)]  # fmt: skip
     out += [Probe(f"dwconv{c, k, s}", f"dwconv:{k * k}", _conv(c, c, k, 1, s, groups=c)) for c, k, s in depthwise]
@@ -289,6 +294,18 @@ def probes() -> list[Probe]:
     for count in (4, 16):  # delegates of one parallel convolution each, cut by a CPU kernel: each wakes the pool
         out.append(Probe(f"delegate chain {count}", None, _layer_chain(_conv_then_erf, count, (1, 8, 16, 16))))
     return out + _program_chains()
+
+
+def _tile_probes() -> list[Probe]:
+    """Convolutions and products of input and output channels off any tile (1-12 in, 4-24 out), fp32 and int8,
+    each past ETDump's tick: what `cost_models.xnnpack_fit.packing` reads the GEMM packing tiles on."""
+    tiles = [(1, 32, 3, 1, 64), (2, 32, 3, 1, 64), (4, 32, 3, 1, 64), (6, 32, 3, 1, 64), (12, 32, 3, 1, 48),
+             (32, 4, 3, 1, 64), (32, 8, 3, 1, 64), (32, 12, 3, 1, 64), (32, 24, 3, 1, 48)]  # fmt: skip
+    out = [Probe(f"{prefix}conv{c}", "conv", _conv(*c), int8=int8, tile_probe=True)
+           for c in tiles for prefix, int8 in QUANT]  # fmt: skip
+    out += [Probe(f"{prefix}gemm{g}", "gemm", _linear(*g), int8=int8, tile_probe=True)
+            for g in ((256, 4, 256), (256, 256, 4), (256, 256, 12)) for prefix, int8 in QUANT]  # fmt: skip
+    return out
 
 
 def _program_chains() -> list[Probe]:
@@ -455,66 +472,9 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
             us = sum(second) if len(mine) == 2 and len(kernels) % 2 == 0 else sum(kernels) / len(mine)
         out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
                                           threads=run.threads, us=round(us, 3), probe=run.probe.name,
-                                          units=mine[0].units, unit_probe=run.probe.unit_probe))  # fmt: skip
+                                          units=mine[0].units, unit_probe=run.probe.unit_probe,
+                                          tile_probe=run.probe.tile_probe, gemm=mine[0].gemm))  # fmt: skip
     return out
-
-
-OpCurves = dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]
-UnitCosts = dict[str, dict[str, dict[str, float]]]
-
-
-def op_curves(measurements: list[xnn_cost.OpMeasurement]) -> tuple[OpCurves, UnitCosts]:
-    """Per (threads, element bytes, class): microseconds by work (`_curves`), and for a class in OP_UNITS the
-    microseconds per unit beyond its curve (`_unit_costs`, from its unit probes). The two are fitted in turn twice:
-    the curve's probes pay a little per unit too (a softmax of 1,024-element rows), taken off before their curve."""
-    on_curve = [m for m in measurements if not m.unit_probe]
-    unit_probes = [m for m in measurements if m.unit_probe]
-    unit_us: UnitCosts = {}
-    for _ in range(2):
-        curves = _curves(on_curve, unit_us)
-        unit_us = _unit_costs(unit_probes, curves)
-    return curves, unit_us
-
-
-def _curves(measurements: list[xnn_cost.OpMeasurement], unit_us: UnitCosts) -> OpCurves:
-    """Per (threads, element bytes, class): microseconds by work (what each probe's units cost taken off), each
-    point's rate (microseconds per unit of work) the median of its own and its neighbours' (a probe of an odd
-    shape, a 3-channel convolution or a 4 MiB weight matrix, would otherwise bend the curve for every op between
-    its neighbours: resnet8's convolutions priced 40% over), made non-decreasing; "cpu:other" is the CPU's
-    element-wise add (a kernel the profile has no curve for is priced as one)."""
-    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for m in measurements:
-        per_unit = unit_us.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class, 0.0)
-        groups[(m.threads, m.elem_bytes, m.op_class)][m.work].append(max(0.0, m.us - per_unit * m.units))
-    out: dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]] = defaultdict(lambda: defaultdict(dict))
-    for (threads, elem, op_class), by_work in sorted(groups.items()):
-        work = np.array(sorted(w for w in by_work if w > 0))
-        if not len(work):
-            continue
-        rate = np.array([float(np.median(by_work[w])) for w in work]) / work
-        smooth = [float(np.median(rate[max(0, i - 1) : i + 2])) for i in range(len(rate))]
-        us = np.maximum.accumulate(np.array(smooth) * work)
-        out[str(threads)][str(elem)][op_class] = xnn_cost.WorkCurve(work=[float(w) for w in work],
-                                                                    us=[round(float(u), 3) for u in us])  # fmt: skip
-    for by_elem in out.values():
-        for by_class in by_elem.values():
-            if f"{xnn_cost.CPU_PREFIX}add" in by_class:
-                by_class[xnn_cost.CPU_FALLBACK] = by_class[f"{xnn_cost.CPU_PREFIX}add"]
-    return {t: dict(v) for t, v in out.items()}
-
-
-def _unit_costs(measurements: list[xnn_cost.OpMeasurement], curves: OpCurves) -> UnitCosts:
-    """Per (threads, element bytes, class): the median over its unit probes of what each took beyond its class's
-    curve, per unit (never below 0)."""
-    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
-    for m in measurements:
-        curve = curves.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class)
-        if curve is not None and m.units > 0:
-            groups[(str(m.threads), str(m.elem_bytes), m.op_class)].append((m.us - curve.at(m.work)) / m.units)
-    out: UnitCosts = defaultdict(lambda: defaultdict(dict))
-    for (threads, elem, op_class), per_unit in sorted(groups.items()):
-        out[threads][elem][op_class] = round(max(0.0, float(np.median(per_unit))), 5)
-    return {t: dict(v) for t, v in out.items()}
 
 
 def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Overheads]:
@@ -566,11 +526,13 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
     return out
 
 
-def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -> tuple[list, dict, dict, dict, dict]:
+def calibrate_ops(
+    threads: list[int], rounds: int, log=print, passes: int = 1
+) -> tuple[list, dict, dict, dict, dict, dict]:
     """Run every probe at every thread count, `passes` times (each pass after the first in its own shuffled order,
     so a slow spell of the machine falls on different probes; the median of the passes kept, `merged`): (op
     measurements, op curves, per-unit costs, overheads, the reference program's microseconds), all at the
-    reference's median speed."""
+    reference's median speed, the GEMM packing tiles they were fitted with)."""
     import random
 
     from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_wake_us
@@ -595,5 +557,6 @@ def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -
     reference = at_reference_speed(runs)
     runs = merged(runs)
     measurements = op_measurements(runs)
-    curves, unit_us = op_curves(measurements)
-    return measurements, curves, unit_us, overheads(runs, threads), reference
+    tiles = packing(measurements)
+    curves, unit_us = op_curves(measurements, tiles)
+    return measurements, curves, unit_us, overheads(runs, threads), reference, tiles

@@ -1,0 +1,134 @@
+"""Fitting a CPU's XNNPACK op costs from its probes' measurements (`calibrate xnnpack`'s run-time half): each op
+class's curve of time by work, the per-unit costs beyond it, and the tiles XNNPACK packs a GEMM's weights in.
+Pure: measurements in (`cost_models.xnnpack.OpMeasurement`), the profile's tables out."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import numpy as np
+
+from cost_models import xnnpack as xnn_cost
+
+OpCurves = dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]
+UnitCosts = dict[str, dict[str, dict[str, float]]]
+Packing = dict[str, dict[str, tuple[int, int]]]
+
+# The kr and nr XNNPACK's microkernels are built with (powers of two, up to a 16-wide tile).
+CANDIDATE_TILES = (1, 2, 4, 8, 16)
+# ETDump resolves 1 us: a probe under 2 us says little of its rate.
+MIN_FIT_US = 2.0
+
+
+def packing(measurements: list[xnn_cost.OpMeasurement]) -> Packing:
+    """Per thread count and element size: the tiles (kr, nr) under which the conv and gemm probes' microseconds
+    per packed multiply-add agree best (the least sum of absolute deviations of their logs from each family's
+    median; on a tie the smaller tiles). Their rate is flat over sizes once the ops are past a few microseconds
+    (this EPYC's int8 convolutions 198-233 multiply-adds per ns from 0.6 to 151 million), so a probe whose input
+    or output channels are not a multiple of the tile stands out by the padding its kernel runs.
+
+    A CPU's microkernel, so its tiles, is one per element size whatever the threads: they are read at the fewest
+    threads measured and stated for every thread count. At more, how the work splits between the threads adds
+    steps of its own (this EPYC at 2 threads: fp32 convolutions of 4, 8 and 12 output channels 240, 293 and
+    185 us, one 16-wide tile each)."""
+    by_elem: dict[int, list[xnn_cost.OpMeasurement]] = defaultdict(list)
+    for m in measurements:
+        if m.gemm is not None and xnn_cost.op_family(m.op_class) in xnn_cost.PACKED_FAMILIES and m.us >= MIN_FIT_US:
+            by_elem[m.elem_bytes].append(m)
+    out: Packing = defaultdict(dict)
+    for elem, mine in sorted(by_elem.items()):
+        fewest = min(m.threads for m in mine)
+        alone = [m for m in mine if m.threads == fewest]
+        best = min(
+            itertools.product(CANDIDATE_TILES, CANDIDATE_TILES), key=lambda tiles: (_spread(alone, tiles), tiles)
+        )
+        for threads in sorted({m.threads for m in measurements}):
+            out[str(threads)][str(elem)] = best
+    return dict(out)
+
+
+def _spread(measurements: list[xnn_cost.OpMeasurement], tiles: tuple[int, int]) -> float:
+    """The sum over the conv and gemm families of the absolute deviations of log(us per packed multiply-add)
+    from the family's median."""
+    total = 0.0
+    for family in xnn_cost.PACKED_FAMILIES:
+        rates = np.log([m.us / xnn_cost.packed_work(m.gemm, tiles) for m in measurements
+                        if xnn_cost.op_family(m.op_class) == family])  # fmt: skip
+        if len(rates):
+            total += float(np.abs(rates - np.median(rates)).sum())
+    return round(total, 9)
+
+
+def work_of(m: xnn_cost.OpMeasurement, tiles: Packing | None) -> float:
+    """The work a measurement is filed under on its class's curve: a GEMM's packed multiply-adds where the tiles
+    of its thread count and element size are known, else its own."""
+    found = (tiles or {}).get(str(m.threads), {}).get(str(m.elem_bytes))
+    if found and m.gemm is not None and xnn_cost.op_family(m.op_class) in xnn_cost.PACKED_FAMILIES:
+        return xnn_cost.packed_work(m.gemm, found)
+    return m.work
+
+
+def op_curves(measurements: list[xnn_cost.OpMeasurement], tiles: Packing | None = None) -> tuple[OpCurves, UnitCosts]:
+    """Per (threads, element bytes, class): microseconds by work (`_curves`), and for a class in OP_UNITS the
+    microseconds per unit beyond its curve (`_unit_costs`, from its unit probes); the probes made to read the
+    tiles are not on any curve (at 2 threads this EPYC's fp32 convolution of 1 input channel ran at about half its
+    neighbours' rate, packed or not, where 1 thread read it on the curve). The two are fitted in turn twice:
+    the curve's probes pay a little per unit too (a softmax of 1,024-element rows), taken off before their curve."""
+    on_curve = [m for m in measurements if not m.unit_probe and not m.tile_probe]
+    unit_probes = [m for m in measurements if m.unit_probe]
+    unit_us: UnitCosts = {}
+    for _ in range(2):
+        curves = _curves(on_curve, unit_us, tiles)
+        unit_us = _unit_costs(unit_probes, curves)
+    return curves, unit_us
+
+
+def _curves(measurements: list[xnn_cost.OpMeasurement], unit_us: UnitCosts, tiles: Packing | None) -> OpCurves:
+    """Per (threads, element bytes, class): microseconds by work (a GEMM's packed in `tiles`; what each probe's units cost taken off), each
+    point's rate (microseconds per unit of work) the median of its own and its neighbours' (a probe of an odd
+    shape, a 3-channel convolution or a 4 MiB weight matrix, would otherwise bend the curve for every op between
+    its neighbours: resnet8's convolutions priced 40% over), made non-decreasing; "cpu:other" is the CPU's
+    element-wise add (a kernel the profile has no curve for is priced as one)."""
+    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        per_unit = unit_us.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class, 0.0)
+        groups[(m.threads, m.elem_bytes, m.op_class)][work_of(m, tiles)].append(max(0.0, m.us - per_unit * m.units))
+    out: dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]] = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, op_class), by_work in sorted(groups.items()):
+        work = np.array(sorted(w for w in by_work if w > 0))
+        if not len(work):
+            continue
+        rate = np.array([float(np.median(by_work[w])) for w in work]) / work
+        smooth = [float(np.median(rate[max(0, i - 1) : i + 2])) for i in range(len(rate))]
+        us = np.maximum.accumulate(np.array(smooth) * work)
+        out[str(threads)][str(elem)][op_class] = xnn_cost.WorkCurve(work=[float(w) for w in work],
+                                                                    us=[round(float(u), 3) for u in us])  # fmt: skip
+    for by_elem in out.values():
+        for by_class in by_elem.values():
+            if f"{xnn_cost.CPU_PREFIX}add" in by_class:
+                by_class[xnn_cost.CPU_FALLBACK] = by_class[f"{xnn_cost.CPU_PREFIX}add"]
+    return {t: dict(v) for t, v in out.items()}
+
+
+def _unit_costs(measurements: list[xnn_cost.OpMeasurement], curves: OpCurves) -> UnitCosts:
+    """Per (threads, element bytes, class): the median over its unit probes of what each took beyond its class's
+    curve, per unit (never below 0)."""
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for m in measurements:
+        curve = curves.get(str(m.threads), {}).get(str(m.elem_bytes), {}).get(m.op_class)
+        if curve is not None and m.units > 0:
+            groups[(str(m.threads), str(m.elem_bytes), m.op_class)].append((m.us - curve.at(m.work)) / m.units)
+    out: UnitCosts = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, op_class), per_unit in sorted(groups.items()):
+        out[threads][elem][op_class] = round(max(0.0, float(np.median(per_unit))), 5)
+    return {t: dict(v) for t, v in out.items()}
+
+
+def refitted(profile: xnn_cost.XnnpackProfile) -> xnn_cost.XnnpackProfile:
+    """`profile` with its packing tiles, op curves and per-unit costs fitted again from its own op measurements
+    (what a change of these rules needs; the overheads are fitted on the probes' runs, which a profile does not
+    keep)."""
+    tiles = packing(profile.op_measurements)
+    curves, unit_us = op_curves(profile.op_measurements, tiles)
+    return profile.model_copy(update={"packing": tiles, "op_curves": curves, "unit_us": unit_us})
