@@ -32,6 +32,9 @@ EVENT_CLASSES = (
     (re.compile(r"^Resize"), "resize"),
     (re.compile(r"^(GELU|Sigmoid|Tanh|ELU|Exp|Log|Square Root|Reciprocal Square Root|HardSwish|Leaky ReLU)"),
      "transcendental"),
+    # An int8 program's unary op (its GELU here) is named so by the profiler of executorch 1.5.1's XNNPACK.
+    (re.compile(r"^Invalid Unary Op"), "transcendental"),
+    (re.compile(r"^Convert"), "convert"),
 )  # fmt: skip
 
 

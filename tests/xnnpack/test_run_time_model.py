@@ -177,6 +177,8 @@ def test_etdump_events_and_prediction_parts_are_read_as_the_same_classes():
         ("Transpose (ND, X32)", "conversion:transpose"),
         ("Copy (NC, X8)", "copy"),
         ("GELU (NC)", "transcendental"),
+        ("Invalid Unary Op", "transcendental"),  # an int8 GELU, as ETDump names it
+        ("Convert (NC)", "convert"),
         ("Add (ND)", "elementwise"),
         ("native_call_native_layer_norm.out", "cpu:native_layer_norm"),
         ("native_call_upsample_nearest2d.vec_out", "cpu:upsample_nearest2d@channels_last"),
