@@ -239,7 +239,8 @@ class XnnpackProfile(_Strict):
     # without one (or a profile measured before it) pays its curve alone.
     unit_us: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)
     # threads -> element bytes -> (kr, nr): the tiles XNNPACK packs a GEMM's weights in, fitted on the probes
-    # (`calibrate_ops.packing`); the conv and gemm curves are by packed work. None in a profile measured before.
+    # (`cost_models.xnnpack_fit.packing`); the conv and gemm curves are by packed work. Empty in a profile measured
+    # before the tile probes, which prices every GEMM unpacked.
     packing: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
 
     @property
