@@ -199,6 +199,14 @@ def packed_work(gemm: GemmShape, tiles: tuple[int, int] | list[int]) -> float:
     return float(gemm.rows * gemm.taps * -(-gemm.k // kr) * kr * -(-gemm.n // nr) * nr)
 
 
+def work_packed(op_class: str, work: float, gemm: GemmShape | None, tiles: tuple[int, int] | None) -> float:
+    """The work an op of `op_class` is priced by on its curve: its GEMM's packed multiply-adds where it runs as one
+    and the tiles are known, else `work`."""
+    if gemm is not None and tiles and op_family(op_class) in PACKED_FAMILIES:
+        return packed_work(gemm, tiles)
+    return work
+
+
 class OpMeasurement(_Strict):
     """One timed probe op: its class, work, element size, thread count and ETDump's microseconds for it."""
 
@@ -274,9 +282,7 @@ class XnnpackProfile(_Strict):
                     if name in by_class:
                         per_unit = self.unit_us.get(threads_key, {}).get(elem_key, {}).get(name, 0.0)
                         tiles = self.packing.get(threads_key, {}).get(elem_key)
-                        if gemm is not None and tiles and op_family(name) in PACKED_FAMILIES:
-                            work = packed_work(gemm, tiles)
-                        return by_class[name].at(work) + per_unit * units
+                        return by_class[name].at(work_packed(name, work, gemm, tiles)) + per_unit * units
         raise ValueError(f"profile {self.device!r} has no {fallback!r} curve to price {op_class!r}")
 
     def overhead(self, threads: int) -> Overheads:

@@ -64,9 +64,7 @@ def work_of(m: xnn_cost.OpMeasurement, tiles: Packing | None) -> float:
     """The work a measurement is filed under on its class's curve: a GEMM's packed multiply-adds where the tiles
     of its thread count and element size are known, else its own."""
     found = (tiles or {}).get(str(m.threads), {}).get(str(m.elem_bytes))
-    if found and m.gemm is not None and xnn_cost.op_family(m.op_class) in xnn_cost.PACKED_FAMILIES:
-        return xnn_cost.packed_work(m.gemm, found)
-    return m.work
+    return xnn_cost.work_packed(m.op_class, m.work, m.gemm, found)
 
 
 def op_curves(measurements: list[xnn_cost.OpMeasurement], tiles: Packing | None = None) -> tuple[OpCurves, UnitCosts]:
@@ -85,8 +83,8 @@ def op_curves(measurements: list[xnn_cost.OpMeasurement], tiles: Packing | None 
 
 
 def _curves(measurements: list[xnn_cost.OpMeasurement], unit_us: UnitCosts, tiles: Packing | None) -> OpCurves:
-    """Per (threads, element bytes, class): microseconds by work (a GEMM's packed in `tiles`; what each probe's units cost taken off), each
-    point's rate (microseconds per unit of work) the median of its own and its neighbours' (a probe of an odd
+    """Per (threads, element bytes, class): microseconds by work (a GEMM's packed in `tiles`; what each probe's
+    units cost taken off), each point's rate (microseconds per unit of work) the median of its own and its neighbours' (a probe of an odd
     shape, a 3-channel convolution or a 4 MiB weight matrix, would otherwise bend the curve for every op between
     its neighbours: resnet8's convolutions priced 40% over), made non-decreasing; "cpu:other" is the CPU's
     element-wise add (a kernel the profile has no curve for is priced as one)."""
