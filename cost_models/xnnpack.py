@@ -26,7 +26,9 @@ curve says at its work (`OP_CLASSES`: multiply-accumulates for convolutions and 
 otherwise; the CPU's portable kernels each their own class, by the dim order they run in where it matters),
 plus what running it costs beyond its kernel (`Overheads`: per call, per delegate, per XNNPACK operator, per
 CPU kernel), fitted on probe programs of many tiny ops. Layout conversions are priced by their curves alone here
-(the per-operator overhead already counts their run).
+(the per-operator overhead already counts their run). An op's probe read its weights from cache; in a program they
+were last read a run ago, so each op with weights also pays its weights' share of what the profile's `streaming`
+curve says a run spends, beyond the cache, reading the program's weights in all (nothing while they fit it).
 """
 
 from __future__ import annotations
@@ -222,6 +224,9 @@ class OpMeasurement(_Strict):
     gemm: GemmShape | None = None  # the GEMM it runs as (a convolution or matrix product); `work` is unpacked
     # Whether the probe was made to read the GEMM packing tiles (channels off any tile), not its class's curve.
     tile_probe: bool = False
+    # Where the probe is a chain of products that reads its weights from wherever a program's weights of this
+    # many KiB sit (`streaming`), not a point of its class's curve: the chain's weights in all. 0 otherwise.
+    footprint_kib: float = Field(default=0.0, ge=0)
 
 
 class XnnpackProfile(_Strict):
@@ -250,6 +255,10 @@ class XnnpackProfile(_Strict):
     # (`cost_models.xnnpack_fit.packing`); the conv and gemm curves are by packed work. Empty in a profile measured
     # before the tile probes, which prices every GEMM unpacked.
     packing: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
+    # threads -> what a run spends reading a program's weights of the curve's KiB in all from where they sit
+    # between two runs, beyond reading them from cache as the op probes did (`cost_models.xnnpack_fit.streaming`).
+    # Empty in a profile measured before the weight-streaming probes, which prices every op's weights as cached.
+    streaming: dict[str, Curve] = Field(default_factory=dict)
 
     @property
     def predicts_run_time(self) -> bool:
@@ -284,6 +293,13 @@ class XnnpackProfile(_Strict):
                         tiles = self.packing.get(threads_key, {}).get(elem_key)
                         return by_class[name].at(work_packed(name, work, gemm, tiles)) + per_unit * units
         raise ValueError(f"profile {self.device!r} has no {fallback!r} curve to price {op_class!r}")
+
+    def streaming_us_per_kib(self, threads: int, footprint_kib: float) -> float:
+        """What reading one KiB of an op's weights costs beyond the cache, in a program whose weights are
+        `footprint_kib` in all (0 without a streaming curve)."""
+        if not self.streaming or footprint_kib <= 0:
+            return 0.0
+        return self.streaming[_nearest(self.streaming, threads)].at(footprint_kib) / footprint_kib
 
     def overhead(self, threads: int) -> Overheads:
         """The overheads at the nearest measured thread count."""
@@ -363,6 +379,7 @@ class PredictedOp(NamedTuple):
     key: str = ""  # a CPU kernel call's digest, where its time was measured (`run_us`'s `measured`)
     units: float = 0.0  # its class's OP_UNITS count (a softmax's rows, a batched product's matrices)
     gemm: GemmShape | None = None  # the GEMM a convolution or product runs as
+    weight_kib: float = 0.0  # the constant weights it reads (a convolution's or fully-connected product's)
 
 
 CONVERSION_PREFIX = "conversion:"
@@ -382,6 +399,9 @@ def run_us(
     outputs, the share of its kernels' time that runs beyond them) and "total"."""
     overheads = profile.overhead(threads)
     measured = measured or {}
+    # Each op's weights were last read a whole run ago, every other op's since: where a program's weights outgrow the
+    # cache, each op reads its own from memory, where the probes that priced it read them from cache.
+    streaming = profile.streaming_us_per_kib(threads, sum(op.weight_kib for op in ops))
     out: dict[str, float] = {}
     for op in ops:
         if op.key in measured:
@@ -391,6 +411,7 @@ def run_us(
             us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
         else:
             part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units, op.gemm)
+            us += streaming * op.weight_kib
         out[part] = out.get(part, 0.0) + us
     cpu_ops = sum(not op.in_delegate for op in ops)
     kernels = sum(out.values())
@@ -507,6 +528,7 @@ def remeasured(base: XnnpackProfile, new: XnnpackProfile) -> XnnpackProfile:
         "reference_us": merged(base.reference_us, new.reference_us),
         "unit_us": merged(base.unit_us, new.unit_us),
         "packing": merged(base.packing, new.packing),
+        "streaming": merged(base.streaming, new.streaming),
     })  # fmt: skip
 
 

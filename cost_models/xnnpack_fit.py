@@ -1,5 +1,6 @@
 """Fitting a CPU's XNNPACK op costs from its probes' measurements (`calibrate xnnpack`'s run-time half): each op
-class's curve of time by work, the per-unit costs beyond it, and the tiles XNNPACK packs a GEMM's weights in.
+class's curve of time by work, the per-unit costs beyond it, the tiles XNNPACK packs a GEMM's weights in, and what
+reading a program's weights from memory costs beyond the cache.
 Pure: measurements in (`cost_models.xnnpack.OpMeasurement`), the profile's tables out."""
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ def packing(measurements: list[xnn_cost.OpMeasurement]) -> Packing:
     185 us, one 16-wide tile each)."""
     by_elem: dict[int, list[xnn_cost.OpMeasurement]] = defaultdict(list)
     for m in measurements:
-        if m.gemm is not None and xnn_cost.op_family(m.op_class) in xnn_cost.PACKED_FAMILIES and m.us >= MIN_FIT_US:
+        packed = m.gemm is not None and xnn_cost.op_family(m.op_class) in xnn_cost.PACKED_FAMILIES
+        if packed and m.us >= MIN_FIT_US and not m.footprint_kib:
             by_elem[m.elem_bytes].append(m)
     out: Packing = defaultdict(dict)
     for elem, mine in sorted(by_elem.items()):
@@ -73,7 +75,7 @@ def op_curves(measurements: list[xnn_cost.OpMeasurement], tiles: Packing | None 
     tiles are not on any curve (at 2 threads this EPYC's fp32 convolution of 1 input channel ran at about half its
     neighbours' rate, packed or not, where 1 thread read it on the curve). The two are fitted in turn twice:
     the curve's probes pay a little per unit too (a softmax of 1,024-element rows), taken off before their curve."""
-    on_curve = [m for m in measurements if not m.unit_probe and not m.tile_probe]
+    on_curve = [m for m in measurements if not m.unit_probe and not m.tile_probe and not m.footprint_kib]
     unit_probes = [m for m in measurements if m.unit_probe]
     unit_us: UnitCosts = {}
     for _ in range(2):
@@ -123,10 +125,40 @@ def _unit_costs(measurements: list[xnn_cost.OpMeasurement], curves: OpCurves) ->
     return {t: dict(v) for t, v in out.items()}
 
 
+def weight_kib(gemm: xnn_cost.GemmShape, elem_bytes: int) -> float:
+    """The KiB of weights a product of one group reads (its taps x input x output channels)."""
+    return gemm.taps * gemm.k * gemm.n * elem_bytes / 1024
+
+
+def streaming(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, xnn_cost.Curve]:
+    """Per thread count: what a run spends reading a program's weights of F KiB in all beyond reading them from
+    cache, by F, from the weight-streaming probes (chains of one-row products, each layer its own weights, so their
+    time is the weights' reading): (the probe's microseconds per KiB of weights at F, less the smallest chain's,
+    whose weights stay in cache from one run to the next) x F, made non-decreasing. This EPYC at 1 thread: 0.011
+    us per KiB at 2-4 MiB, 0.029 at 24 MiB, 0.040 at 96 MiB (its L3 is 32 MiB)."""
+    groups: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        if m.footprint_kib > 0 and m.gemm is not None:
+            groups[m.threads][m.footprint_kib].append(m.us / weight_kib(m.gemm, m.elem_bytes))
+    out = {}
+    for threads, by_footprint in sorted(groups.items()):
+        footprints = sorted(by_footprint)
+        rates = np.array([float(np.median(by_footprint[f])) for f in footprints])
+        beyond = np.maximum.accumulate(np.maximum(0.0, rates - rates[0]) * np.array(footprints))
+        out[str(threads)] = xnn_cost.Curve(kib=footprints, us=[round(float(u), 3) for u in beyond])
+    return out
+
+
 def refitted(profile: xnn_cost.XnnpackProfile) -> xnn_cost.XnnpackProfile:
-    """`profile` with its packing tiles, op curves and per-unit costs fitted again from its own op measurements
-    (what a change of these rules needs; the overheads are fitted on the probes' runs, which a profile does not
-    keep)."""
+    """`profile` with its packing tiles, op curves, per-unit costs and weight streaming fitted again from its own
+    op measurements (what a change of these rules needs; the overheads are fitted on the probes' runs, which a
+    profile does not keep)."""
     tiles = packing(profile.op_measurements)
     curves, unit_us = op_curves(profile.op_measurements, tiles)
-    return profile.model_copy(update={"packing": tiles, "op_curves": curves, "unit_us": unit_us})
+    update = {
+        "packing": tiles,
+        "op_curves": curves,
+        "unit_us": unit_us,
+        "streaming": streaming(profile.op_measurements),
+    }
+    return profile.model_copy(update=update)

@@ -45,6 +45,7 @@ class OpWork(NamedTuple):
     work: float
     units: float = 0.0
     gemm: xnn_cost.GemmShape | None = None
+    weight_kib: float = 0.0  # a convolution's or fully-connected product's constant weights
 
 
 # Priced apart (conversion curves) or not run at all (implicit q / dq, getitem, a weight's dequantize).
@@ -76,7 +77,10 @@ def classify(node) -> OpWork | None:
         if MATMULS[name] == "bmm":  # and its matrices: every dim but the last two
             return OpWork("bmm", macs, int(torch.Size(out.shape[:-2]).numel()))
         n = int(out.shape[-1]) if out.dim() else 1
-        return OpWork(MATMULS[name], macs, gemm=xnn_cost.GemmShape(max(1, out.numel() // max(1, n)), 1, k, n))
+        gemm = xnn_cost.GemmShape(max(1, out.numel() // max(1, n)), 1, k, n)
+        # linear's and addmm's second operand is a weight matrix (XNNPACK's fully-connected op); mm's may be a value.
+        weights = _weight_kib(node.args[2 if name == "addmm.default" else 1]) if name != "mm.default" else 0.0
+        return OpWork(MATMULS[name], macs, gemm=gemm, weight_kib=weights)
     if name in ("_softmax.default", "softmax.int"):  # and its rows: every dim but the reduced one
         out = tensor_of(node)
         return OpWork("softmax", out.numel(), out.numel() // max(1, int(out.shape[node.args[1]])) if out.dim() else 1)
@@ -102,7 +106,7 @@ def _convolution(node) -> OpWork:
     taps = int(torch.Size(weight.shape[2:]).numel())
     if groups > 1 and groups == tensor_of(node.args[0]).shape[1]:
         # XNNPACK picks its depthwise microkernel by the kernel's taps (3x3 and 7x7 run at 10x apart per MAC).
-        return OpWork(f"dwconv:{taps}", macs)
+        return OpWork(f"dwconv:{taps}", macs, weight_kib=_weight_kib(node.args[1]))
     pointwise = list(weight.shape[2:]) == [1, 1] and set(stride) | set(dilation) == {1} and not any(padding)
     gemm = None
     if not transposed:  # a deconvolution packs its weights another way
@@ -110,7 +114,14 @@ def _convolution(node) -> OpWork:
         rows = int(out.numel()) // max(1, int(weight.shape[0])) * groups
         gemm = xnn_cost.GemmShape(rows, taps, int(weight.shape[1]), n)
     # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
-    return OpWork("gemm" if pointwise and not transposed else "conv", macs, gemm=gemm)
+    op_class = "gemm" if pointwise and not transposed else "conv"
+    return OpWork(op_class, macs, gemm=gemm, weight_kib=_weight_kib(node.args[1]))
+
+
+def _weight_kib(weight) -> float:
+    """The KiB a weight operand holds as the delegate stores it (an int8 program's dequantized weights: 1 byte)."""
+    val = tensor_of(weight)
+    return float(val.numel()) * elem_bytes(weight) / 1024 if val is not None else 0.0
 
 
 def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
@@ -121,7 +132,8 @@ def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
             classified = classify(node)
             if classified is not None:
                 out.append(xnn_cost.PredictedOp(classified.op_class, float(classified.work), elem_bytes(node), True,
-                                                units=float(classified.units), gemm=classified.gemm))  # fmt: skip
+                                                units=float(classified.units), gemm=classified.gemm,
+                                                weight_kib=classified.weight_kib))  # fmt: skip
     return out
 
 

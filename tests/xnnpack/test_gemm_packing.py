@@ -40,7 +40,7 @@ def test_the_tiles_are_read_at_the_fewest_threads_and_stated_for_every_thread_co
 
 
 def test_the_shipped_profile_is_what_its_own_measurements_fit():
-    """The shipped profile's tiles, curves and per-unit costs are refitted from its measurements unchanged: no
+    """The shipped profile's tiles, curves, per-unit costs and weight streaming are refitted from its measurements unchanged: no
     table in it was edited by hand or left from an older rule."""
     from cost_models.xnnpack_fit import refitted
 
@@ -48,6 +48,7 @@ def test_the_shipped_profile_is_what_its_own_measurements_fit():
     again = refitted(shipped)
     assert shipped.packing and again.packing == shipped.packing
     assert again.op_curves == shipped.op_curves and again.unit_us == shipped.unit_us
+    assert again.streaming == shipped.streaming
 
 
 def test_unpadded_probes_fit_no_tiles_and_a_tie_goes_to_the_smaller():

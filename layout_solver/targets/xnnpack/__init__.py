@@ -105,11 +105,13 @@ class XnnpackTarget(Target):
         )
         parser.add_argument("--keep-from", help="a profile of this CPU (built-in name or file) whose other thread "
                             "counts are kept: only --threads are measured again")  # fmt: skip
+        parser.add_argument("--only", choices=("streaming",), help="measure only the weight-streaming probes and add "
+                            "them to --keep-from's profile, at its speed (one measured before them)")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
         return {"threads": tuple(args.threads or (1, 2)), "rounds": args.rounds, "passes": args.passes,
-                "keep_from": args.keep_from}  # fmt: skip
+                "keep_from": args.keep_from, "only": args.only}  # fmt: skip
 
     def calibrate(
         self,
@@ -120,10 +122,12 @@ class XnnpackTarget(Target):
         log=print,
         passes: int = 3,
         keep_from=None,
+        only=None,
         **_,
     ) -> str:
         """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`; with
-        `keep_from`, that profile with the measured thread counts replaced (`cost_models.xnnpack.remeasured`)."""
+        `keep_from`, that profile with the measured thread counts replaced (`cost_models.xnnpack.remeasured`);
+        with `only="streaming"`, that profile with the weight-streaming probes added (`calibrate.add_streaming`)."""
         from cost_models import xnnpack as xnn_cost
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
@@ -135,9 +139,16 @@ class XnnpackTarget(Target):
         base = xnn_cost.load_profile(keep_from) if keep_from else None  # a bad name fails before the hour's work
         if base is not None and not xnn_cost.measured_on(base, xnn_cost.cpu_model()):
             raise ValueError(f"--keep-from {keep_from}: measured on {base.device}, not on this CPU")
-        profile = calibrate(list(threads), rounds=rounds, command=command, log=log, passes=passes)
-        if base is not None:
-            profile = xnn_cost.remeasured(base, profile)
+        if only == "streaming":
+            if base is None:
+                raise ValueError("--only streaming adds to a profile: name it with --keep-from")
+            from layout_solver.targets.xnnpack.calibrate import add_streaming
+
+            profile = add_streaming(base, list(threads), rounds, passes, command, log)
+        else:
+            profile = calibrate(list(threads), rounds=rounds, command=command, log=log, passes=passes)
+            if base is not None:
+                profile = xnn_cost.remeasured(base, profile)
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")
         tmp.replace(out)

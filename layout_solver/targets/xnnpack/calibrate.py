@@ -85,21 +85,13 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
                 done += 1
                 log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
                     + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
-    op_measurements, op_curves, unit_us, overheads, reference, packing = (
-        calibrate_ops(threads, rounds, log, passes) if ops else ([], {}, {}, {}, {}, {})
-    )
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({xnn_cost.cpu_model()})".replace("  ", " "),
         measured=True,
         command=command,
         curves=curves(measurements),
         measurements=measurements,
-        op_curves=op_curves,
-        unit_us=unit_us,
-        overheads=overheads,
-        reference_us=reference,
-        op_measurements=op_measurements,
-        packing=packing,
+        **(calibrate_ops(threads, rounds, log, passes) if ops else {}),
     )
 
 
@@ -115,3 +107,26 @@ def curves(measurements: list[xnn_cost.Measurement]) -> dict[str, dict[str, dict
         us = np.maximum.accumulate([float(np.median(by_kib[k])) for k in kib])
         out[str(threads)][str(elem)][kind] = xnn_cost.Curve(kib=kib, us=[round(float(u), 3) for u in us])
     return {t: dict(v) for t, v in out.items()}
+
+
+def add_streaming(
+    base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, passes: int, command: str = "", log=print
+) -> xnn_cost.XnnpackProfile:
+    """`base` (a profile of this CPU) with the weight-streaming probes (`calibrate_ops.stream_probes`) measured
+    at `threads`, every run stated at `base`'s reference speed, and its tables fitted again
+    (`xnnpack_fit.refitted`): what a profile measured before those probes needs to price a program whose weights
+    outgrow the cache."""
+    from cost_models.xnnpack_fit import refitted
+    from layout_solver.targets.xnnpack.calibrate_ops import merged, op_measurements, run_passes, stream_probes
+    from layout_solver.targets.xnnpack.clock import at_reference_speed
+
+    missing = [n for n in threads if str(n) not in base.reference_us]
+    if missing:
+        raise ValueError(f"profile {base.device!r} has no reference speed at {missing} threads")
+    runs = run_passes(stream_probes(), threads, rounds, passes, log)
+    at_reference_speed(runs, base.reference_us)
+    kept = [m for m in base.op_measurements if not m.footprint_kib or m.threads not in threads]
+    return refitted(base.model_copy(update={
+        "op_measurements": kept + op_measurements(merged(runs)),
+        "command": f"{base.command}; then weight streaming at threads {','.join(map(str, threads))} by: {command}",
+    }))  # fmt: skip

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cost_models import xnnpack as xnn_cost
-from cost_models.xnnpack_fit import op_curves, packing
+from cost_models.xnnpack_fit import op_curves, packing, streaming
 
 # ETDump events that are bookkeeping, not kernels.
 QUANT = (("", False), ("int8 ", True))  # a probe's name prefix by whether it is quantized
@@ -45,6 +45,9 @@ class Probe:
     # A chain of layers of a program's sizes (an overhead probe whose kernels dominate): it fits what a run spends
     # beyond its kernels in proportion to them, not the per-operator costs the chains of tiny ops fit.
     kernel_bound: bool = False
+    # A chain of one-row products, each layer its own weights: what reading a program's weights of its size costs
+    # beyond the cache (`cost_models.xnnpack_fit.streaming`), not a point of its class's curve.
+    stream_probe: bool = False
 
 
 def _module(forward, *params):
@@ -293,7 +296,7 @@ def probes() -> list[Probe]:
         out += _overhead_chains(count)
     for count in (4, 16):  # delegates of one parallel convolution each, cut by a CPU kernel: each wakes the pool
         out.append(Probe(f"delegate chain {count}", None, _layer_chain(_conv_then_erf, count, (1, 8, 16, 16))))
-    return out + _program_chains()
+    return out + stream_probes() + _program_chains()
 
 
 def _tile_probes() -> list[Probe]:
@@ -306,6 +309,16 @@ def _tile_probes() -> list[Probe]:
     out += [Probe(f"{prefix}gemm{g}", "gemm", _linear(*g), int8=int8, tile_probe=True)
             for g in ((256, 4, 256), (256, 256, 4), (256, 256, 12)) for prefix, int8 in QUANT]  # fmt: skip
     return out
+
+
+def stream_probes() -> list[Probe]:
+    """Chains of fp32 products of one row by a 512 x 512 matrix (1 MiB of weights a layer, read once for little
+    arithmetic), 2-96 MiB of weights in all (each chain twice, as every delegated probe runs): from weights that
+    stay in cache between two runs to ones three times this EPYC's 32 MiB L3."""
+    import torch
+
+    return [Probe(f"stream chain {count}x512", "gemm", _layer_chain(lambda: torch.nn.Linear(512, 512), count, (1, 512)),
+                  stream_probe=True) for count in (1, 2, 6, 12, 24, 48)]  # fmt: skip
 
 
 def _program_chains() -> list[Probe]:
@@ -473,7 +486,9 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
         out.append(xnn_cost.OpMeasurement(op_class=op_class, work=mine[0].work, elem_bytes=mine[0].elem_bytes,
                                           threads=run.threads, us=round(us, 3), probe=run.probe.name,
                                           units=mine[0].units, unit_probe=run.probe.unit_probe,
-                                          tile_probe=run.probe.tile_probe, gemm=mine[0].gemm))  # fmt: skip
+                                          tile_probe=run.probe.tile_probe, gemm=mine[0].gemm,
+                                          footprint_kib=sum(op.weight_kib for op in run.ops)
+                                          if run.probe.stream_probe else 0.0))  # fmt: skip
     return out
 
 
@@ -505,7 +520,8 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
         coef, _ = nnls(
             np.array([counts(r) for r in mine]) * weights[:, None], np.array([beyond(r) for r in mine]) * weights
         )
-        singles = [r for r in runs if r.threads == n and r.probe.op_class is not None and r.io_kib > 0]
+        singles = [r for r in runs if r.threads == n and r.probe.op_class is not None and r.io_kib > 0
+                   and not r.probe.stream_probe]  # fmt: skip
         left = np.array([beyond(r) - float(np.dot(counts(r), coef)) for r in singles])
         weights = 1.0 / np.maximum([r.run_us for r in singles], 1.0)
         per_io_and_kernel = np.array([[r.io_kib, sum(r.kernel_us.values())] for r in singles])
@@ -526,21 +542,12 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
     return out
 
 
-def calibrate_ops(
-    threads: list[int], rounds: int, log=print, passes: int = 1
-) -> tuple[list, dict, dict, dict, dict, dict]:
+def run_passes(chosen: list[Probe], threads: list[int], rounds: int, passes: int, log=print) -> list[ProbeRun]:
     """Run every probe at every thread count, `passes` times (each pass after the first in its own shuffled order,
-    so a slow spell of the machine falls on different probes; the median of the passes kept, `merged`): (op
-    measurements, op curves, per-unit costs, overheads, the reference program's microseconds), all at the
-    reference's median speed, the GEMM packing tiles they were fitted with)."""
+    so a slow spell of the machine falls on different probes), each lowered once; every run as measured."""
     import random
 
-    from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_wake_us
-
     runs: list[ProbeRun] = []
-    wake = {n: pool_wake_us(n, rounds) for n in threads}
-    log(f"thread pool wake-up: {', '.join(f'{w:.1f} us ({n}t)' for n, w in wake.items())}")
-    chosen = probes()
     lowered: dict[str, LoweredProbe] = {}
     for k in range(passes):
         order = chosen if k == 0 else random.Random(k).sample(chosen, len(chosen))
@@ -548,15 +555,30 @@ def calibrate_ops(
             if probe.name not in lowered:
                 lowered[probe.name] = lower_probe(probe)
             measured = run_probe(probe, threads, rounds, lowered[probe.name])
-            for run in measured:
-                run.wake_us = wake[run.threads]
             runs += measured
             log(f"[{f'pass {k + 1}/{passes}, ' if passes > 1 else ''}{i}/{len(chosen)}] {probe.name}: "
                 + ", ".join(f"{r.run_us:.1f} us run, {sum(r.kernel_us.values()):.1f} us kernels ({r.threads}t)"
                             for r in measured))  # fmt: skip
+    return runs
+
+
+def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -> dict:
+    """Run every probe at every thread count, `passes` times (`run_passes`; the median of the passes kept,
+    `merged`): the profile's run-time fields (`XnnpackProfile`: op measurements, op curves, per-unit costs,
+    overheads, the reference program's microseconds, the GEMM packing tiles, weight streaming), all at the
+    reference's median speed."""
+    from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_wake_us
+
+    wake = {n: pool_wake_us(n, rounds) for n in threads}
+    log(f"thread pool wake-up: {', '.join(f'{w:.1f} us ({n}t)' for n, w in wake.items())}")
+    runs = run_passes(probes(), threads, rounds, passes, log)
+    for run in runs:
+        run.wake_us = wake[run.threads]
     reference = at_reference_speed(runs)
     runs = merged(runs)
     measurements = op_measurements(runs)
     tiles = packing(measurements)
     curves, unit_us = op_curves(measurements, tiles)
-    return measurements, curves, unit_us, overheads(runs, threads), reference, tiles
+    return {"op_measurements": measurements, "op_curves": curves, "unit_us": unit_us,
+            "overheads": overheads(runs, threads), "reference_us": reference, "packing": tiles,
+            "streaming": streaming(measurements)}  # fmt: skip

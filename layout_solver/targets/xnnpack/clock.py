@@ -123,14 +123,15 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
     return statistics.median(ratios), statistics.median(reference_ms)
 
 
-def at_reference_speed(runs: list) -> dict[str, float]:
-    """State every run's times at one machine speed, per thread count: the reference program's median over all
-    the runs (returned), each run scaled by that over the reference's time in its own rounds. `runs`:
-    calibrate_ops.ProbeRun, scaled in place."""
+def at_reference_speed(runs: list, speed: dict[str, float] | None = None) -> dict[str, float]:
+    """State every run's times at one machine speed, per thread count: the reference program's microseconds in
+    `speed` (a profile's `reference_us`), else its median over all the runs (returned), each run scaled by that
+    over the reference's time in its own rounds. `runs`: calibrate_ops.ProbeRun, scaled in place."""
     reference = {}
     for n in sorted({r.threads for r in runs}):
         mine = [r for r in runs if r.threads == n]
-        reference[str(n)] = round(float(statistics.median([r.reference_us for r in mine])), 3)
+        given = (speed or {}).get(str(n))
+        reference[str(n)] = given if given else round(float(statistics.median([r.reference_us for r in mine])), 3)
         for r in mine:
             scale = reference[str(n)] / r.reference_us
             r.run_us *= scale
