@@ -394,7 +394,8 @@ def run_us(
     measured: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """A program's predicted microseconds per run, by part: each op class's kernels ("conversion" for every
-    layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time), "overhead"
+    layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time; an op with
+    weights also its share of the program's weight streaming, `XnnpackProfile.streaming_us_per_kib`), "overhead"
     (the call, each of its `delegates`, each XNNPACK operator and each CPU kernel, its `io_kib` of inputs and
     outputs, the share of its kernels' time that runs beyond them) and "total"."""
     overheads = profile.overhead(threads)

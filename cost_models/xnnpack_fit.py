@@ -134,8 +134,8 @@ def streaming(measurements: list[xnn_cost.OpMeasurement]) -> dict[str, xnn_cost.
     """Per thread count: what a run spends reading a program's weights of F KiB in all beyond reading them from
     cache, by F, from the weight-streaming probes (chains of one-row products, each layer its own weights, so their
     time is the weights' reading): (the probe's microseconds per KiB of weights at F, less the smallest chain's,
-    whose weights stay in cache from one run to the next) x F, made non-decreasing. This EPYC at 1 thread: 0.011
-    us per KiB at 2-4 MiB, 0.029 at 24 MiB, 0.040 at 96 MiB (its L3 is 32 MiB)."""
+    whose weights stay in cache from one run to the next) x F, made non-decreasing. This EPYC at 1 thread: 0.012
+    us per KiB at 2-4 MiB, 0.030 at 24 MiB, 0.039 at 96 MiB (its L3 is 32 MiB)."""
     groups: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for m in measurements:
         if m.footprint_kib > 0 and m.gemm is not None:
