@@ -36,6 +36,9 @@ POOLS = ("max_pool2d.default", "max_pool2d_with_indices.default", "avg_pool2d.de
          "max.dim")  # fmt: skip
 COPIES = ("cat.default", "slice_copy.Tensor", "constant_pad_nd.default", "clone.default")
 MATMULS = {"linear.default": "gemm", "addmm.default": "gemm", "mm.default": "gemm", "bmm.default": "bmm"}
+# The operand holding a fully-connected product's weight matrix (addmm(bias, input, weight)); mm's second operand
+# may be a value, so it counts no weights.
+WEIGHT_OPERAND = {"linear.default": 1, "addmm.default": 2}
 
 
 class OpWork(NamedTuple):
@@ -78,8 +81,7 @@ def classify(node) -> OpWork | None:
             return OpWork("bmm", macs, int(torch.Size(out.shape[:-2]).numel()))
         n = int(out.shape[-1]) if out.dim() else 1
         gemm = xnn_cost.GemmShape(max(1, out.numel() // max(1, n)), 1, k, n)
-        # linear's and addmm's second operand is a weight matrix (XNNPACK's fully-connected op); mm's may be a value.
-        weights = _weight_kib(node.args[2 if name == "addmm.default" else 1]) if name != "mm.default" else 0.0
+        weights = _weight_kib(node.args[WEIGHT_OPERAND[name]]) if name in WEIGHT_OPERAND else 0.0
         return OpWork(MATMULS[name], macs, gemm=gemm, weight_kib=weights)
     if name in ("_softmax.default", "softmax.int"):  # and its rows: every dim but the reduced one
         out = tensor_of(node)
@@ -100,13 +102,13 @@ def classify(node) -> OpWork | None:
 def _convolution(node) -> OpWork:
     """A convolution's class and work: depthwise by its taps, pointwise as the GEMM XNNPACK runs it as, any other
     as its indirect GEMM (one per group) over the output pixels."""
-    weight, out = tensor_of(node.args[1]), tensor_of(node)
+    weight, out, weights = tensor_of(node.args[1]), tensor_of(node), _weight_kib(node.args[1])
     macs = _numel(node) * int(torch.Size(weight.shape[1:]).numel())
     stride, padding, dilation, transposed, _, groups = node.args[3:9]
     taps = int(torch.Size(weight.shape[2:]).numel())
     if groups > 1 and groups == tensor_of(node.args[0]).shape[1]:
         # XNNPACK picks its depthwise microkernel by the kernel's taps (3x3 and 7x7 run at 10x apart per MAC).
-        return OpWork(f"dwconv:{taps}", macs, weight_kib=_weight_kib(node.args[1]))
+        return OpWork(f"dwconv:{taps}", macs, weight_kib=weights)
     pointwise = list(weight.shape[2:]) == [1, 1] and set(stride) | set(dilation) == {1} and not any(padding)
     gemm = None
     if not transposed:  # a deconvolution packs its weights another way
@@ -115,7 +117,7 @@ def _convolution(node) -> OpWork:
         gemm = xnn_cost.GemmShape(rows, taps, int(weight.shape[1]), n)
     # XNNPACK runs a pointwise convolution as its GEMM over the NHWC pixels.
     op_class = "gemm" if pointwise and not transposed else "conv"
-    return OpWork(op_class, macs, gemm=gemm, weight_kib=_weight_kib(node.args[1]))
+    return OpWork(op_class, macs, gemm=gemm, weight_kib=weights)
 
 
 def _weight_kib(weight) -> float:

@@ -37,14 +37,16 @@ def test_the_fit_states_what_reading_the_weights_costs_beyond_the_cache_by_the_p
 
 
 def test_the_streaming_chains_are_on_no_curve_and_vote_for_no_tiles():
-    probes = [xnn_cost.GemmShape(256, 9, k, n) for k, n in ((3, 32), (8, 32), (32, 12), (64, 64))]
-    plain = [xnn_cost.OpMeasurement(op_class="conv", work=float(g.rows * g.taps * g.k * g.n), elem_bytes=4, threads=1,
-                                    us=xnn_cost.packed_work(g, (1, 16)) / 1000, gemm=g) for g in probes]  # fmt: skip
-    gemm = xnn_cost.OpMeasurement(op_class="gemm", work=64.0 * 256 * 256, elem_bytes=4, threads=1, us=50.0,
-                                  gemm=xnn_cost.GemmShape(64, 1, 256, 256))  # fmt: skip
-    chains = [_chain(f, 0.05) for f in (2048.0, 98304.0)]
-    assert op_curves(plain + [gemm] + chains, packing(plain)) == op_curves(plain + [gemm], packing(plain))
-    assert packing(plain + chains) == packing(plain)
+    # Products of outputs or inputs off any tile, timed as if packed in (1, 16): the tiles the fit must find.
+    shapes = [xnn_cost.GemmShape(256, 1, k, n) for k, n in ((256, 4), (256, 12), (4, 256), (64, 64))]
+    plain = [xnn_cost.OpMeasurement(op_class="gemm", work=float(g.rows * g.k * g.n), elem_bytes=4, threads=1,
+                                    us=xnn_cost.packed_work(g, (1, 16)) / 1000, gemm=g) for g in shapes]  # fmt: skip
+    # Chains of the same family, far slower per multiply-add: counted in, they move the family's median rate
+    # (the fit then reads (16, 16)) and bend the gemm curve.
+    chains = [_chain(f, 0.05) for f in (2048.0, 4096.0, 12288.0, 49152.0, 98304.0)]
+    assert packing(plain + chains) == packing(plain) == {"1": {"4": (1, 16)}}
+    tiles = packing(plain)
+    assert op_curves(plain + chains, tiles) == op_curves(plain, tiles)
 
 
 def test_each_op_with_weights_pays_its_share_of_the_programs_streaming():
