@@ -104,8 +104,9 @@ OP_CLASSES = {
     "elementwise": "elements",  # add, mul, clamp, relu, ... (of the result)
     "transcendental": "elements",  # gelu, sigmoid, tanh, exp, ... (of the result)
     "pool": "elements",  # max / average pooling, mean (of the input)
-    "copy": "elements",  # cat, slice, pad, clone (of the result)
+    "copy": "elements",  # cat, slice, clone (of the result)
     "copy@strided": "elements",  # a cat or slice whose contiguous runs are short (STRIDED_RUN_BYTES)
+    "copy@pad": "elements",  # a constant pad (of the result), and its rows (OP_UNITS)
     "resize": "elements",  # bilinear upsampling (of the result)
     "convert": "elements",  # an int8 program's quantize or dequantize XNNPACK runs (priced as "elementwise")
 }
@@ -113,8 +114,12 @@ OP_CLASSES = {
 # passes per row (max, exp and sum, scale), each a microkernel call; its batched product packs and runs each matrix
 # apart. Short rows and small matrices are dominated by that cost (16-element rows: 5x the curve's time), so such
 # an op costs `XnnpackProfile.unit_us` per unit beyond its curve, fitted on probes made of many short rows / small
-# matrices (`layout_solver.targets.xnnpack.calibrate_ops`).
-OP_UNITS = {"softmax": "rows", "bmm": "matrices"}
+# matrices (`layout_solver.targets.xnnpack.calibrate_ops`). XNNPACK's constant pad calls its kernel once per row
+# of its output, a row being the innermost stored dim merged with the unpadded dims next to it
+# (`reshape_constant_pad_nd`): NCHW padded in H and W, C x (H + 2) rows of W; NHWC, (H + 2) x (W + 2) rows of C
+# (3 channels of 64 x 64: 43 us against 2; about 10 ns a row either way).
+OP_UNITS = {"softmax": "rows", "bmm": "matrices", "copy@pad": "rows"}
+PAD_COPY = "copy@pad"
 # XNNPACK copies a concatenation's inputs (and a slice) run by run, a run being what is contiguous in memory on
 # both sides: one whole input for NCHW along channels, C elements per pixel for NHWC. Runs shorter than this pay per
 # run (int8 unet_like with a concatenation of 32- and 64-byte runs over 32 x 32 pixels: its Copy operators 43 us per

@@ -34,7 +34,7 @@ def chains() -> list[tuple[str, object, int, tuple[int, ...]]]:
 
 def main() -> None:
     from cost_models import xnnpack as xnn_cost
-    from layout_solver.targets.xnnpack import calibrate_ops
+    from layout_solver.targets.xnnpack import calibrate_ops, op_probes
     from layout_solver.targets.xnnpack.clock import at_reference_speed
 
     args = harness.parser(__doc__)
@@ -44,7 +44,7 @@ def main() -> None:
     opts = args.parse_args()
     profile = xnn_cost.load_profile(opts.profile)
     threads = [int(n) for n in profile.reference_us]
-    probes = [calibrate_ops.Probe(name, None, calibrate_ops._layer_chain(make, count, shape), kernel_bound=True)
+    probes = [op_probes.Probe(name, None, op_probes._layer_chain(make, count, shape), kernel_bound=True)
               for name, make, count, shape in chains()]  # fmt: skip
     lowered = {p.name: calibrate_ops.lower_probe(p) for p in probes}
     runs = []

@@ -14,10 +14,10 @@ Which ops want which order is read from executorch's own pass (`ChannelsLastTagg
 there, not here. What is written here is what stock leaves implicit in its visitors: an op that follows its
 inputs into channels_last is one whose visitor is layout-blind (element-wise ops) or remaps its axes under the
 tag (cat, slice_copy, constant_pad_nd: 4-D only; cat and slice_copy priced by the runs they copy in each
-order, `StridedCopy`); any other op (softmax over the last dim, bmm, ...) stays
-contiguous, where every visitor is right. Two kinds of op may read one order and write the other, serialized by
-the stage's own visitors (`visitors.py`): a permute runs its physical permutation (`physical_permutation`), and
-elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
+order, a pad by the rows its kernel runs on: `OrderPricedCopy`); any other op (softmax over the last dim, bmm,
+...) stays contiguous, where every visitor is right. Two kinds of op may read one order and write the other,
+serialized by the stage's own visitors (`visitors.py`): a permute runs its physical permutation
+(`physical_permutation`), and elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
 where they are (`keeps_bytes`): XNNPACK's reshape is a no-op on the data, so `x.flatten(2).transpose(1, 2)` of an
 NHWC feature map costs nothing.
 """
@@ -30,7 +30,7 @@ from typing import ClassVar
 
 import torch
 
-from cost_models.xnnpack import copy_class
+from cost_models.xnnpack import PAD_COPY, copy_class
 from graph_io.fx import tensor_of
 
 CONTIGUOUS = "contiguous"
@@ -157,9 +157,10 @@ def tensor_inputs(node) -> list:
 
 class Prices:
     """What a rule's modes are priced with: called, a conversion's microseconds (`Price`); `op_us(op_class, work,
-    elem_bytes)`, one op's, where the problem is built with a run-time profile (else None: no op is priced)."""
+    elem_bytes, units=0)`, one op's, where the problem is built with a run-time profile (else None: no op is
+    priced)."""
 
-    def __init__(self, conversion: Price, op_us: Callable[[str, float, int], float] | None = None):
+    def __init__(self, conversion: Price, op_us: Callable[..., float] | None = None):
         self.conversion, self.op_us = conversion, op_us
 
     def __call__(self, shape, elem: int, perm) -> float:
@@ -173,8 +174,8 @@ def prices(profile, threads: int) -> Prices:
     def conversion(shape, elem, perm):
         return round(xnn_cost.conversion_us(profile, shape, elem, perm, threads), 4)
 
-    def op_us(op_class, work, elem):
-        return profile.op_us(op_class, work, elem, threads)
+    def op_us(op_class, work, elem, units=0.0):
+        return profile.op_us(op_class, work, elem, threads, units)
 
     return Prices(conversion, op_us)
 
@@ -215,6 +216,39 @@ def strided_copy_us(node, label: str, op_us: Callable[[str, float, int], float])
         return 0.0
     work, elem = float(val.numel()), elem_bytes(node)
     return max(0.0, op_us(op_class, work, elem) - op_us("copy", work, elem))
+
+
+PAD_TARGET = "constant_pad_nd.default"
+
+
+def pad_rows(node, label: str) -> int | None:
+    """The rows XNNPACK's constant pad calls its kernel on with its tensors stored in `label`'s order (None for any
+    other op): its output's elements over one row, a row being the innermost stored dim, merged with the dims
+    outside it up to the first padded one where it is not padded itself (`reshape_constant_pad_nd`: a dim joins
+    the one inside it where neither is padded)."""
+    out = tensor_of(node)
+    if short_target(node.target) != PAD_TARGET or out is None or out.dim() == 0:
+        return None
+    pads = list(node.args[1])
+    padded = {out.dim() - 1 - i // 2 for i in range(len(pads)) if pads[i]}  # (before, after) from the last dim
+    order = dim_order(label, out.dim())
+    row = int(out.shape[order[-1]])
+    if order[-1] not in padded:
+        for d in reversed(order[:-1]):
+            if d in padded:
+                break
+            row *= int(out.shape[d])
+    return int(out.numel()) // max(1, row)
+
+
+def pad_rows_us(node, label: str, op_us: Callable[..., float]) -> float:
+    """What a constant pad's rows cost in `label`'s order (`pad_rows`: the profile's per-row cost of its class,
+    beyond its curve of elements, which is the same in either order)."""
+    rows, val = pad_rows(node, label), tensor_of(node)
+    if not rows or val is None:
+        return 0.0
+    work, elem = float(val.numel()), kernel_elem_bytes(node)
+    return max(0.0, op_us(PAD_COPY, work, elem, rows) - op_us(PAD_COPY, work, elem))
 
 
 class OpRule:
@@ -287,20 +321,22 @@ class Follow(OpRule):
         return out
 
 
-class StridedCopy(Follow):
-    """cat and slice_copy: `Follow` at rank 4, each mode priced (where the problem has a run-time profile) by what
-    the copy costs in that order beyond whole runs (`strided_copy_us`): NHWC along channels copies C elements per
-    pixel."""
+class OrderPricedCopy(Follow):
+    """A copy XNNPACK runs differently in either order: `Follow` at rank 4, each mode priced (where the problem has
+    a run-time profile) by `order_us(node, label, op_us)`, what the copy costs in that order: cat and slice_copy
+    beyond whole runs (`strided_copy_us`: NHWC along channels copies C elements per pixel), a constant pad by its
+    rows (`pad_rows_us`: NHWC calls the kernel once per pixel, NCHW once per line of a channel)."""
 
-    def __init__(self):
+    def __init__(self, order_us: Callable[..., float]):
         super().__init__(ranks=(4,))
+        self.order_us = order_us
 
     def modes(self, node, operands, price: Prices):
         """`Follow`'s modes, each with its order's price."""
         out = super().modes(node, operands, price)
         if price.op_us is not None:
             for each in out:
-                each["cost"] = round(strided_copy_us(node, each["results"][0], price.op_us), 4)
+                each["cost"] = round(self.order_us(node, each["results"][0], price.op_us), 4)
         return out
 
 
@@ -417,6 +453,18 @@ def elem_bytes(node) -> int:
     return val.element_size()
 
 
+def kernel_elem_bytes(node) -> int:
+    """Bytes per element the node's own XNNPACK kernel runs on: 4 where its result is quantized by Converts of
+    its own (its quantize users not folded into it: an int8 program's pads, which XNNPACK runs as `Constant Pad
+    (ND, X32)` between two Converts), else what the delegate stores (`elem_bytes`)."""
+    from executorch.backends.xnnpack.utils.quant_utils import is_tagged_as_implicit_q_dq
+
+    users = list(node.users)
+    if users and all(is_quantize(u) and not is_tagged_as_implicit_q_dq(u) for u in users):
+        return 4
+    return elem_bytes(node)
+
+
 def is_quantize(node) -> bool:
     """Whether the node is a quantize_per_tensor / per_channel call."""
     return short_target(node.target).startswith("quantize_per_") if node.op == "call_function" else False
@@ -466,7 +514,8 @@ def _stock_sets() -> tuple[frozenset[str], frozenset[str]]:
 for _name in ELEMENTWISE_TARGETS:
     register(_name, Follow())
 for _name in NHWC_REMAPPING_TARGETS:
-    register(_name, StridedCopy() if _name in STRIDED_COPY_TARGETS else Follow(ranks=(4,)))
+    order_us = strided_copy_us if _name in STRIDED_COPY_TARGETS else pad_rows_us if _name == PAD_TARGET else None
+    register(_name, OrderPricedCopy(order_us) if order_us else Follow(ranks=(4,)))
 for _name in RESHAPE_TARGETS:
     register(_name, Reshape())
 register("permute_copy.default", Permute())

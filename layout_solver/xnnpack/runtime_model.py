@@ -18,11 +18,14 @@ from executorch.backends.xnnpack.utils.quant_utils import is_tagged_as_implicit_
 from cost_models import xnnpack as xnn_cost
 from graph_io.fx import tensor_of
 from layout_solver.xnnpack.op_rules import (
+    PAD_TARGET,
     RESHAPE_TARGETS,
     copy_op_class,
     elem_bytes,
     is_dequantize,
     is_quantize,
+    kernel_elem_bytes,
+    pad_rows,
     short_target,
 )
 from layout_solver.xnnpack.pricing import LayoutCost
@@ -90,6 +93,8 @@ def classify(node) -> OpWork | None:
         return OpWork("transcendental", _numel(node))
     if name in POOLS:
         return OpWork("pool", _numel(node.args[0]))
+    if name == PAD_TARGET:  # and the rows its kernel runs on in the order it is stored in
+        return OpWork(xnn_cost.PAD_COPY, _numel(node), pad_rows(node, label_of(node)) or 0)
     if name in COPIES:
         return OpWork(copy_op_class(node, label_of(node)), _numel(node))  # a cat or slice in short runs: its own curve
     if name.startswith("upsample_bilinear2d"):
@@ -133,7 +138,7 @@ def delegate_ops(graph_module) -> list[xnn_cost.PredictedOp]:
         if node.op == "call_function":
             classified = classify(node)
             if classified is not None:
-                out.append(xnn_cost.PredictedOp(classified.op_class, float(classified.work), elem_bytes(node), True,
+                out.append(xnn_cost.PredictedOp(classified.op_class, float(classified.work), kernel_elem_bytes(node), True,
                                                 units=float(classified.units), gemm=classified.gemm,
                                                 weight_kib=classified.weight_kib))  # fmt: skip
     return out

@@ -114,7 +114,8 @@ def test_the_reader_states_each_convolution_and_product_as_the_gemm_xnnpack_runs
 def test_a_real_int8_probe_files_its_gemm_with_its_time():
     """A real probe run (one thread, a few rounds): the measurement of an int8 convolution of one input channel
     carries the GEMM the fit reads, from the lowered program's own graph."""
-    from layout_solver.targets.xnnpack.calibrate_ops import Probe, _conv, op_measurements, run_probe
+    from layout_solver.targets.xnnpack.calibrate_ops import op_measurements, run_probe
+    from layout_solver.targets.xnnpack.op_probes import Probe, _conv
 
     probe = Probe("int8 conv(1, 8, 3, 1, 16)", "conv", _conv(1, 8, 3, 1, 16), int8=True)
     (run,) = run_probe(probe, [1], rounds=3)

@@ -156,7 +156,8 @@ def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
     """A real probe run (one thread, a few rounds, each after a run of its twin): its op twice in one delegate
     call, each XNNPACK event timed, the run and the reference timed, and one measurement of its class filed from
     the second op's events. (Whether the twin's state matches a paired timing is the benchmark's to measure.)"""
-    from layout_solver.targets.xnnpack.calibrate_ops import Probe, _binary, op_measurements, run_probe
+    from layout_solver.targets.xnnpack.calibrate_ops import op_measurements, run_probe
+    from layout_solver.targets.xnnpack.op_probes import Probe, _binary
 
     probe = Probe("add(64, 256)", "elementwise", _binary(torch.add, (64, 256)))
     (run,) = run_probe(probe, [1], rounds=5)
@@ -297,7 +298,8 @@ def test_the_zoo_report_states_how_far_the_machines_multi_thread_speed_wanders()
 def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
     """Each (probe, thread count) measured in several passes keeps the median run time and, per kernel event, the
     median time: one slow spell of the machine in one pass does not bend the curve."""
-    from layout_solver.targets.xnnpack.calibrate_ops import Probe, ProbeRun, merged
+    from layout_solver.targets.xnnpack.calibrate_ops import ProbeRun, merged
+    from layout_solver.targets.xnnpack.op_probes import Probe
 
     probe = Probe("add(64, 256)", "elementwise", lambda: None)
     other = Probe("gemm(4, 32, 32)", "gemm", lambda: None)

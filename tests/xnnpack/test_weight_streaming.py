@@ -1,6 +1,6 @@
 """A program's weights are read once per run, a whole run after they were last read: where they outgrow the cache,
 each op reads its own from memory, where the op probes that priced it read them from cache. The calibration
-measures what that costs by chains of one-row products (`calibrate_ops.stream_probes`), the fit states it as a
+measures what that costs by chains of one-row products (`op_probes.stream_probes`), the fit states it as a
 curve by the program's weights in all (`xnnpack_fit.streaming`), and the run-time model charges each op with
 weights its share. How much closer that brings a program's prediction is the benchmark's to say
 (benchmarks/xnnpack/zoo.py), not a timed test's."""
@@ -103,7 +103,8 @@ def test_the_reader_states_each_ops_weights_as_the_delegate_stores_them():
 
 
 def test_an_int8_programs_weights_are_one_byte_each():
-    from layout_solver.targets.xnnpack.calibrate_ops import Probe, _linear, lower_probe
+    from layout_solver.targets.xnnpack.calibrate_ops import lower_probe
+    from layout_solver.targets.xnnpack.op_probes import Probe, _linear
 
     lowered = lower_probe(Probe("int8 gemm(16, 64, 128)", "gemm", _linear(16, 64, 128), int8=True))
     gemms = [op for op in lowered.ops if op.op_class == "gemm"]
@@ -113,7 +114,8 @@ def test_an_int8_programs_weights_are_one_byte_each():
 def test_a_real_streaming_chain_files_its_weights_in_all():
     """A real probe run (one thread, a few rounds): the smallest streaming chain, run twice as every delegated
     probe is, files one layer's time with the chain's weights in all (two layers of 1 MiB)."""
-    from layout_solver.targets.xnnpack.calibrate_ops import op_measurements, run_probe, stream_probes
+    from layout_solver.targets.xnnpack.calibrate_ops import op_measurements, run_probe
+    from layout_solver.targets.xnnpack.op_probes import stream_probes
 
     smallest = stream_probes()[0]
     (run,) = run_probe(smallest, [1], rounds=3)

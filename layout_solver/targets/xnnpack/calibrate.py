@@ -109,24 +109,27 @@ def curves(measurements: list[xnn_cost.Measurement]) -> dict[str, dict[str, dict
     return {t: dict(v) for t, v in out.items()}
 
 
-def add_streaming(
-    base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, passes: int, command: str = "", log=print
+def add_probes(
+    base: xnn_cost.XnnpackProfile, only: str, threads: list[int], rounds: int, passes: int, command: str = "", log=print
 ) -> xnn_cost.XnnpackProfile:
-    """`base` (a profile of this CPU) with the weight-streaming probes (`calibrate_ops.stream_probes`) measured
-    at `threads`, every run stated at `base`'s reference speed, and its tables fitted again
-    (`xnnpack_fit.refitted`): what a profile measured before those probes needs to price a program whose weights
-    outgrow the cache."""
+    """`base` (a profile of this CPU) with one set of op probes (`ONLY`: "streaming", `op_probes.stream_probes`;
+    "pads", `op_probes.pad_probes`) measured again at `threads`, every run stated at `base`'s reference speed, and
+    its tables fitted again (`xnnpack_fit.refitted`): what a profile measured before those probes needs (a program
+    whose weights outgrow the cache; a pad priced by its rows)."""
     from cost_models.xnnpack_fit import refitted
-    from layout_solver.targets.xnnpack.calibrate_ops import merged, op_measurements, run_passes, stream_probes
+    from layout_solver.targets.xnnpack.calibrate_ops import merged, op_measurements, run_passes
     from layout_solver.targets.xnnpack.clock import at_reference_speed
+    from layout_solver.targets.xnnpack.op_probes import pad_probes, stream_probes
 
+    chosen = {"streaming": stream_probes, "pads": pad_probes}[only]()
     missing = [n for n in threads if str(n) not in base.reference_us]
     if missing:
         raise ValueError(f"profile {base.device!r} has no reference speed at {missing} threads")
-    runs = run_passes(stream_probes(), threads, rounds, passes, log)
+    runs = run_passes(chosen, threads, rounds, passes, log)
     at_reference_speed(runs, base.reference_us)
-    kept = [m for m in base.op_measurements if not m.footprint_kib or m.threads not in threads]
+    names = {p.name for p in chosen}
+    kept = [m for m in base.op_measurements if m.probe not in names or m.threads not in threads]
     return refitted(base.model_copy(update={
         "op_measurements": kept + op_measurements(merged(runs)),
-        "command": f"{base.command}; then weight streaming at threads {','.join(map(str, threads))} by: {command}",
+        "command": f"{base.command}; then {only} at threads {','.join(map(str, threads))} by: {command}",
     }))  # fmt: skip
