@@ -14,8 +14,8 @@ Which ops want which order is read from executorch's own pass (`ChannelsLastTagg
 there, not here. What is written here is what stock leaves implicit in its visitors: an op that follows its
 inputs into channels_last is one whose visitor is layout-blind (element-wise ops) or remaps its axes under the
 tag (cat, slice_copy, constant_pad_nd: 4-D only; cat and slice_copy priced by the runs they copy in each
-order, a pad by the rows its kernel runs on: `OrderPricedCopy`); any other op (softmax over the last dim, bmm,
-...) stays contiguous, where every visitor is right. Two kinds of op may read one order and write the other,
+order, a pad by the rows its kernel runs on, or nothing where folded into a convolution: `OrderPricedCopy`); any
+other op (softmax over the last dim, bmm, ...) stays contiguous, where every visitor is right. Two kinds of op may read one order and write the other,
 serialized by the stage's own visitors (`visitors.py`): a permute runs its physical permutation
 (`physical_permutation`), and elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
 where they are (`keeps_bytes`): XNNPACK's reshape is a no-op on the data, so `x.flatten(2).transpose(1, 2)` of an
@@ -241,14 +241,26 @@ def pad_rows(node, label: str) -> int | None:
     return int(out.numel()) // max(1, row)
 
 
+def folded_pad(node, label: str) -> bool:
+    """Whether XNNPACK folds the constant pad into the convolution it feeds (its subgraph fusion): a pad of H and W
+    alone by zero, stored NHWC, whose one reader is a (depthwise) convolution. It then runs no operator (ETDump:
+    no `Constant Pad` event); an NCHW pad feeds its convolution through a transpose and runs."""
+    if short_target(node.target) != PAD_TARGET or label != CHANNELS_LAST or rank(node) != 4:
+        return False
+    pads = list(node.args[1])
+    value = node.args[2] if len(node.args) > 2 else 0.0
+    users = list(node.users)
+    return (value == 0 and not any(pads[4:]) and len(users) == 1 and users[0].args[0] is node
+            and short_target(users[0].target) == "convolution.default")  # fmt: skip
+
+
 def pad_rows_us(node, label: str, op_us: Callable[..., float]) -> float:
-    """What a constant pad's rows cost in `label`'s order (`pad_rows`: the profile's per-row cost of its class,
-    beyond its curve of elements, which is the same in either order)."""
+    """What a constant pad costs in `label`'s order: its class's curve of elements and its rows (`pad_rows`), or
+    nothing where XNNPACK folds it into the convolution it feeds (`folded_pad`)."""
     rows, val = pad_rows(node, label), tensor_of(node)
-    if not rows or val is None:
+    if not rows or val is None or folded_pad(node, label):
         return 0.0
-    work, elem = float(val.numel()), kernel_elem_bytes(node)
-    return max(0.0, op_us(PAD_COPY, work, elem, rows) - op_us(PAD_COPY, work, elem))
+    return op_us(PAD_COPY, float(val.numel()), kernel_elem_bytes(node), rows)
 
 
 class OpRule:
@@ -324,8 +336,9 @@ class Follow(OpRule):
 class OrderPricedCopy(Follow):
     """A copy XNNPACK runs differently in either order: `Follow` at rank 4, each mode priced (where the problem has
     a run-time profile) by `order_us(node, label, op_us)`, what the copy costs in that order: cat and slice_copy
-    beyond whole runs (`strided_copy_us`: NHWC along channels copies C elements per pixel), a constant pad by its
-    rows (`pad_rows_us`: NHWC calls the kernel once per pixel, NCHW once per line of a channel)."""
+    beyond whole runs (`strided_copy_us`: NHWC along channels copies C elements per pixel), a constant pad whole
+    (`pad_rows_us`: NHWC calls the kernel once per pixel, NCHW once per line of a channel; a zero pad NHWC into a
+    convolution runs none)."""
 
     def __init__(self, order_us: Callable[..., float]):
         super().__init__(ranks=(4,))

@@ -22,6 +22,7 @@ from layout_solver.xnnpack.op_rules import (
     RESHAPE_TARGETS,
     copy_op_class,
     elem_bytes,
+    folded_pad,
     is_dequantize,
     is_quantize,
     kernel_elem_bytes,
@@ -93,8 +94,9 @@ def classify(node) -> OpWork | None:
         return OpWork("transcendental", _numel(node))
     if name in POOLS:
         return OpWork("pool", _numel(node.args[0]))
-    if name == PAD_TARGET:  # and the rows its kernel runs on in the order it is stored in
-        return OpWork(xnn_cost.PAD_COPY, _numel(node), pad_rows(node, label_of(node)) or 0)
+    if name == PAD_TARGET:  # and the rows its kernel runs on in the order it is stored in, unless folded
+        label = label_of(node)
+        return None if folded_pad(node, label) else OpWork(xnn_cost.PAD_COPY, _numel(node), pad_rows(node, label) or 0)
     if name in COPIES:
         return OpWork(copy_op_class(node, label_of(node)), _numel(node))  # a cat or slice in short runs: its own curve
     if name.startswith("upsample_bilinear2d"):

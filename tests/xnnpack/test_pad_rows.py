@@ -11,7 +11,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from cost_models import xnnpack as xnn_cost
-from layout_solver.xnnpack.op_rules import CHANNELS_LAST, CONTIGUOUS, Prices, pad_rows, pad_rows_us, rule_for
+from layout_solver.xnnpack.op_rules import (
+    CHANNELS_LAST,
+    CONTIGUOUS,
+    LABELS,
+    Prices,
+    pad_rows,
+    pad_rows_us,
+    rule_for,
+)
 
 
 class Pad(nn.Module):
@@ -42,9 +50,10 @@ def test_a_pads_rows_in_either_order_are_those_xnnpack_calls_its_kernel_on(pads,
     assert pad_rows(node, CONTIGUOUS) == nchw_rows and pad_rows(node, CHANNELS_LAST) == nhwc_rows
 
 
-def test_a_pads_modes_are_priced_by_its_rows_and_not_where_the_profile_has_no_pad_class():
-    """Each order's mode costs what its rows cost (the curve of elements is the same in both); a profile measured
-    before the pad probes prices a pad as a copy in either order, so its decisions are as they were."""
+def test_a_pads_modes_are_priced_by_its_rows_and_alike_where_the_profile_has_no_pad_class():
+    """Each order's mode costs the pad's curve of elements (the same in both) and its rows in that order; a profile
+    measured before the pad probes prices a pad as a copy of its elements in either order, so its decisions are
+    as they were."""
     node = _pad_node((1, 1, 1, 1))
     curves = {k: xnn_cost.WorkCurve(work=[1000.0], us=[1.0]) for k in ("copy", xnn_cost.PAD_COPY, "elementwise")}
     profile = xnn_cost.load_profile().model_copy(
@@ -55,10 +64,15 @@ def test_a_pads_modes_are_priced_by_its_rows_and_not_where_the_profile_has_no_pa
         return profile.op_us(op_class, work, elem, 1, units)
 
     modes = rule_for(node).modes(node, list(node.all_input_nodes), Prices(lambda *_: 0.0, op_us))
-    assert {m["results"][0]: m["cost"] for m in modes} == {CONTIGUOUS: 1.98, CHANNELS_LAST: 43.56}
+    elements = 3 * 66 * 66 / 1000  # us: the curve's 1 us per 1000 elements
+    assert {m["results"][0]: m["cost"] for m in modes} == {
+        CONTIGUOUS: round(elements + 0.01 * 198, 4),
+        CHANNELS_LAST: round(elements + 0.01 * 66 * 66, 4),
+    }
 
     plain = profile.model_copy(update={"op_curves": {"1": {"4": {"copy": curves["copy"]}}}, "unit_us": {}})
-    assert pad_rows_us(node, CHANNELS_LAST, lambda c, w, e, u=0.0: plain.op_us(c, w, e, 1, u)) == 0.0
+    alike = {pad_rows_us(node, label, lambda c, w, e, u=0.0: plain.op_us(c, w, e, 1, u)) for label in LABELS}
+    assert alike == {elements}
 
 
 def test_the_fit_reads_the_cost_per_row_off_the_pad_probes():
@@ -116,3 +130,27 @@ def test_an_int8_programs_pad_is_priced_as_the_float_kernel_xnnpack_runs_between
     events = etdump_events(lowered.buffer, inputs, 1, 3)
     assert any(name.startswith("Constant Pad (ND, X32)") for name in events)
     assert any(name.startswith("Convert") for name in events)
+
+
+def test_a_zero_pad_stored_nhwc_into_a_convolution_runs_no_operator_as_xnnpack_folds_it():
+    """XNNPACK folds a zero pad of H and W into the (depthwise) convolution it feeds where the pad is NHWC: ETDump
+    shows no `Constant Pad` for it, and the model prices it at nothing; a pad of the delegate's NCHW input runs."""
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.targets.xnnpack.runtime import etdump_events
+    from layout_solver.xnnpack import stock_layouts
+
+    class PadThenConv(nn.Module):
+        def __init__(self, after_conv: bool, value: float):
+            super().__init__()
+            self.first = nn.Conv2d(3, 8, 1) if after_conv else nn.Identity()
+            self.second, self.value = nn.Conv2d(8 if after_conv else 3, 8, 3, groups=1), value
+
+        def forward(self, x):
+            return self.second(F.pad(self.first(x), (1, 1, 1, 1), value=self.value))
+
+    inputs = (torch.randn(1, 3, 16, 16),)
+    for after_conv, value, folded in ((True, 0.0, True), (True, 0.5, False), (False, 0.0, False)):
+        lowered = lower(PadThenConv(after_conv, value).eval(), inputs, stock_layouts)
+        priced = [op for r in lowered.reports for op in r.run_ops if op.op_class == xnn_cost.PAD_COPY]
+        ran = [name for name in etdump_events(lowered.buffer, inputs, 1, 3) if name.startswith("Constant Pad")]
+        assert (len(priced), len(ran)) == ((0, 0) if folded else (1, 1)), (after_conv, value)
