@@ -255,12 +255,20 @@ def folded_pad(node, label: str) -> bool:
 
 
 def pad_rows_us(node, label: str, op_us: Callable[..., float]) -> float:
-    """What a constant pad costs in `label`'s order: its class's curve of elements and its rows (`pad_rows`), or
-    nothing where XNNPACK folds it into the convolution it feeds (`folded_pad`)."""
-    rows, val = pad_rows(node, label), tensor_of(node)
-    if not rows or val is None or folded_pad(node, label):
+    """What a constant pad costs in `label`'s order beyond its cheaper order (0 for a pad of another rank, which
+    runs contiguous): its class's curve of elements and its rows (`pad_rows`), or nothing where XNNPACK folds it
+    into the convolution it feeds (`folded_pad`)."""
+    val = tensor_of(node)
+    if val is None or rank(node) != 4:
         return 0.0
-    return op_us(PAD_COPY, float(val.numel()), kernel_elem_bytes(node), rows)
+
+    def whole(order: str) -> float:
+        rows = pad_rows(node, order)
+        if not rows or folded_pad(node, order):
+            return 0.0
+        return op_us(PAD_COPY, float(val.numel()), kernel_elem_bytes(node), rows)
+
+    return max(0.0, whole(label) - min(whole(order) for order in LABELS))
 
 
 class OpRule:
@@ -336,9 +344,9 @@ class Follow(OpRule):
 class OrderPricedCopy(Follow):
     """A copy XNNPACK runs differently in either order: `Follow` at rank 4, each mode priced (where the problem has
     a run-time profile) by `order_us(node, label, op_us)`, what the copy costs in that order: cat and slice_copy
-    beyond whole runs (`strided_copy_us`: NHWC along channels copies C elements per pixel), a constant pad whole
-    (`pad_rows_us`: NHWC calls the kernel once per pixel, NCHW once per line of a channel; a zero pad NHWC into a
-    convolution runs none)."""
+    beyond whole runs (`strided_copy_us`: NHWC along channels copies C elements per pixel), a constant pad beyond
+    its cheaper order (`pad_rows_us`: NHWC calls the kernel once per pixel, NCHW once per line of a channel; a
+    zero pad NHWC into a convolution runs none). `pricing.layout_cost` prices a tagged graph's copies so too."""
 
     def __init__(self, order_us: Callable[..., float]):
         super().__init__(ranks=(4,))

@@ -18,14 +18,14 @@ from graph_io.fx import graph_snapshot, tensor_of
 from layout_solver.xnnpack.op_rules import (
     CHANNELS_LAST,
     CONTIGUOUS,
-    STRIDED_COPY_TARGETS,
+    OrderPricedCopy,
     elem_bytes,
     permute_elided,
     physical_permutation,
     physical_shape,
     prices,
+    rule_for,
     short_target,
-    strided_copy_us,
 )
 from layout_solver.xnnpack.visitors import label_of
 
@@ -49,16 +49,16 @@ class Conversion:
 
 @dataclass
 class LayoutCost:
-    """A tagged graph's conversions, what its concatenations and slices pay for the order they copy in beyond
-    whole runs (`op_rules.strided_copy_us`, by node), and their modelled sum."""
+    """A tagged graph's conversions, what its concatenations, slices and pads pay for the order they copy in
+    (`op_rules.OrderPricedCopy`: by node, as the layout problem's modes price them), and their modelled sum."""
 
     conversions: list[Conversion] = field(default_factory=list)
-    strided_copies: dict[str, float] = field(default_factory=dict)
+    copies_in_order: dict[str, float] = field(default_factory=dict)
 
     @property
     def us(self) -> float:
-        """The conversions' and strided copies' modelled microseconds, summed."""
-        return sum(c.us for c in self.conversions) + sum(self.strided_copies.values())
+        """The conversions' and the copies' order costs in microseconds, summed."""
+        return sum(c.us for c in self.conversions) + sum(self.copies_in_order.values())
 
     @property
     def transposes(self) -> int:
@@ -97,10 +97,11 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
             continue
         name = short_target(node.target)
         val = tensor_of(node)
-        if val is not None and name in STRIDED_COPY_TARGETS:
-            extra = strided_copy_us(node, label_of(node), op_us)
+        rule = rule_for(node)
+        if val is not None and isinstance(rule, OrderPricedCopy):
+            extra = rule.order_us(node, label_of(node), op_us)
             if extra > 0:
-                out.strided_copies[node.name] = extra
+                out.copies_in_order[node.name] = extra
             continue
         if val is None or name not in ("_to_copy.default", "permute_copy.default") or node.name in removed:
             continue

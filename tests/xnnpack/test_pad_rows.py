@@ -51,9 +51,9 @@ def test_a_pads_rows_in_either_order_are_those_xnnpack_calls_its_kernel_on(pads,
 
 
 def test_a_pads_modes_are_priced_by_its_rows_and_alike_where_the_profile_has_no_pad_class():
-    """Each order's mode costs the pad's curve of elements (the same in both) and its rows in that order; a profile
-    measured before the pad probes prices a pad as a copy of its elements in either order, so its decisions are
-    as they were."""
+    """Each order's mode costs what the pad runs in it beyond its cheaper order (the curve of elements is the same
+    in both: the rows tell them apart); a profile measured before the pad probes prices a pad as a copy of its
+    elements in either order, so both cost nothing beyond the other and its decisions are as they were."""
     node = _pad_node((1, 1, 1, 1))
     curves = {k: xnn_cost.WorkCurve(work=[1000.0], us=[1.0]) for k in ("copy", xnn_cost.PAD_COPY, "elementwise")}
     profile = xnn_cost.load_profile().model_copy(
@@ -64,15 +64,14 @@ def test_a_pads_modes_are_priced_by_its_rows_and_alike_where_the_profile_has_no_
         return profile.op_us(op_class, work, elem, 1, units)
 
     modes = rule_for(node).modes(node, list(node.all_input_nodes), Prices(lambda *_: 0.0, op_us))
-    elements = 3 * 66 * 66 / 1000  # us: the curve's 1 us per 1000 elements
     assert {m["results"][0]: m["cost"] for m in modes} == {
-        CONTIGUOUS: round(elements + 0.01 * 198, 4),
-        CHANNELS_LAST: round(elements + 0.01 * 66 * 66, 4),
+        CONTIGUOUS: 0.0,
+        CHANNELS_LAST: round(0.01 * (66 * 66 - 198), 4),
     }
 
     plain = profile.model_copy(update={"op_curves": {"1": {"4": {"copy": curves["copy"]}}}, "unit_us": {}})
     alike = {pad_rows_us(node, label, lambda c, w, e, u=0.0: plain.op_us(c, w, e, 1, u)) for label in LABELS}
-    assert alike == {elements}
+    assert alike == {0.0}
 
 
 def test_the_fit_reads_the_cost_per_row_off_the_pad_probes():
@@ -154,3 +153,31 @@ def test_a_zero_pad_stored_nhwc_into_a_convolution_runs_no_operator_as_xnnpack_f
         priced = [op for r in lowered.reports for op in r.run_ops if op.op_class == xnn_cost.PAD_COPY]
         ran = [name for name in etdump_events(lowered.buffer, inputs, 1, 3) if name.startswith("Constant Pad")]
         assert (len(priced), len(ran)) == ((0, 0) if folded else (1, 1)), (after_conv, value)
+
+
+def test_the_stage_pads_a_few_channels_nchw_where_stock_pads_them_nhwc_and_xnnpack_agrees():
+    """A 3-channel feature map padded by 0.5 between two convolutions: stock pads it NHWC, a row per pixel (4,356
+    rows); the stage converts it to NCHW around the pad (198 rows, two transposes of 50 KiB), and keeps that only
+    where its layout cost, pads included (`pricing.layout_cost`), is below stock's. ETDump reads the two pads."""
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
+    from layout_solver.xnnpack import solver_layouts, stock_layouts
+
+    class ThinPad(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = nn.Conv2d(3, 3, 1), nn.Conv2d(3, 8, 3)
+
+        def forward(self, x):
+            return self.second(F.pad(self.first(x), (1, 1, 1, 1), value=0.5))
+
+    torch.manual_seed(0)
+    module, inputs = ThinPad().eval(), (torch.randn(1, 3, 64, 64),)
+    pad_us = {}
+    for name, context in (("stock", stock_layouts), ("stage", solver_layouts)):
+        lowered = lower(module, inputs, context)
+        (report,) = lowered.reports
+        assert name == "stock" or not report.kept_stock
+        events = etdump_events(lowered.buffer, inputs, 1, 10)
+        pad_us[name] = sum(per_run_ms(raw, 10) * 1e3 for e, raw in events.items() if e.startswith("Constant Pad"))
+    assert pad_us["stage"] * 4 < pad_us["stock"], pad_us
