@@ -13,10 +13,11 @@ runs of dims that stay adjacent are merged (what XNNPACK's transpose does itself
 * "block": the innermost dim stays innermost (contiguous runs are moved whole);
 * "transpose": the innermost dim changes (an element-wise gather).
 
-Each class costs what its measured curve says at the tensor's KiB, per element size (1 byte: int8, 4: fp32) and
-thread count: linear between measured sizes (made non-decreasing), from zero below the smallest, proportional
-above the largest. A curve, not one rate: the cost per byte steps up as a tensor leaves each cache level. No conversion
-costs less than `OP_FLOOR_US`, one more operator's run. The
+Each class costs what its measured curve says at the tensor's KiB (a transpose at its KiB with its two transposed
+dims rounded up to the kernel's tiles, `tiled_kib`), per element size (1 byte: int8, 4: fp32) and thread count:
+linear between measured sizes (made non-decreasing), from zero below the smallest, proportional above the largest.
+A curve, not one rate: the cost per byte steps up as a tensor leaves each cache level. No conversion costs less
+than `OP_FLOOR_US`, one more operator's run. The
 numbers are a *profile* (`XnnpackProfile`, JSON): the shipped one was measured on the project's own CPU by
 `layout-solver calibrate xnnpack` (per-op times from ETDump); a user's device gets its own file from the same
 command, never an assumption.
@@ -181,6 +182,9 @@ class Measurement(_Strict):
     threads: int
     kind: str
     us: float = Field(ge=0)
+    # Whether the probe was made to read the transpose kernel's tiles (a transposed dim a few elements long), not
+    # its class's curve.
+    tile_probe: bool = False
 
 
 class GemmShape(NamedTuple):
@@ -264,6 +268,11 @@ class XnnpackProfile(_Strict):
     # between two runs, beyond reading them from cache as the op probes did (`cost_models.xnnpack_fit.streaming`).
     # Empty in a profile measured before the weight-streaming probes, which prices every op's weights as cached.
     streaming: dict[str, Curve] = Field(default_factory=dict)
+    # threads -> element bytes -> (tile along the output's innermost dim, tile along the input's): XNNPACK's
+    # transpose kernel moves whole tiles, so a transpose is priced at its bytes with its two transposed dims
+    # rounded up to them (`tiled_kib`; fitted by `cost_models.xnnpack_fit.transpose_tiles`). Empty in a profile
+    # measured before the narrow transpose probes, which prices every transpose by its bytes.
+    transpose_tiles: dict[str, dict[str, tuple[int, int]]] = Field(default_factory=dict)
 
     @property
     def predicts_run_time(self) -> bool:
@@ -305,6 +314,13 @@ class XnnpackProfile(_Strict):
         if not self.streaming or footprint_kib <= 0:
             return 0.0
         return self.streaming[_nearest(self.streaming, threads)].at(footprint_kib) / footprint_kib
+
+    def tiles(self, threads: int, elem_bytes: int) -> tuple[int, int] | None:
+        """The transpose tiles at the nearest measured thread count and element size (None where not measured)."""
+        if not self.transpose_tiles:
+            return None
+        by_elem = self.transpose_tiles[_nearest(self.transpose_tiles, threads)]
+        return by_elem[_nearest(by_elem, elem_bytes)]
 
     def overhead(self, threads: int) -> Overheads:
         """The overheads at the nearest measured thread count."""
@@ -364,12 +380,37 @@ def conversion_kind(shape, perm) -> str:
     return "block" if merged_perm[-1] == len(merged_perm) - 1 else "transpose"
 
 
+def transposed_dims(shape, perm) -> tuple[int, int]:
+    """A transpose's two transposed dims as XNNPACK's kernel tiles them, after `normalized`: (the length of the
+    input dim that becomes the output's innermost, the length of the input's innermost)."""
+    merged_shape, merged_perm = normalized(shape, perm)
+    return merged_shape[merged_perm[-1]], merged_shape[-1]
+
+
+def tiled_kib(shape, elem_bytes: int, perm, tiles: tuple[int, int] | None) -> float:
+    """The KiB a conversion of stored `shape` (by `perm`) is priced at: its bytes; for a transpose whose kernel's
+    `tiles` are known, with each of its two transposed dims (`transposed_dims`) rounded up to a multiple of its
+    tile (an NCHW image of 3 channels to NHWC: each pixel's 3 bytes moved as a 16-byte tile row)."""
+    kib = _product(shape) * elem_bytes / 1024
+    if not tiles or conversion_kind(shape, perm) != "transpose":
+        return kib
+    (out_inner, in_inner), (out_tile, in_tile) = transposed_dims(shape, perm), tiles
+    padded = -(-out_inner // out_tile) * out_tile * -(-in_inner // in_tile) * in_tile
+    return kib * padded / (out_inner * in_inner)
+
+
+def conversion_kernel_us(profile: XnnpackProfile, shape, elem_bytes: int, perm, threads: int) -> float:
+    """Microseconds of XNNPACK's kernel permuting a tensor of stored `shape` by `perm`: its class's curve at its
+    tiled KiB (`tiled_kib`)."""
+    curve = profile.curve(threads, elem_bytes, conversion_kind(shape, perm))
+    return curve.at(tiled_kib(shape, elem_bytes, perm, profile.tiles(threads, elem_bytes)))
+
+
 def conversion_us(profile: XnnpackProfile, shape, dtype: str | int, perm, threads: int = 1) -> float:
     """Microseconds for XNNPACK to permute a tensor of stored `shape` (by `perm`) of `dtype` (a name in
     DTYPE_BYTES, or the element size in bytes) on `threads` threads, never under OP_FLOOR_US."""
     elem = dtype if isinstance(dtype, int) else element_bytes(str(dtype).removeprefix("torch."))
-    curve = profile.curve(threads, elem, conversion_kind(shape, perm))
-    return max(OP_FLOOR_US, curve.at(_product(shape) * elem / 1024))
+    return max(OP_FLOOR_US, conversion_kernel_us(profile, shape, elem, perm, threads))
 
 
 class PredictedOp(NamedTuple):
@@ -385,6 +426,9 @@ class PredictedOp(NamedTuple):
     units: float = 0.0  # its class's OP_UNITS count (a softmax's rows, a batched product's matrices)
     gemm: GemmShape | None = None  # the GEMM a convolution or product runs as
     weight_kib: float = 0.0  # the constant weights it reads (a convolution's or fully-connected product's)
+    # A conversion's stored shape and physical permutation, which its tiles are read by (`conversion_kernel_us`);
+    # without them it is priced by its KiB (`work`) alone.
+    moved: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 CONVERSION_PREFIX = "conversion:"
@@ -414,7 +458,10 @@ def run_us(
             part, us = op.op_class, measured[op.key]
         elif op.op_class.startswith(CONVERSION_PREFIX):
             part = "conversion"
-            us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
+            if op.moved is not None:
+                us = conversion_kernel_us(profile, op.moved[0], op.elem_bytes, op.moved[1], threads)
+            else:
+                us = profile.curve(threads, op.elem_bytes, op.op_class.removeprefix(CONVERSION_PREFIX)).at(op.work)
         else:
             part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units, op.gemm)
             us += streaming * op.weight_kib
@@ -535,6 +582,7 @@ def remeasured(base: XnnpackProfile, new: XnnpackProfile) -> XnnpackProfile:
         "unit_us": merged(base.unit_us, new.unit_us),
         "packing": merged(base.packing, new.packing),
         "streaming": merged(base.streaming, new.streaming),
+        "transpose_tiles": merged(base.transpose_tiles, new.transpose_tiles),
     })  # fmt: skip
 
 

@@ -1,7 +1,9 @@
 """Fitting a CPU's XNNPACK op costs from its probes' measurements (`calibrate xnnpack`'s run-time half): each op
 class's curve of time by work, the per-unit costs beyond it, the tiles XNNPACK packs a GEMM's weights in, and what
 reading a program's weights from memory costs beyond the cache.
-Pure: measurements in (`cost_models.xnnpack.OpMeasurement`), the profile's tables out."""
+Its conversion half: each conversion class's curve of time by size, and the tiles XNNPACK's transpose kernel moves.
+Pure: measurements in (`cost_models.xnnpack.OpMeasurement`, `cost_models.xnnpack.Measurement`), the profile's
+tables out."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from cost_models import xnnpack as xnn_cost
 OpCurves = dict[str, dict[str, dict[str, xnn_cost.WorkCurve]]]
 UnitCosts = dict[str, dict[str, dict[str, float]]]
 Packing = dict[str, dict[str, tuple[int, int]]]
+ConversionCurves = dict[str, dict[str, dict[str, xnn_cost.Curve]]]
 
-# The kr and nr XNNPACK's microkernels are built with (powers of two, up to a 16-wide tile).
+# The kr and nr XNNPACK's microkernels are built with (powers of two, up to a 16-wide tile); its transpose kernels'
+# tiles likewise.
 CANDIDATE_TILES = (1, 2, 4, 8, 16)
 # ETDump resolves 1 us: a probe under 2 us says little of its rate.
 MIN_FIT_US = 2.0
@@ -162,3 +166,51 @@ def refitted(profile: xnn_cost.XnnpackProfile) -> xnn_cost.XnnpackProfile:
         "streaming": streaming(profile.op_measurements),
     }
     return profile.model_copy(update=update)
+
+
+def conversion_curves(measurements: list[xnn_cost.Measurement]) -> ConversionCurves:
+    """Per (threads, element bytes, class): the measured microseconds by KiB, made non-decreasing (a larger
+    conversion never costs less; ETDump reads whole microseconds, so small ones can read 0). The tile probes are
+    on no curve: their dims are what the curve's probes are not, a few elements long."""
+    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for m in measurements:
+        if not m.tile_probe:
+            groups[(m.threads, m.elem_bytes, m.kind)][float(np.prod(m.shape)) * m.elem_bytes / 1024].append(m.us)
+    out: ConversionCurves = defaultdict(lambda: defaultdict(dict))
+    for (threads, elem, kind), by_kib in sorted(groups.items()):
+        kib = sorted(by_kib)
+        us = np.maximum.accumulate([float(np.median(by_kib[k])) for k in kib])
+        out[str(threads)][str(elem)][kind] = xnn_cost.Curve(kib=kib, us=[round(float(u), 3) for u in us])
+    return {t: dict(v) for t, v in out.items()}
+
+
+def transpose_tiles(measurements: list[xnn_cost.Measurement], curves: ConversionCurves) -> Packing:
+    """Per thread count and element size: the tiles (along the output's innermost dim, along the input's) under
+    which the tile probes' times agree best with the transpose curve read at their tiled KiB
+    (`cost_models.xnnpack.tiled_kib`): the least sum of absolute log errors, on a tie the smaller tiles. The
+    curve's own probes have every transposed dim 16 or more, so no candidate pads them; a tile probe has one dim
+    of 2-12 elements, which the kernel pads to its tile (this EPYC, int8: an NCHW image of 3 channels to NHWC
+    read 9 us, one of 16 channels and more bytes 2 us). Read at the fewest threads measured and stated for every
+    thread count: the kernel is one per element size."""
+    by_elem: dict[int, list[xnn_cost.Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.tile_probe and m.kind == "transpose" and m.us >= MIN_FIT_US:
+            by_elem[m.elem_bytes].append(m)
+    out: Packing = defaultdict(dict)
+    for elem, mine in sorted(by_elem.items()):
+        fewest = min(m.threads for m in mine)
+        curve = curves.get(str(fewest), {}).get(str(elem), {}).get("transpose")
+        if curve is None:
+            continue
+        alone = [m for m in mine if m.threads == fewest]
+        best = min(itertools.product(CANDIDATE_TILES, CANDIDATE_TILES),
+                   key=lambda tiles: (_tile_error(alone, curve, tiles), tiles))  # fmt: skip
+        for threads in sorted({m.threads for m in measurements}):
+            out[str(threads)][str(elem)] = best
+    return dict(out)
+
+
+def _tile_error(measurements: list[xnn_cost.Measurement], curve: xnn_cost.Curve, tiles: tuple[int, int]) -> float:
+    """The sum of the absolute log errors of `curve` read at each measured transpose's KiB tiled by `tiles`."""
+    predicted = [curve.at(xnn_cost.tiled_kib(m.shape, m.elem_bytes, m.perm, tiles)) for m in measurements]
+    return round(float(np.abs(np.log(np.maximum(predicted, 1e-3) / [m.us for m in measurements])).sum()), 9)

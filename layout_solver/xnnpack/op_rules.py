@@ -465,11 +465,15 @@ def _quantization_out(node) -> tuple:
 
 def elem_bytes(node) -> int:
     """Bytes per element of the node's tensor as the delegate stores it: a quantized graph's dequantized
-    values (a dq's output, or a value only quantize ops read) are int8 inside XNNPACK."""
+    values (a dq's output, or a quantized kernel's result that only quantize ops read) are int8 inside XNNPACK;
+    a float value a quantize reads that no quantized kernel wrote (the delegate's input, a conversion of it) is
+    not: XNNPACK converts it to int8 at that quantize."""
     val = tensor_of(node)
     if val is None:
         return 4
-    if is_dequantize(node) or (node.users and all(is_quantize(u) for u in node.users)):
+    if is_dequantize(node) or (
+        node.users and all(is_quantize(u) for u in node.users) and any(is_dequantize(n) for n in node.all_input_nodes)
+    ):
         return 1
     return val.element_size()
 

@@ -40,6 +40,7 @@ class Conversion:
     shape: list[int]
     bytes: int
     us: float  # the solver's price: never under one operator's run (cost_models.xnnpack.OP_FLOOR_US)
+    perm: list[int] = field(default_factory=list)  # its physical permutation (its transpose's tiles are read by it)
 
     def record(self) -> dict:
         """The conversion as a report's transition record (JSON-ready)."""
@@ -121,7 +122,8 @@ def layout_cost(graph_module, profile, threads: int = 1) -> LayoutCost:
         elem = elem_bytes(node)
         out.conversions.append(
             Conversion(node.name, name.split(".")[0], xnn_cost.conversion_kind(shape, perm), shape,
-                       int(torch.Size(shape).numel()) * elem, xnn_cost.conversion_us(profile, shape, elem, perm, threads))
+                       int(torch.Size(shape).numel()) * elem, xnn_cost.conversion_us(profile, shape, elem, perm, threads),
+                       list(perm))
         )  # fmt: skip
     return out
 

@@ -34,7 +34,8 @@ from layout_solver.xnnpack.op_rules import (
 NHWC_ORDER = (0, 2, 3, 1)
 # A constant is laid out once at serialization (stock raises if two ops want it in two orders), and a value a
 # quantize reads is a quantized kernel's raw result (XNNPACK quantizes a kernel's output only where its one
-# reader is that quantize: a conversion between them leaves an int8 kernel writing fp32, which XNNPACK refuses).
+# reader is that quantize: a conversion between them leaves an int8 kernel writing fp32, which XNNPACK refuses),
+# unless it is the delegate's float input, which no kernel wrote: its conversion runs in fp32 before the quantize.
 # Nor may a dynamically quantized value: stock's conversion of one traces back to the chain's source and
 # rewires every reader of that source, not only the one that asked. None may take a second order: priced out of
 # reach rather than modelled.
@@ -169,10 +170,11 @@ def _within(mode: dict, node, operands, domains) -> bool:
 
 def conversion_prices(values: dict[str, Value], nodes, price) -> list[TransitionCost]:
     """Converting an activation between the orders costs one XNNPACK transpose of its bytes (a 4-D one by
-    stock's stub, a 3-D one by an identity permute between two tags); a constant, a value a quantize reads, a
-    quantized delegate input a dequantize reads (stock's `is_nhwc_node` reads such a dequantize's order from the
-    placeholder's own strides, so a conversion in front of it is never seen: stock converts after the
-    dequantize), and a dynamic q / dq's value never take a second order."""
+    stock's stub, a 3-D one by an identity permute between two tags); a constant, a value a quantize reads (but
+    a float delegate input: converted in fp32 before its quantize), a quantized delegate input a dequantize reads
+    (stock's `is_nhwc_node` reads such a dequantize's order from the placeholder's own strides, so a conversion in
+    front of it is never seen: stock converts after the dequantize), and a dynamic q / dq's value never take a
+    second order."""
     from executorch.backends.xnnpack.utils.quant_utils import is_dynamic_qdq
 
     out = []
@@ -187,7 +189,7 @@ def conversion_prices(values: dict[str, Value], nodes, price) -> list[Transition
                 if (
                     value.kind == "constant"
                     or is_dynamic_qdq(node)
-                    or any(is_quantize(u) for u in node.users)
+                    or (value.kind != "input" and any(is_quantize(u) for u in node.users))
                     or (value.kind == "input" and any(is_dequantize(u) for u in node.users))
                 ):
                     cost = SECOND_ORDER_REFUSED

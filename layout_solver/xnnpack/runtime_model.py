@@ -153,7 +153,8 @@ def delegate_run_ops(graph_module, cost: LayoutCost) -> list[xnn_cost.PredictedO
         return []
     conversions = [
         xnn_cost.PredictedOp(f"{xnn_cost.CONVERSION_PREFIX}{c.kind}", c.bytes / 1024,
-                             c.bytes // max(1, int(torch.Size(c.shape).numel())), True)
+                             c.bytes // max(1, int(torch.Size(c.shape).numel())), True,
+                             moved=(tuple(c.shape), tuple(c.perm)) if c.perm else None)
         for c in cost.conversions
     ]  # fmt: skip
     return delegate_ops(graph_module) + conversions

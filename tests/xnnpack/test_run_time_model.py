@@ -318,8 +318,8 @@ def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
 
 def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_another_cpu():
     """`calibrate xnnpack --threads 2 --keep-from P`: P's 1-thread half kept whole, its 2-thread half replaced by
-    the new measurement's (curves, overheads, reference, packing tiles, weight streaming, raw measurements), both
-    commands recorded; a profile of another CPU is refused, not merged."""
+    the new measurement's (curves, overheads, reference, packing and transpose tiles, weight streaming, raw
+    measurements), both commands recorded; a profile of another CPU is refused, not merged."""
     import pytest
 
     base = xnn_cost.load_profile()
@@ -331,9 +331,10 @@ def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_a
         "op_curves": {"2": base.op_curves["2"]}, "overheads": {"2": base.overheads["1"]},
         "op_measurements": [m for m in base.op_measurements if m.threads == 2][:2],
         "reference_us": {"2": 123.0}, "unit_us": {"2": {}}, "packing": {"2": {"1": (4, 4)}},
-        "streaming": {"2": xnn_cost.Curve(kib=[1.0], us=[0.0])},
+        "streaming": {"2": xnn_cost.Curve(kib=[1.0], us=[0.0])}, "transpose_tiles": {"2": {"1": (8, 8)}},
     })  # fmt: skip
     out = xnn_cost.remeasured(base, new)
+    assert out.transpose_tiles == {"1": base.transpose_tiles["1"], "2": {"1": (8, 8)}}
     assert out.packing == {"1": base.packing["1"], "2": {"1": (4, 4)}}  # each half's tiles with its curves
     assert out.streaming == {"1": base.streaming["1"], "2": new.streaming["2"]}
     assert out.reference_us == {"1": base.reference_us["1"], "2": 123.0}

@@ -131,6 +131,27 @@ def test_an_int8_program_with_the_stage_is_bit_identical_to_stocks():
         np.testing.assert_array_equal(a, b)
 
 
+def test_an_int8_delegates_float_image_is_converted_in_fp32_before_its_quantize():
+    """XNNPACK's int8 transpose pads an image's 3 channels to its 16-wide tile (`XnnpackProfile.transpose_tiles`):
+    stock converts the image after the delegate's quantize (an 8-bit transpose), the stage before it, in fp32,
+    where no kernel wrote the value. The outputs stay bit-identical."""
+    from layout_solver.targets.xnnpack.runtime import etdump_events
+
+    module = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3)).eval()
+    inputs = (torch.randn(1, 3, 64, 64),)
+    quantized = quantize(module, inputs)
+    stock, _ = _lowered(quantized, inputs, stock_layouts)
+    solver, _ = _lowered(quantized, inputs, solver_layouts)
+
+    def transposes(buffer: bytes) -> list[str]:
+        return sorted(name.split(" #")[0] for name in etdump_events(buffer, inputs, 1, 3) if name.startswith("Trans"))
+
+    assert "Transpose (ND, X32)" not in transposes(stock) and "Transpose (ND, X32)" in transposes(solver)
+    assert transposes(solver).count("Transpose (ND, X8)") == transposes(stock).count("Transpose (ND, X8)") - 1
+    for a, b in zip(run_outputs(stock, inputs), run_outputs(solver, inputs)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_where_nothing_is_gained_the_program_is_stocks_byte_for_byte():
     module = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3)).eval()
     inputs = (torch.randn(1, 3, 16, 16),)

@@ -105,9 +105,9 @@ class XnnpackTarget(Target):
         )
         parser.add_argument("--keep-from", help="a profile of this CPU (built-in name or file) whose other thread "
                             "counts are kept: only --threads are measured again")  # fmt: skip
-        parser.add_argument("--only", choices=("streaming", "pads"), help="measure only the weight-streaming or the "
-                            "constant-pad probes and put them in --keep-from's profile, at its speed (one measured "
-                            "before them)")  # fmt: skip
+        parser.add_argument("--only", choices=("streaming", "pads", "transpose-tiles"),
+                            help="measure only the weight-streaming, the constant-pad or the transpose tile probes and "
+                            "put them in --keep-from's profile, at its speed (one measured before them)")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
@@ -128,7 +128,9 @@ class XnnpackTarget(Target):
     ) -> str:
         """Time this CPU's conversions (ETDump) at each thread count and write the profile to `out`; with
         `keep_from`, that profile with the measured thread counts replaced (`cost_models.xnnpack.remeasured`);
-        with `only` ("streaming", "pads"), that profile with those probes measured again (`calibrate.add_probes`)."""
+        with `only` ("streaming", "pads"), that profile with those probes measured again (`calibrate.add_probes`);
+        with `only="transpose-tiles"`, that profile with the transpose tile probes added
+        (`calibrate.add_transpose_tiles`)."""
         from cost_models import xnnpack as xnn_cost
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
@@ -140,9 +142,13 @@ class XnnpackTarget(Target):
         base = xnn_cost.load_profile(keep_from) if keep_from else None  # a bad name fails before the hour's work
         if base is not None and not xnn_cost.measured_on(base, xnn_cost.cpu_model()):
             raise ValueError(f"--keep-from {keep_from}: measured on {base.device}, not on this CPU")
-        if only:
-            if base is None:
-                raise ValueError(f"--only {only} adds to a profile: name it with --keep-from")
+        if only and base is None:
+            raise ValueError(f"--only {only} adds to a profile: name it with --keep-from")
+        if only == "transpose-tiles":
+            from layout_solver.targets.xnnpack.calibrate import add_transpose_tiles
+
+            profile = add_transpose_tiles(base, list(threads), rounds, command, log)
+        elif only:
             from layout_solver.targets.xnnpack.calibrate import add_probes
 
             profile = add_probes(base, only, list(threads), rounds, passes, command, log)

@@ -5,15 +5,14 @@ Each probe is a one-op XNNPACK program, a permute_copy of one shape by one permu
 a quantize and a dequantize, which XNNPACK runs as an 8-bit transpose), lowered with the stock partitioner and
 run through `executorch.runtime`; the transpose's own time is read from ETDump, so delegate-call overhead and
 the input copy are not in it (the mean of `rounds` runs: ETDump counts whole microseconds). Shapes span 4 KiB to 4 MiB in each class of `cost_models.xnnpack`
-(copy / block / transpose), at every requested thread count; each class keeps its curve of time by size.
+(copy / block / transpose), at every requested thread count; each class keeps its curve of time by size. Transposes
+of a dim a few elements long (`TILE_PROBES`) read which tiles XNNPACK's transpose kernel pads such a dim to.
 """
 
 from __future__ import annotations
 
+import itertools
 import platform
-from collections import defaultdict
-
-import numpy as np
 
 from cost_models import xnnpack as xnn_cost
 
@@ -27,6 +26,10 @@ PROBES = {
     "block": [([1, c, s, s], [0, 2, 1, 3]) for c, s in zip(_CHANNELS, _SIDES)],
     "copy": [([1, 1, c, s * s], [1, 0, 2, 3]) for c, s in zip(_CHANNELS, _SIDES)],
 }  # fmt: skip
+# Transposes with one transposed dim a few elements long (an image's 2-12 channels, to NHWC and back), which XNNPACK's
+# kernel pads to its tiles: they fit `XnnpackProfile.transpose_tiles` and are on no curve.
+TILE_PROBES = [shape_perm for c in (2, 3, 4, 6, 8, 12)
+               for shape_perm in (([1, c, 96, 96], [0, 2, 3, 1]), ([1, 96, 96, c], [0, 3, 1, 2]))]  # fmt: skip
 DTYPES = {"float32": 4, "int8": 1}
 
 
@@ -57,56 +60,68 @@ def calibrate(threads: list[int], rounds: int = 60, dtypes=tuple(DTYPES), comman
               log=print, ops: bool = True, passes: int = 1) -> xnn_cost.XnnpackProfile:  # fmt: skip
     """Time every conversion probe (and, with `ops`, every op and overhead probe, `passes` times) at every thread
     count and fit each class."""
-    from layout_solver.lowering.quiet import quiet
+    from cost_models.xnnpack_fit import conversion_curves, transpose_tiles
     from layout_solver.targets.xnnpack.calibrate_ops import calibrate_ops
-    from layout_solver.targets.xnnpack.clock import pool_wake_us
-    from layout_solver.targets.xnnpack.runtime import event_means
 
-    measurements = []
-    # A one-transpose probe's transpose is the first parallel operator of its call: it pays the pool's wake-up,
-    # which a conversion inside a program does not (the run-time model charges it once per delegate call).
-    wake = {n: pool_wake_us(n, rounds) for n in threads}
-    total = sum(len(p) for p in PROBES.values()) * len(dtypes)
-    done = 0
-    for dtype in dtypes:
-        for kind, probes in PROBES.items():
-            for shape, perm in probes:
-                with quiet():
-                    buffer, inputs = probe_program(shape, perm, dtype)
-                for n in threads:
-                    times = event_means(buffer, inputs, n, "Transpose (ND", runs=rounds)
-                    if len(times) != 1:
-                        raise RuntimeError(f"probe {shape} {perm} {dtype}: {len(times)} transposes, expected one")
-                    measurements.append(
-                        xnn_cost.Measurement(shape=shape, elem_bytes=DTYPES[dtype], perm=perm, threads=n,
-                                             kind=xnn_cost.conversion_kind(shape, perm),
-                                             us=round(max(0.0, times[0] - wake[n]), 3))
-                    )  # fmt: skip
-                done += 1
-                log(f"[{done}/{total}] {dtype} {kind} {shape} perm {perm}: "
-                    + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
+    measurements = conversion_measurements(threads, rounds, dtypes, log)
     return xnn_cost.XnnpackProfile(
         device=f"{platform.machine()} {platform.processor() or ''} ({xnn_cost.cpu_model()})".replace("  ", " "),
         measured=True,
         command=command,
-        curves=curves(measurements),
+        curves=(curves := conversion_curves(measurements)),
+        transpose_tiles=transpose_tiles(measurements, curves),
         measurements=measurements,
         **(calibrate_ops(threads, rounds, log, passes) if ops else {}),
     )
 
 
-def curves(measurements: list[xnn_cost.Measurement]) -> dict[str, dict[str, dict[str, xnn_cost.Curve]]]:
-    """Per (threads, element bytes, class): the measured microseconds by KiB, made non-decreasing (a larger
-    conversion never costs less; ETDump reads whole microseconds, so small ones can read 0)."""
-    groups: dict[tuple[int, int, str], dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for m in measurements:
-        groups[(m.threads, m.elem_bytes, m.kind)][float(np.prod(m.shape)) * m.elem_bytes / 1024].append(m.us)
-    out: dict[str, dict[str, dict[str, xnn_cost.Curve]]] = defaultdict(lambda: defaultdict(dict))
-    for (threads, elem, kind), by_kib in sorted(groups.items()):
-        kib = sorted(by_kib)
-        us = np.maximum.accumulate([float(np.median(by_kib[k])) for k in kib])
-        out[str(threads)][str(elem)][kind] = xnn_cost.Curve(kib=kib, us=[round(float(u), 3) for u in us])
-    return {t: dict(v) for t, v in out.items()}
+def conversion_measurements(
+    threads: list[int], rounds: int, dtypes=tuple(DTYPES), log=print, curve_probes: bool = True
+) -> list[xnn_cost.Measurement]:
+    """Every conversion probe (`PROBES` unless not `curve_probes`, then `TILE_PROBES`) timed at every thread
+    count: ETDump's microseconds of its one transpose, less the pool's wake-up it pays as its call's first
+    parallel operator."""
+    from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.xnnpack.clock import pool_wake_us
+    from layout_solver.targets.xnnpack.runtime import event_means
+
+    # A one-transpose probe's transpose is the first parallel operator of its call: it pays the pool's wake-up,
+    # which a conversion inside a program does not (the run-time model charges it once per delegate call).
+    wake = {n: pool_wake_us(n, rounds) for n in threads}
+    chosen = [(kind, shape, perm, False) for kind, probes in PROBES.items() for shape, perm in probes if curve_probes]
+    chosen += [("transpose", shape, perm, True) for shape, perm in TILE_PROBES]
+    measurements = []
+    for done, (dtype, (kind, shape, perm, tile_probe)) in enumerate(itertools.product(dtypes, chosen), 1):
+        with quiet():
+            buffer, inputs = probe_program(shape, perm, dtype)
+        for n in threads:
+            times = event_means(buffer, inputs, n, "Transpose (ND", runs=rounds)
+            if len(times) != 1:
+                raise RuntimeError(f"probe {shape} {perm} {dtype}: {len(times)} transposes, expected one")
+            measurements.append(
+                xnn_cost.Measurement(shape=shape, elem_bytes=DTYPES[dtype], perm=perm, threads=n,
+                                     kind=xnn_cost.conversion_kind(shape, perm),
+                                     us=round(max(0.0, times[0] - wake[n]), 3), tile_probe=tile_probe)
+            )  # fmt: skip
+        log(f"[{done}/{len(chosen) * len(dtypes)}] {dtype} {kind}{' tile' if tile_probe else ''} {shape} perm {perm}: "
+            + ", ".join(f"{m.us:.1f} us ({m.threads}t)" for m in measurements[-len(threads):]))  # fmt: skip
+    return measurements
+
+
+def add_transpose_tiles(
+    base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, command: str = "", log=print
+) -> xnn_cost.XnnpackProfile:
+    """`base` (a profile of this CPU) with the transpose tile probes (`TILE_PROBES`) measured at `threads` and the
+    tiles fitted against its own transpose curves, which stay as they were: what a profile measured before those
+    probes needs to price a transpose of a dim a few elements long (an image's channels)."""
+    from cost_models.xnnpack_fit import transpose_tiles
+
+    fresh = conversion_measurements(threads, rounds, log=log, curve_probes=False)
+    measurements = [m for m in base.measurements if not (m.tile_probe and m.threads in threads)] + fresh
+    return base.model_copy(update={
+        "measurements": measurements, "transpose_tiles": transpose_tiles(measurements, base.curves),
+        "command": f"{base.command}; then transpose tiles at threads {','.join(map(str, threads))} by: {command}",
+    })  # fmt: skip
 
 
 def add_probes(
