@@ -15,9 +15,10 @@ there, not here. What is written here is what stock leaves implicit in its visit
 inputs into channels_last is one whose visitor is layout-blind (element-wise ops) or remaps its axes under the
 tag (cat, slice_copy, constant_pad_nd: 4-D only; cat and slice_copy priced by the runs they copy in each
 order, a pad by the rows its kernel runs on, or nothing where folded into a convolution: `OrderPricedCopy`); any
-other op (softmax over the last dim, bmm, ...) stays contiguous, where every visitor is right. Two kinds of op may read one order and write the other,
-serialized by the stage's own visitors (`visitors.py`): a permute runs its physical permutation
-(`physical_permutation`), and elided where that moves no byte; a reshape (view, squeeze, unsqueeze) runs in place wherever the bytes stay
+other op (softmax over the last dim, bmm, ...) stays contiguous, where every visitor is right. Two kinds of op
+may read one order and write the other, serialized by the stage's own visitors (`visitors.py`): a permute runs
+its physical permutation (`physical_permutation`), and elided where that moves no byte; a reshape (view,
+squeeze, unsqueeze) runs in place wherever the bytes stay
 where they are (`keeps_bytes`): XNNPACK's reshape is a no-op on the data, so `x.flatten(2).transpose(1, 2)` of an
 NHWC feature map costs nothing.
 """
@@ -243,15 +244,20 @@ def pad_rows(node, label: str) -> int | None:
 
 def folded_pad(node, label: str) -> bool:
     """Whether XNNPACK folds the constant pad into the convolution it feeds (its subgraph fusion): a pad of H and W
-    alone by zero, stored NHWC, whose one reader is a (depthwise) convolution. It then runs no operator (ETDump:
+    alone by zero, stored NHWC, whose one reader is a (depthwise) convolution of more than 1x1 taps. It then runs
+    no operator (ETDump:
     no `Constant Pad` event); an NCHW pad feeds its convolution through a transpose and runs."""
     if short_target(node.target) != PAD_TARGET or label != CHANNELS_LAST or rank(node) != 4:
         return False
     pads = list(node.args[1])
     value = node.args[2] if len(node.args) > 2 else 0.0
     users = list(node.users)
-    return (value == 0 and not any(pads[4:]) and len(users) == 1 and users[0].args[0] is node
-            and short_target(users[0].target) == "convolution.default")  # fmt: skip
+    if value != 0 or any(pads[4:]) or len(users) != 1 or users[0].args[0] is not node:
+        return False
+    reader = users[0]
+    # A 1x1 reader does not take it (ETDump: an empty pad before MobileNetV2's pointwise convolutions runs).
+    weight = tensor_of(reader.args[1]) if short_target(reader.target) == "convolution.default" else None
+    return weight is not None and list(weight.shape[2:]) != [1, 1]
 
 
 def pad_rows_us(node, label: str, op_us: Callable[..., float]) -> float:
