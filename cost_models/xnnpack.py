@@ -154,9 +154,15 @@ class Overheads(_Strict):
     cpu_op_us: float = Field(ge=0)
     io_us_per_kib: float = Field(ge=0)
     xnnpack_op_us_by_class: dict[str, float] = Field(default_factory=dict)
-    # Beyond one thread: each delegate call's first parallel operator wakes the pool's workers (they sleep in the
-    # gaps between calls and across CPU kernels); the op curves hold none of it.
+    # Beyond one thread: what the first parallel operator after the pool's workers fell asleep pays for waking
+    # them; the op curves hold none of it.
     pool_wake_us: float = Field(default=0.0, ge=0)
+    # How long the workers spin for new work before they sleep (pthreadpool spins a fixed count of pauses, then
+    # waits on a futex): a delegate call after CPU kernels that ran longer than this pays `pool_wake_us`, and so
+    # does a call of the program whose CPU kernels after its last delegate and before its first did (ci-x86: none
+    # at 18 us of CPU kernels between two delegates, the wake-up at 24 us and beyond). None, a profile measured
+    # before it was: every delegate call pays the wake-up.
+    pool_spin_us: float | None = Field(default=None, ge=0)
     # What a run spends beyond its kernels' ETDump events in proportion to them (microseconds per kernel
     # microsecond): fitted with the I/O term on the single-op probes, whose run beyond their one kernel grows with
     # the kernel's size (8-15% of a large convolution or matrix product here), not with any count of operators.
@@ -429,6 +435,8 @@ class PredictedOp(NamedTuple):
     # A conversion's stored shape and physical permutation, which its tiles are read by (`conversion_kernel_us`);
     # without them it is priced by its KiB (`work`) alone.
     moved: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    # A CPU kernel's place in the program: how many delegate calls run before it (-1: not known).
+    segment: int = -1
 
 
 CONVERSION_PREFIX = "conversion:"
@@ -445,14 +453,16 @@ def run_us(
     """A program's predicted microseconds per run, by part: each op class's kernels ("conversion" for every
     layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time; an op with
     weights also its share of the program's weight streaming, `XnnpackProfile.streaming_us_per_kib`), "overhead"
-    (the call, each of its `delegates`, each XNNPACK operator and each CPU kernel, its `io_kib` of inputs and
-    outputs, the share of its kernels' time that runs beyond them) and "total"."""
+    (the call, each of its `delegates`, the thread pool's wake-ups (`pool_wakes`, from the CPU kernels' time
+    between the calls, by each kernel's `segment`), each XNNPACK operator and each CPU kernel, its `io_kib` of
+    inputs and outputs, the share of its kernels' time that runs beyond them) and "total"."""
     overheads = profile.overhead(threads)
     measured = measured or {}
     # Each op's weights were last read a whole run ago, every other op's since: where a program's weights outgrow the
     # cache, each op reads its own from memory, where the probes that priced it read them from cache.
     streaming = profile.streaming_us_per_kib(threads, sum(op.weight_kib for op in ops))
     out: dict[str, float] = {}
+    cpu_us = [0.0] * (delegates + 1)  # the CPU kernels' time before each delegate call, and after the last one
     for op in ops:
         if op.key in measured:
             part, us = op.op_class, measured[op.key]
@@ -466,14 +476,30 @@ def run_us(
             part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units, op.gemm)
             us += streaming * op.weight_kib
         out[part] = out.get(part, 0.0) + us
+        if not op.in_delegate and 0 <= op.segment <= delegates:
+            cpu_us[op.segment] += us + overheads.cpu_op_us
     cpu_ops = sum(not op.in_delegate for op in ops)
     kernels = sum(out.values())
-    out["overhead"] = (overheads.call_us + (overheads.delegate_us + overheads.pool_wake_us) * delegates
+    out["overhead"] = (overheads.call_us + overheads.delegate_us * delegates
+                       + overheads.pool_wake_us * pool_wakes(overheads, cpu_us, delegates)
                        + overheads.cpu_op_us * cpu_ops
                        + sum(overheads.xnnpack_op(op.op_class) for op in ops if op.in_delegate)
                        + overheads.io_us_per_kib * io_kib + overheads.kernel_fraction * kernels)  # fmt: skip
     out["total"] = sum(out.values())
     return out
+
+
+def pool_wakes(overheads: Overheads, cpu_us: list[float], delegates: int) -> int:
+    """How many of a run's delegate calls find the thread pool's workers asleep: each after CPU kernels of more
+    than `pool_spin_us` (`cpu_us[d]`: before delegate call d, the last entry after the last call), the first also
+    after the previous run's tail (the paired timings run a program after its twin, whose tail is its own) and
+    the call's own overhead. Every call, where the profile has no spin time."""
+    if delegates == 0 or overheads.pool_wake_us == 0:
+        return 0
+    if overheads.pool_spin_us is None:
+        return delegates
+    first = cpu_us[0] + cpu_us[-1] + overheads.call_us
+    return int(first > overheads.pool_spin_us) + sum(gap > overheads.pool_spin_us for gap in cpu_us[1:-1])
 
 
 def element_bytes(dtype: str) -> int:

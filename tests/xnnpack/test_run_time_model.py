@@ -4,6 +4,7 @@ prediction comes to measured run times is the benchmark's to say (benchmarks/xnn
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -40,6 +41,28 @@ def test_a_programs_prediction_is_its_kernels_its_conversions_and_its_overheads(
     kernels = 4.0 + 2.0 + 7.5 + 3.0 + parts["conversion"]  # a tenth of their time runs beyond them
     assert abs(parts["overhead"] - (5.0 + 2 * 2.0 + 3 * 0.5 + 2 * 1.0 + 8.0 * 0.5 + 0.1 * kernels)) < 1e-9
     assert abs(parts["total"] - sum(v for k, v in parts.items() if k != "total")) < 1e-9
+
+
+def test_the_thread_pool_wakes_only_after_cpu_kernels_longer_than_its_spin():
+    # Three delegate calls: 30 us of CPU kernels before the second (the workers fall asleep), 10 before the third
+    # (they still spin), none before the first or after the last (the call starts on spinning workers).
+    profile = _profile(cpu_op_us=0.0, pool_wake_us=15.0, pool_spin_us=20.0)
+    gemm = xnn_cost.PredictedOp("gemm", 1000.0, 4, True)
+
+    def cpu(us, segment):
+        return xnn_cost.PredictedOp("cpu:other", us * 100.0, 4, False, segment=segment)
+
+    def wakes(ops, **overheads):
+        priced = profile.model_copy(update={"overheads": {"1": profile.overhead(1).model_copy(update=overheads)}})
+        without = _profile(cpu_op_us=0.0)
+        return (xnn_cost.run_us(priced, ops, 3, 1)["overhead"] - xnn_cost.run_us(without, ops, 3, 1)["overhead"]) / 15.0
+
+    program = [gemm, cpu(30.0, 1), gemm, cpu(10.0, 2), gemm]
+    assert round(wakes(program), 9) == 1
+    # The previous run's tail and this one's head add up past the spin: the first call pays it too.
+    assert round(wakes([cpu(12.0, 0), *program, cpu(12.0, 3)]), 9) == 2
+    assert round(wakes(program, pool_spin_us=None), 9) == 3  # a profile without the spin: every call pays
+    assert round(wakes(program, pool_spin_us=40.0), 9) == 0
 
 
 def test_a_depthwise_kernel_of_taps_never_measured_is_priced_as_the_nearest_measured():
@@ -82,6 +105,10 @@ def test_a_lowerings_ops_are_read_as_xnnpack_runs_them_and_its_cpu_kernels_price
     assert {"gemm", "dwconv:9"} <= classes  # XNNPACK runs a 1x1 convolution as its GEMM
     cpu = {op.op_class for op in lowered.outside.ops}
     assert {"cpu:native_layer_norm", "cpu:where"} <= cpu and lowered.outside.delegates >= 1
+    # Each CPU kernel knows how many delegate calls ran before it: the layer norm follows the convolutions' call,
+    # the where the second one's (its 0.5 * y).
+    segments = {op.op_class: op.segment for op in lowered.outside.ops}
+    assert segments["cpu:native_layer_norm"] == 1 and segments["cpu:where"] == lowered.outside.delegates == 2
 
     times = CpuOpTimes(tmp_path / "cpu_ops.json")
     parts = predicted_run(lowered, xnn_cost.load_profile(), 1, times)
@@ -366,3 +393,18 @@ def test_programs_run_with_torchs_own_pool_held_to_one_thread_and_it_is_given_ba
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_thread_pool_is_measured_into_a_profile_on_this_cpu_its_other_tables_kept():
+    from layout_solver.targets.xnnpack.calibrate import add_thread_pool
+
+    base = xnn_cost.load_profile()
+    probed = add_thread_pool(base, [2], rounds=5, command="test")
+    two = probed.overhead(2)
+    # The spin lies within the gaps probed (6-36 us here) or at their ends; the wake-up is what a sleeping pool cost.
+    assert two.pool_spin_us is not None and 0.0 <= two.pool_spin_us <= 100.0 and two.pool_wake_us >= 0.0
+    same = {k: v for k, v in two.model_dump().items() if not k.startswith("pool_")}
+    assert same == {k: v for k, v in base.overhead(2).model_dump().items() if not k.startswith("pool_")}
+    assert probed.overheads["1"] == base.overheads["1"] and probed.op_curves == base.op_curves
+    with pytest.raises(ValueError, match="no overheads at 3 threads"):
+        add_thread_pool(base, [3], rounds=5)

@@ -105,9 +105,10 @@ class XnnpackTarget(Target):
         )
         parser.add_argument("--keep-from", help="a profile of this CPU (built-in name or file) whose other thread "
                             "counts are kept: only --threads are measured again")  # fmt: skip
-        parser.add_argument("--only", choices=("streaming", "pads", "transpose-tiles"),
-                            help="measure only the weight-streaming, the constant-pad or the transpose tile probes and "
-                            "put them in --keep-from's profile, at its speed (one measured before them)")  # fmt: skip
+        parser.add_argument("--only", choices=("streaming", "pads", "transpose-tiles", "thread-pool"),
+                            help="measure only the weight-streaming, the constant-pad or the transpose tile probes, or "
+                            "the thread pool's spin and wake-up, and put them in --keep-from's profile, at its speed "
+                            "(one measured before them)")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
@@ -130,7 +131,8 @@ class XnnpackTarget(Target):
         `keep_from`, that profile with the measured thread counts replaced (`cost_models.xnnpack.remeasured`);
         with `only` ("streaming", "pads"), that profile with those probes measured again (`calibrate.add_probes`);
         with `only="transpose-tiles"`, that profile with the transpose tile probes added
-        (`calibrate.add_transpose_tiles`)."""
+        (`calibrate.add_transpose_tiles`); with `only="thread-pool"`, with the pool's spin and wake-up measured again
+        (`calibrate.add_thread_pool`)."""
         from cost_models import xnnpack as xnn_cost
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
@@ -148,6 +150,10 @@ class XnnpackTarget(Target):
             from layout_solver.targets.xnnpack.calibrate import add_transpose_tiles
 
             profile = add_transpose_tiles(base, list(threads), rounds, command, log)
+        elif only == "thread-pool":
+            from layout_solver.targets.xnnpack.calibrate import add_thread_pool
+
+            profile = add_thread_pool(base, list(threads), rounds, command, log)
         elif only:
             from layout_solver.targets.xnnpack.calibrate import add_probes
 

@@ -86,7 +86,8 @@ def conversion_measurements(
     from layout_solver.targets.xnnpack.runtime import event_means
 
     # A one-transpose probe's transpose is the first parallel operator of its call: it pays the pool's wake-up,
-    # which a conversion inside a program does not (the run-time model charges it once per delegate call).
+    # which a conversion inside a program does not (the run-time model charges it where the workers fell asleep,
+    # `cost_models.xnnpack.pool_wakes`).
     wake = {n: pool_wake_us(n, rounds) for n in threads}
     chosen = [(kind, shape, perm, False) for kind, probes in PROBES.items() for shape, perm in probes if curve_probes]
     chosen += [("transpose", shape, perm, True) for shape, perm in TILE_PROBES]
@@ -121,6 +122,28 @@ def add_transpose_tiles(
     return base.model_copy(update={
         "measurements": measurements, "transpose_tiles": transpose_tiles(measurements, base.curves),
         "command": f"{base.command}; then transpose tiles at threads {','.join(map(str, threads))} by: {command}",
+    })  # fmt: skip
+
+
+def add_thread_pool(
+    base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, command: str = "", log=print
+) -> xnn_cost.XnnpackProfile:
+    """`base` (a profile of this CPU) with its thread pool's spin and wake-up (`clock.pool_spin_and_wake`)
+    measured at `threads`, its other overheads as they were: what a profile measured before the spin was needs
+    for the model to charge the wake-up only where the workers fell asleep."""
+    from layout_solver.targets.xnnpack.calibrate_ops import pool_fields
+    from layout_solver.targets.xnnpack.clock import pool_spin_and_wake
+
+    overheads = dict(base.overheads)
+    for n in threads:
+        if str(n) not in overheads:
+            raise ValueError(f"profile {base.device!r} has no overheads at {n} threads")
+        spin_and_wake = pool_spin_and_wake(n, rounds) if n > 1 else None
+        overheads[str(n)] = overheads[str(n)].model_copy(update=pool_fields(spin_and_wake))
+        log(f"thread pool at {n} thread(s): {pool_fields(spin_and_wake)}")
+    return base.model_copy(update={
+        "overheads": overheads,
+        "command": f"{base.command}; then the thread pool at threads {','.join(map(str, threads))} by: {command}",
     })  # fmt: skip
 
 

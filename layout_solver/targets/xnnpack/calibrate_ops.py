@@ -40,7 +40,6 @@ class ProbeRun:
     delegates: int
     io_kib: float
     reference_us: float  # the reference program's median in the rounds the run was timed in
-    wake_us: float = 0.0  # the pool's wake-up at the run's thread count (the first parallel operator pays it)
 
 
 @dataclass(frozen=True)
@@ -168,14 +167,17 @@ def op_measurements(runs: list[ProbeRun]) -> list[xnn_cost.OpMeasurement]:
     return out
 
 
-def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Overheads]:
+def overheads(
+    runs: list[ProbeRun], threads: list[int], pool: dict[int, tuple[float, float]] | None = None
+) -> dict[str, xnn_cost.Overheads]:
     """Per thread count, fitted by non-negative least squares (relative errors: a probe of 5 us weighs as much as
     one of 5 ms) to what each probe's run time holds beyond its kernels (ETDump's): first on the chain probes,
     against their calls, delegates, CPU kernels and XNNPACK operators of each family (a family's chains of 1, 12
     and 36 small operators make its overhead their slope); then the single-op probes, whose inputs and outputs
     span 1 KiB to 1 MiB and whose kernels 1 us to 4 ms, give the cost per KiB of them and the share of the
     kernels' time the run spends beyond them (`kernel_fraction`), past what the first fit already prices; where
-    there are chains of a program's layers (`_program_chains`), the share is theirs."""
+    there are chains of a program's layers (`_program_chains`), the share is theirs. `pool`: per thread count,
+    the thread pool's spin and wake-up (`clock.pool_spin_and_wake`), measured apart."""
     from scipy.optimize import nnls
 
     chains = [r for r in runs if r.probe.op_class is None and not r.probe.kernel_bound]
@@ -210,12 +212,19 @@ def overheads(runs: list[ProbeRun], threads: list[int]) -> dict[str, xnn_cost.Ov
         by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
         out[str(n)] = xnn_cost.Overheads(
             call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
-            pool_wake_us=round(mine[0].wake_us, 3) if mine else 0.0,
+            **pool_fields((pool or {}).get(n)),
             io_us_per_kib=round(float(io[0]), 5), kernel_fraction=round(float(io[1]), 4),
             xnnpack_op_us=round(float(np.median(coef[3:])), 3) if families else 0.0,
             xnnpack_op_us_by_class=by_family,
         )  # fmt: skip
     return out
+
+
+def pool_fields(spin_and_wake: tuple[float, float] | None) -> dict:
+    """`Overheads`' thread-pool fields from `clock.pool_spin_and_wake`'s reading (none: no wake-up)."""
+    if not spin_and_wake:
+        return {"pool_wake_us": 0.0, "pool_spin_us": None}
+    return {"pool_spin_us": round(spin_and_wake[0], 1), "pool_wake_us": round(spin_and_wake[1], 1)}
 
 
 def run_passes(chosen: list[Probe], threads: list[int], rounds: int, passes: int, log=print) -> list[ProbeRun]:
@@ -243,18 +252,19 @@ def calibrate_ops(threads: list[int], rounds: int, log=print, passes: int = 1) -
     `merged`): the profile's run-time fields (`XnnpackProfile`: op measurements, op curves, per-unit costs,
     overheads, the reference program's microseconds, the GEMM packing tiles, weight streaming), all at the
     reference's median speed."""
-    from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_wake_us
+    from layout_solver.targets.xnnpack.clock import at_reference_speed, pool_spin_and_wake
 
-    wake = {n: pool_wake_us(n, rounds) for n in threads}
-    log(f"thread pool wake-up: {', '.join(f'{w:.1f} us ({n}t)' for n, w in wake.items())}")
+    pool = {n: pool_spin_and_wake(n, rounds) for n in threads}
+    log(
+        "thread pool: "
+        + ", ".join(f"sleeps after {s:.1f} us, wakes in {w:.1f} us ({n}t)" for n, (s, w) in pool.items())
+    )
     runs = run_passes(probes(), threads, rounds, passes, log)
-    for run in runs:
-        run.wake_us = wake[run.threads]
     reference = at_reference_speed(runs)
     runs = merged(runs)
     measurements = op_measurements(runs)
     tiles = packing(measurements)
     curves, unit_us = op_curves(measurements, tiles)
     return {"op_measurements": measurements, "op_curves": curves, "unit_us": unit_us,
-            "overheads": overheads(runs, threads), "reference_us": reference, "packing": tiles,
+            "overheads": overheads(runs, threads, pool), "reference_us": reference, "packing": tiles,
             "streaming": streaming(measurements)}  # fmt: skip

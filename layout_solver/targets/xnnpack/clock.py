@@ -1,6 +1,6 @@
 """The reference clock and the thread pool's wake-up: what lets a run time measured on a shared machine be stated at
-the speed the profile was measured at, and what the first parallel operator of a delegate call pays beyond one
-thread."""
+the speed the profile was measured at, and what the first parallel operator after the pool's workers fell asleep
+pays beyond one thread (and after how long a gap they do)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,64 @@ def pool_wake_us(threads: int, runs: int = 60) -> float:
         if len(gemms) == 8:
             differences += [first - statistics.median(rest) for first, *rest in zip(*gemms)]
     return max(0.0, statistics.median(differences) * 1e3) if differences else 0.0
+
+
+# The CPU gaps the pool's spin is read across: one cumsum over this many rows of 256 floats between two delegates
+# (about 0.75 us a row here: 6 to 36 us).
+SPIN_PROBE_ROWS = (8, 12, 16, 20, 24, 28, 32, 40, 48)
+
+
+def pool_spin_and_wake(threads: int, runs: int = 60) -> tuple[float, float]:
+    """(how long the thread pool's workers spin before they sleep, what the first parallel operator after that
+    pays for waking them), in microseconds, from programs of six delegates of two matrix products each, one CPU
+    cumsum between two delegates, its rows `SPIN_PROBE_ROWS`: per program, the gap (ETDump's cumsum) and the
+    first product's time over the second's, the mean over the runs and the delegates after the first (whose gap
+    is the previous run's tail). The wake-up: the median excess of the three longest gaps; the spin: midway
+    between the longest gap that paid under half of it and the shortest that paid more (the longest probed gap
+    where none paid more; 0 where every one did). (0, 0) on one thread."""
+    import torch
+
+    from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.xnnpack.lowering import lower
+    from layout_solver.xnnpack import stock_layouts
+
+    if threads <= 1:
+        return 0.0, 0.0
+
+    class Chain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(256, 256) for _ in range(12)])
+
+        def forward(self, x):
+            for first, second in zip(self.layers[::2], self.layers[1::2]):
+                x = torch.cumsum(second(first(x)), 0)  # the cumsum runs on the CPU, between two delegates
+            return x
+
+    torch.manual_seed(0)
+    read = []
+    for rows in SPIN_PROBE_ROWS:
+        inputs = (torch.randn(rows, 256),)
+        with quiet():
+            buffer = lower(Chain().eval(), inputs, stock_layouts).buffer
+        events = etdump_events(buffer, inputs, threads, runs, between=run_twin(buffer, inputs, threads))
+        firsts, seconds, gaps = (
+            next((raw for name, raw in events.items() if name.startswith(prefix) and name.endswith(suffix)), None)
+            for prefix, suffix in (("Fully", "#1"), ("Fully", "#2"), ("native_call_cumsum", ""))
+        )
+        if not (firsts and seconds and gaps) or len(firsts) != len(seconds):
+            raise RuntimeError(f"thread pool probe of {rows} rows: ETDump has not two products a delegate and a "
+                               f"cumsum ({sorted(events)})")  # fmt: skip
+        per_run = len(firsts) // runs
+        excess = [first - second for i, (first, second) in enumerate(zip(firsts, seconds)) if i % per_run]
+        read.append((statistics.median(gaps) * 1e3, statistics.mean(excess) * 1e3))
+    read.sort()
+    wake = statistics.median(excess for _, excess in read[-3:])
+    slept = [gap for gap, excess in read if excess >= wake / 2]
+    if not slept:
+        return read[-1][0], max(0.0, wake)
+    awake = [gap for gap, excess in read if excess < wake / 2 and gap < slept[0]]
+    return ((awake[-1] + slept[0]) / 2 if awake else 0.0), max(0.0, wake)
 
 
 # The reference's runs per round: the first follows the measured program and runs on the caches it left (a program

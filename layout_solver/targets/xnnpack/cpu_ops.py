@@ -247,7 +247,8 @@ def program_ops(exported_program) -> ProgramOps:
         work = max([_numel(node), *(_numel(a) for a in node.all_input_nodes)])
         val = tensor_of(node)
         elem = val.element_size() if val is not None else 4
-        out.ops.append(xnn_cost.PredictedOp(op_class, float(work), elem, False, call.key if call else ""))
+        out.ops.append(xnn_cost.PredictedOp(op_class, float(work), elem, False, call.key if call else "",
+                                            segment=out.delegates))  # fmt: skip
         if call is not None:
             out.calls[call.key] = call
     out.io_kib = io_bytes / 1024
