@@ -18,9 +18,8 @@ order, a pad by the rows its kernel runs on, or nothing where folded into a conv
 other op (softmax over the last dim, bmm, ...) stays contiguous, where every visitor is right. Two kinds of op
 may read one order and write the other, serialized by the stage's own visitors (`visitors.py`): a permute runs
 its physical permutation (`physical_permutation`), and elided where that moves no byte; a reshape (view,
-squeeze, unsqueeze) runs in place wherever the bytes stay
-where they are (`keeps_bytes`): XNNPACK's reshape is a no-op on the data, so `x.flatten(2).transpose(1, 2)` of an
-NHWC feature map costs nothing.
+squeeze, unsqueeze) runs in place wherever the bytes stay where they are (`keeps_bytes`): XNNPACK's reshape is a
+no-op on the data, so `x.flatten(2).transpose(1, 2)` of an NHWC feature map costs nothing.
 """
 
 from __future__ import annotations
@@ -245,8 +244,8 @@ def pad_rows(node, label: str) -> int | None:
 def folded_pad(node, label: str) -> bool:
     """Whether XNNPACK folds the constant pad into the convolution it feeds (its subgraph fusion): a pad of H and W
     alone by zero, stored NHWC, whose one reader is a (depthwise) convolution of more than 1x1 taps. It then runs
-    no operator (ETDump:
-    no `Constant Pad` event); an NCHW pad feeds its convolution through a transpose and runs."""
+    no operator (ETDump: no `Constant Pad` event); an NCHW pad feeds its convolution through a transpose and
+    runs."""
     if short_target(node.target) != PAD_TARGET or label != CHANNELS_LAST or rank(node) != 4:
         return False
     pads = list(node.args[1])

@@ -109,6 +109,11 @@ def conversion_measurements(
     return measurements
 
 
+def then_measured(base: xnn_cost.XnnpackProfile, what: str, threads: list[int], command: str) -> str:
+    """`base`'s command with what was measured into it since, at which thread counts, by which command."""
+    return f"{base.command}; then {what} at threads {','.join(map(str, threads))} by: {command}"
+
+
 def add_transpose_tiles(
     base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, command: str = "", log=print
 ) -> xnn_cost.XnnpackProfile:
@@ -121,7 +126,7 @@ def add_transpose_tiles(
     measurements = [m for m in base.measurements if not (m.tile_probe and m.threads in threads)] + fresh
     return base.model_copy(update={
         "measurements": measurements, "transpose_tiles": transpose_tiles(measurements, base.curves),
-        "command": f"{base.command}; then transpose tiles at threads {','.join(map(str, threads))} by: {command}",
+        "command": then_measured(base, "transpose tiles", threads, command),
     })  # fmt: skip
 
 
@@ -143,7 +148,7 @@ def add_thread_pool(
         log(f"thread pool at {n} thread(s): {pool_fields(spin_and_wake)}")
     return base.model_copy(update={
         "overheads": overheads,
-        "command": f"{base.command}; then the thread pool at threads {','.join(map(str, threads))} by: {command}",
+        "command": then_measured(base, "the thread pool", threads, command),
     })  # fmt: skip
 
 
@@ -169,5 +174,5 @@ def add_probes(
     kept = [m for m in base.op_measurements if m.probe not in names or m.threads not in threads]
     return refitted(base.model_copy(update={
         "op_measurements": kept + op_measurements(merged(runs)),
-        "command": f"{base.command}; then {only} at threads {','.join(map(str, threads))} by: {command}",
+        "command": then_measured(base, only, threads, command),
     }))  # fmt: skip
