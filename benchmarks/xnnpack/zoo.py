@@ -6,7 +6,9 @@ Run: .venv/bin/python -m benchmarks.xnnpack.zoo [--models a,b | --set zoo,outsid
 
 `--repredict TARGETS` reads the cached records of those targets' predicted run times again with this checkout's
 run-time model, the timings kept: each side lowered again and checked to be the same program (its .pte digest), a
-record whose program differs left as it was. For a change to the prediction alone (it decides no layout).
+record whose program differs left as it was, and its run times at the profile's speed restated at this profile's
+reference speed where the record says which it was stated at. For a change to the prediction alone (it decides no
+layout).
 
 Sets: the built-in zoo, the outside set (transformers configs), "issue" (the issue's own model,
 benchmarks/xnnpack/issue_models.py), "transpose_counts" (ExecuTorch's 36 transpose-count modules,
@@ -120,7 +122,21 @@ def repredict(record: dict, threads: list[int]) -> bool:
         if all(by_threads.values()):
             record[side]["predicted_run_ms_by_threads"] = {n: round(p["total"] / 1e3, 4) for n, p in by_threads.items()}
             record[side]["predicted_run_us_by_part"] = by_threads[str(threads[0])]
+    restate_at_reference(record, profile.reference_us)
     return True
+
+
+def restate_at_reference(record: dict, reference_us: dict[str, float]) -> None:
+    """A record's run times at the profile's speed, stated at another profile's (`reference_us`, by threads): each
+    scaled by that over the reference speed the record says they were stated at (records without it kept)."""
+    stated = record.get("profile_reference_us_by_threads", {})
+    for n, was in list(stated.items()):
+        if n in reference_us:
+            for side in ("stock", "solver"):
+                at_reference = record[side].get("run_ms_at_reference_by_threads", {})
+                if n in at_reference:
+                    at_reference[n] = round(at_reference[n] * reference_us[n] / was, 4)
+            stated[n] = reference_us[n]
 
 
 def _fmt(x, digits=3) -> str:

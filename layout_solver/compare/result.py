@@ -170,6 +170,8 @@ class Comparison(_Record):
     run_ratio_by_threads: dict[str, float] | None = None
     run_ratio_timings_by_threads: dict[str, list[float]] | None = None
     reference_ms_by_threads: dict[str, float] | None = None  # XNNPACK: the reference program's time, this run
+    # XNNPACK: the profile's reference time the run times at its speed are stated at (a re-measured profile restates them)
+    profile_reference_us_by_threads: dict[str, float] | None = None
     cpu: str | None = None  # XNNPACK: the CPU model the programs were timed on (a profile predicts its own CPU)
     max_rel_diff_stock_vs_solver: float | None = None
     bit_identical: bool | None = None

@@ -196,6 +196,29 @@ def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
     assert measured.us == round(run.kernel_us[adds[1]], 3)
 
 
+def test_a_probe_runs_its_second_op_on_what_a_parallel_op_wrote():
+    """A probe's second op reads the first's output (as a program's layers do; on two threads an op reading its
+    inputs where the first op left them in cache ran faster): an op that keeps its input's shape runs after a copy
+    of itself, one that does not after its probe's producer (its class, the shape kept), and is filed by its own
+    work; an op with neither (a concatenation) runs twice on the same inputs."""
+    from layout_solver.targets.xnnpack.calibrate_ops import _twice, lower_probe, op_measurements, run_probe
+    from layout_solver.targets.xnnpack.op_probes import Probe, _binary, _linear, _linear_producer
+
+    probe = Probe("gemm(16, 64, 32)", "gemm", _linear(16, 64, 32), producer=_linear_producer(16, 64, 32))
+    lowered = lower_probe(probe)
+    assert [op.work for op in lowered.ops if op.op_class == "gemm"] == [16 * 64 * 64, 16 * 64 * 32]
+    (measured,) = op_measurements(run_probe(probe, [1], rounds=5, lowered=lowered))
+    assert measured.work == 16 * 64 * 32 and measured.gemm.n == 32
+
+    add, inputs = _binary(torch.add, (4, 8))()
+    chained = _twice(add, inputs)
+    x, y = inputs
+    assert torch.equal(chained(x, y), (x + y) + y)  # the second add reads the first's sum
+    cat, inputs = _binary(lambda x, y: torch.cat([x, y], 1), (4, 8))()
+    first, second = _twice(cat, inputs)(*inputs)
+    assert torch.equal(first, second)
+
+
 def test_etdump_events_and_prediction_parts_are_read_as_the_same_classes():
     """The prediction-by-class benchmark files ETDump's events and the predictor's parts under one name."""
     from benchmarks.xnnpack.prediction_parts import event_class, predicted_class
@@ -320,6 +343,23 @@ def test_the_zoo_report_states_how_far_the_machines_multi_thread_speed_wanders()
     assert "median 1.00" in line and "all 0.80 - 1.30 (11 records)" in line
     assert f"the profile's {profile.reference_us['2'] / profile.reference_us['1']:.2f}" in line
     assert reference_spread(records[:9], [1, 2]) == [] and reference_spread(records, [1]) == []
+
+
+def test_repredicted_records_restate_their_run_times_at_the_new_profiles_speed():
+    """A record's run times at the profile's speed, read again with a profile measured at another reference speed,
+    are scaled to it (the ratio to the reference kept); a record that does not say its speed is left as it was."""
+    from benchmarks.xnnpack.zoo import restate_at_reference
+
+    record = {"profile_reference_us_by_threads": {"1": 500.0, "2": 400.0},
+              "stock": {"run_ms_at_reference_by_threads": {"1": 1.0, "2": 0.8}},
+              "solver": {"run_ms_at_reference_by_threads": {"1": 0.9, "2": 0.6}}}  # fmt: skip
+    restate_at_reference(record, {"1": 500.0, "2": 480.0})
+    assert record["stock"]["run_ms_at_reference_by_threads"] == {"1": 1.0, "2": 0.96}
+    assert record["solver"]["run_ms_at_reference_by_threads"] == {"1": 0.9, "2": 0.72}
+    assert record["profile_reference_us_by_threads"] == {"1": 500.0, "2": 480.0}
+    unstated = {"stock": {"run_ms_at_reference_by_threads": {"2": 0.8}}}
+    restate_at_reference(unstated, {"2": 480.0})
+    assert unstated["stock"]["run_ms_at_reference_by_threads"] == {"2": 0.8}
 
 
 def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():

@@ -161,7 +161,11 @@ class XnnpackTarget(Target):
         else:
             profile = calibrate(list(threads), rounds=rounds, command=command, log=log, passes=passes)
             if base is not None:
-                profile = xnn_cost.remeasured(base, profile)
+                from cost_models.xnnpack_fit import refitted
+
+                # The packing tiles are read at the fewest threads measured (`xnnpack_fit.packing`), which a
+                # re-measured half may not hold: the merged profile's tiles and curves are fitted again.
+                profile = refitted(xnn_cost.remeasured(base, profile))
         tmp = out.with_suffix(out.suffix + ".tmp")
         tmp.write_text(profile.model_dump_json(indent=1) + "\n")
         tmp.replace(out)

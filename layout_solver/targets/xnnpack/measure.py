@@ -194,6 +194,8 @@ def _measure(reference, inputs, buffers, sides, threads, rounds, quantized, prof
             to_reference, reference_ms = reference_ratio(buffers["stock"], inputs, n, rounds)
             at_reference = to_reference * profile.reference_us[str(n)] / 1e3
             extra.setdefault("reference_ms_by_threads", {})[str(n)] = round(reference_ms, 4)
+            # the speed the run times are stated at, so a profile measured again can restate them at its own
+            extra.setdefault("profile_reference_us_by_threads", {})[str(n)] = profile.reference_us[str(n)]
             for side, value in (("stock", at_reference), ("solver", at_reference * ratio)):
                 sides[side].setdefault("run_ms_at_reference_by_threads", {})[str(n)] = round(value, 4)
         for side in buffers:

@@ -34,6 +34,9 @@ class Probe:
     # A chain of one-row products, each layer its own weights: what reading a program's weights of its size costs
     # beyond the cache (`cost_models.xnnpack_fit.streaming`), not a point of its class's curve.
     stream_probe: bool = False
+    # A delegated probe whose op does not keep its first input's shape: a module of the same class that does, run
+    # before the op so the op reads what a parallel op wrote (`calibrate_ops._twice`).
+    producer: Callable[[], object] | None = None
 
 
 def _module(forward, *params):
@@ -58,6 +61,28 @@ def _conv(cin, cout, k, stride, side, groups=1):
         return _module(lambda layers, x: layers[0](x), conv), (torch.randn(1, cin, side, side),)
 
     return build
+
+
+def _conv_producer(cin, cout, k, stride, side, groups=1):
+    """A convolution of the same class as `_conv(...)`'s (its taps: a 1 x 1 one runs as a GEMM) that keeps its
+    input's shape."""
+    import torch
+
+    return lambda: torch.nn.Conv2d(cin, cin, k, 1, k // 2, groups=cin if groups > 1 else 1)
+
+
+def _linear_producer(m, k, n):
+    """A product that keeps `_linear(m, k, n)`'s input's shape."""
+    import torch
+
+    return lambda: torch.nn.Linear(k, k)
+
+
+def _pool_producer():
+    """A max pool that keeps its input's shape."""
+    import torch
+
+    return lambda: torch.nn.MaxPool2d(3, 1, 1)
 
 
 def _linear(m, k, n):
@@ -226,7 +251,7 @@ def probes() -> list[Probe]:
         (256, 256, 3, 1, 8),
         (8, 8, 3, 1, 8),
     ]
-    out += [Probe(f"conv{c}", "conv", _conv(*c)) for c in convs]
+    out += [Probe(f"conv{c}", "conv", _conv(*c), producer=_conv_producer(*c)) for c in convs]
     out += _tile_probes()
     depthwise = [(16, 3, 32), (32, 3, 32), (64, 3, 16), (64, 7, 24), (128, 3, 16), (128, 7, 12), (256, 3, 8),
                  (48, 7, 24), (8, 3, 8), (96, 3, 40), (32, 5, 32), (96, 5, 16), (24, 7, 48), (240, 3, 20)]  # fmt: skip
@@ -245,22 +270,24 @@ def probes() -> list[Probe]:
         (256, 64, 256),
         (4, 32, 32),
     ]
-    out += [Probe(f"gemm{g}", "gemm", _linear(*g)) for g in gemms]
+    out += [Probe(f"gemm{g}", "gemm", _linear(*g), producer=_linear_producer(*g)) for g in gemms]
     out += _attention_probes()
     sizes = [(1, 256), (8, 512), (64, 256), (196, 384), (256, 1024), (1024, 1024)]
     out += [Probe(f"add{s}", "elementwise", _binary(torch.add, s)) for s in sizes]
     out += [Probe(f"gelu{s}", "transcendental", _unary(F.gelu, s)) for s in sizes]
     maps = [(1, 16, 16, 16), (1, 32, 32, 32), (1, 64, 32, 32), (1, 64, 56, 56), (1, 128, 28, 28)]
-    out += [Probe(f"maxpool{m}", "pool", _unary(lambda x: F.max_pool2d(x, 3, 2, 1), m)) for m in maps]
-    out += [Probe(f"mean{m}", "pool", _unary(lambda x: x.mean((2, 3), keepdim=True), m)) for m in maps]
+    out += [Probe(f"maxpool{m}", "pool", _unary(lambda x: F.max_pool2d(x, 3, 2, 1), m), producer=_pool_producer())
+            for m in maps]  # fmt: skip
+    out += [Probe(f"mean{m}", "pool", _unary(lambda x: x.mean((2, 3), keepdim=True), m), producer=_pool_producer())
+            for m in maps]  # fmt: skip
     out += _copy_probes(maps) + pad_probes()
     out += [Probe(f"bilinear{m}", "resize", _unary(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), m))
             for m in maps[:4]]  # fmt: skip
     # int8: the kernels that dominate quantized programs.
-    out += [Probe(f"int8 conv{c}", "conv", _conv(*c), int8=True) for c in convs[::2]]
+    out += [Probe(f"int8 conv{c}", "conv", _conv(*c), int8=True, producer=_conv_producer(*c)) for c in convs[::2]]
     out += [Probe(f"int8 dwconv{c, k, s}", f"dwconv:{k * k}", _conv(c, c, k, 1, s, groups=c), int8=True)
             for c, k, s in depthwise[::2]]  # fmt: skip
-    out += [Probe(f"int8 gemm{g}", "gemm", _linear(*g), int8=True) for g in gemms[::2]]
+    out += [Probe(f"int8 gemm{g}", "gemm", _linear(*g), int8=True, producer=_linear_producer(*g)) for g in gemms[::2]]
     out += [Probe(f"int8 add{s}", "elementwise", _binary(torch.add, s), int8=True) for s in sizes]
     # The CPU's portable kernels that stock leaves between delegates (layer norm, expand, where, reductions, ...).
     rows = [(16, 64), (64, 192), (196, 384), (1024, 256), (4096, 64)]
@@ -308,9 +335,9 @@ def _tile_probes() -> list[Probe]:
     each past ETDump's tick: what `cost_models.xnnpack_fit.packing` reads the GEMM packing tiles on."""
     tiles = [(1, 32, 3, 1, 64), (2, 32, 3, 1, 64), (4, 32, 3, 1, 64), (6, 32, 3, 1, 64), (12, 32, 3, 1, 48),
              (32, 4, 3, 1, 64), (32, 8, 3, 1, 64), (32, 12, 3, 1, 64), (32, 24, 3, 1, 48)]  # fmt: skip
-    out = [Probe(f"{prefix}conv{c}", "conv", _conv(*c), int8=int8, tile_probe=True)
+    out = [Probe(f"{prefix}conv{c}", "conv", _conv(*c), int8=int8, tile_probe=True, producer=_conv_producer(*c))
            for c in tiles for prefix, int8 in QUANT]  # fmt: skip
-    out += [Probe(f"{prefix}gemm{g}", "gemm", _linear(*g), int8=int8, tile_probe=True)
+    out += [Probe(f"{prefix}gemm{g}", "gemm", _linear(*g), int8=int8, tile_probe=True, producer=_linear_producer(*g))
             for g in ((256, 4, 256), (256, 256, 4), (256, 256, 12)) for prefix, int8 in QUANT]  # fmt: skip
     return out
 
