@@ -26,7 +26,6 @@ CASES = {
     "dwconv 3x3 128 ch at 14x14": ("depthwise", 128, (1, 128, 14, 14)),
     "gelu [196, 384]": ("gelu", 0, (196, 384)),
 }
-_SKIPPED = ("Transpose", "Static", "Convert", "native_call_", "DELEGATE", "Method", "OPERATOR", "Program")
 
 
 def _layer(kind: str, width: int):
@@ -44,6 +43,7 @@ def _layer(kind: str, width: int):
 def op_times(module, x, threads: int, rounds: int) -> list[float]:
     """ETDump's microseconds of each XNNPACK op of the lowered module, in the order they ran."""
     from layout_solver.lowering.quiet import quiet
+    from layout_solver.targets.xnnpack.calibrate_ops import _HELPER_EVENTS, BOOKKEEPING
     from layout_solver.targets.xnnpack.clock import run_twin
     from layout_solver.targets.xnnpack.lowering import lower
     from layout_solver.targets.xnnpack.runtime import etdump_events, trimmed_mean
@@ -52,7 +52,8 @@ def op_times(module, x, threads: int, rounds: int) -> list[float]:
     with quiet():
         buffer = lower(module.eval(), (x,), stock_layouts).buffer
     events = etdump_events(buffer, (x,), threads, rounds, between=run_twin(buffer, (x,), threads))
-    return [trimmed_mean(raw) * 1e3 for name, raw in events.items() if not name.startswith(_SKIPPED)]
+    skipped = _HELPER_EVENTS + BOOKKEEPING  # the kernels the calibration files, as it reads them
+    return [trimmed_mean(raw) * 1e3 for name, raw in events.items() if not name.startswith(skipped)]
 
 
 def main() -> None:
@@ -66,14 +67,6 @@ def main() -> None:
     opts = args.parse_args()
     threads = [int(t) for t in opts.threads.split(",")]
 
-    class SameInputs(torch.nn.Module):  # the probe as it was: both ops read the program's input
-        def __init__(self, layer):
-            super().__init__()
-            self.first, self.second = layer, copy.deepcopy(layer)
-
-        def forward(self, x):
-            return self.first(x), self.second(x)
-
     lines = ["# An XNNPACK op reading what a parallel op wrote, against its input left in cache", "",
              harness.provenance(), "",
              "Microseconds of the second op (ETDump); the chain's: the median of its layers after the first.", ""]  # fmt: skip
@@ -83,7 +76,7 @@ def main() -> None:
         layer, x = _layer(kind, width), torch.randn(*shape)
         chain = torch.nn.Sequential(*[copy.deepcopy(layer) for _ in range(4)])
         for n in threads:
-            same = op_times(SameInputs(layer), x, n, opts.rounds)[-1]
+            same = op_times(_twice(layer, (x,), chained=False), x, n, opts.rounds)[-1]
             chained = op_times(_twice(layer, (x,)), x, n, opts.rounds)[-1]
             layers = sorted(op_times(chain, x, n, opts.rounds)[1:])
             in_chain = layers[len(layers) // 2]

@@ -214,6 +214,7 @@ def test_a_probe_runs_its_second_op_on_what_a_parallel_op_wrote():
     chained = _twice(add, inputs)
     x, y = inputs
     assert torch.equal(chained(x, y), (x + y) + y)  # the second add reads the first's sum
+    assert all(torch.equal(s, x + y) for s in _twice(add, inputs, chained=False)(x, y))  # as it was: same inputs
     cat, inputs = _binary(lambda x, y: torch.cat([x, y], 1), (4, 8))()
     first, second = _twice(cat, inputs)(*inputs)
     assert torch.equal(first, second)

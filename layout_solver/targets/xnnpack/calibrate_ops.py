@@ -117,11 +117,12 @@ def merged(runs: list[ProbeRun]) -> list[ProbeRun]:
     return out
 
 
-def _twice(module, inputs: tuple, producer=None):
+def _twice(module, inputs: tuple, producer=None, chained: bool = True):
     """The probe's op twice in one delegate call, the second reading what the first wrote, as a program's layers
     do: where the op keeps its first input's shape, the op then a copy of it (each its own weights); else
     `producer()` (a module of the op's class that keeps the shape) then the op; else (neither) the op twice on the
-    same inputs. The first pays for waking the thread pool's workers, asleep since the last call (15-50 us on two
+    same inputs (so too where not `chained`: the probe as it was, which `benchmarks.xnnpack.chained_probes` times
+    against). The first pays for waking the thread pool's workers, asleep since the last call (15-50 us on two
     threads here, from one probe to the next, where a one-op probe's op takes 1 us on one). On two threads an op
     reading its inputs where the first op's run left them in cache read up to a quarter faster than a layer of a
     chain (a [36, 128] x [128, 128] product 9.0 us against 11.7 in one run; the same in another); one thread reads
@@ -134,6 +135,7 @@ def _twice(module, inputs: tuple, producer=None):
         out = module(*inputs)
     keeps = isinstance(out, torch.Tensor) and out.shape == inputs[0].shape
     first, second = (module, copy.deepcopy(module)) if keeps else (producer(), module) if producer else (None, None)
+    first = first if chained else None
 
     class Chained(torch.nn.Module):
         def __init__(self):
