@@ -150,7 +150,7 @@ def test_an_events_time_per_run_sums_its_instances_each_without_its_slowest_tent
 def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
     """Probe runs made from known costs (per call, delegate and operator on chains of tiny adds; per KiB of I/O
     and a share of the kernels' time on single large adds) give those costs back; chains of a program's layers,
-    where there are some, give the share."""
+    where there are some, give the share, read from the runs their kernels were read from."""
     from types import SimpleNamespace
 
     from layout_solver.targets.xnnpack.calibrate_ops import ProbeRun, overheads
@@ -161,7 +161,9 @@ def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
         overhead = call + delegate + per_op * len(ops) + per_kib * io_kib + share * kernels
         probe = SimpleNamespace(name=f"{op_class} {len(ops)} {kernels}", op_class=op_class, kernel_bound=kernel_bound,
                                 stream_probe=stream_probe)  # fmt: skip
-        return ProbeRun(probe, 1, {"kernel": kernels}, kernels + overhead, ops, 1, io_kib, 300.0)
+        # A program chain's rounds met the machine in another state than the block its kernels came from.
+        rounds_us = (kernels + overhead) * (1.4 if kernel_bound else 1.0)
+        return ProbeRun(probe, 1, {"kernel": kernels}, rounds_us, ops, 1, io_kib, 300.0, kernels + overhead)
 
     add = xnn_cost.PredictedOp("elementwise", 8.0, 4, True)
     chains = [run(None, [add] * count, 0.01 * count, 0.0) for count in (1, 12, 36)]
@@ -181,8 +183,9 @@ def test_the_overheads_fit_recovers_the_costs_that_made_the_probes_run_times():
 
 def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
     """A real probe run (one thread, a few rounds, each after a run of its twin): its op twice in one delegate
-    call, each XNNPACK event timed, the run and the reference timed, and one measurement of its class filed from
-    the second op's events. (Whether the twin's state matches a paired timing is the benchmark's to measure.)"""
+    call, each XNNPACK event timed, the run (in the reference's rounds and in ETDump's block) and the reference
+    timed, and one measurement of its class filed from the second op's events. (Whether the twin's state matches
+    a paired timing is the benchmark's to measure.)"""
     from layout_solver.targets.xnnpack.calibrate_ops import op_measurements, run_probe
     from layout_solver.targets.xnnpack.op_probes import Probe, _binary
 
@@ -191,6 +194,8 @@ def test_a_probe_runs_its_op_twice_after_its_twin_and_files_the_second():
     adds = [name for name in run.kernel_us if name.startswith("Add (ND)")]
     assert len(adds) == 2 and len([op for op in run.ops if op.op_class == "elementwise"]) == 2
     assert run.run_us > 0 and run.reference_us > 0 and run.io_kib > 0
+    # The block's runs were clocked too: each longer than the kernels ETDump read in it.
+    assert run.block_run_us > sum(run.kernel_us.values())
     (measured,) = op_measurements([run])
     assert measured.op_class == "elementwise" and measured.work == 64 * 256 and measured.threads == 1
     assert measured.us == round(run.kernel_us[adds[1]], 3)
@@ -373,13 +378,15 @@ def test_passes_of_a_calibration_merge_into_the_median_of_each_probe():
     other = Probe("gemm(4, 32, 32)", "gemm", lambda: None)
 
     def run(p, threads, run_us, add_us):
-        return ProbeRun(p, threads, {"Add (ND) #1": add_us, "Add (ND) #2": 2 * add_us}, run_us, [], 1, 1.0, 500.0)
+        return ProbeRun(
+            p, threads, {"Add (ND) #1": add_us, "Add (ND) #2": 2 * add_us}, run_us, [], 1, 1.0, 500.0, run_us + 1.0
+        )
 
     runs = [run(probe, 1, 10.0, 1.0), run(probe, 1, 30.0, 9.0), run(probe, 1, 12.0, 2.0), run(probe, 2, 8.0, 1.0),
             run(other, 1, 50.0, 4.0)]  # fmt: skip
     out = {(r.probe.name, r.threads): r for r in merged(runs)}
     assert set(out) == {("add(64, 256)", 1), ("add(64, 256)", 2), ("gemm(4, 32, 32)", 1)}
-    assert out[("add(64, 256)", 1)].run_us == 12.0
+    assert out[("add(64, 256)", 1)].run_us == 12.0 and out[("add(64, 256)", 1)].block_run_us == 13.0
     assert out[("add(64, 256)", 1)].kernel_us == {"Add (ND) #1": 2.0, "Add (ND) #2": 4.0}
     assert out[("add(64, 256)", 2)].run_us == 8.0 and out[("gemm(4, 32, 32)", 1)].kernel_us["Add (ND) #1"] == 4.0
 
@@ -414,6 +421,26 @@ def test_a_profile_remeasured_at_one_thread_count_keeps_the_others_and_refuses_a
     assert out.command.startswith(base.command) and out.command.endswith("re-measured by: " + new.command)
     with pytest.raises(ValueError, match="two CPUs"):
         xnn_cost.remeasured(base, new.model_copy(update={"device": "riscv64 (Toy)"}))
+
+
+def test_the_program_share_is_measured_into_a_profile_and_nothing_else_moves():
+    """`calibrate xnnpack --only program-share --keep-from P --threads 1`: the chains of a program's layers run on
+    this CPU (a few rounds, one pass), and P comes back with its 1-thread share beyond the kernels read again (from
+    the runs the kernels came from) and every other field as it was."""
+    from layout_solver.targets.xnnpack.calibrate import add_program_share
+
+    base = xnn_cost.load_profile()
+    lines: list[str] = []
+    out = add_program_share(base, [1], rounds=3, passes=1, command="calibrate --only program-share", log=lines.append)
+    share = out.overheads["1"].kernel_fraction
+    assert 0.0 <= share < 0.5 and lines[-1].endswith(f"-> {share}")
+    assert len([line for line in lines if line.startswith("[")]) == 6  # the six chains, each run once
+    kept = out.overheads["1"].model_copy(update={"kernel_fraction": base.overheads["1"].kernel_fraction})
+    assert kept == base.overheads["1"]
+    assert out.overheads["2"] == base.overheads["2"] and out.op_curves == base.op_curves
+    assert out.command == f"{base.command}; then the program share at threads 1 by: calibrate --only program-share"
+    with pytest.raises(ValueError, match="no reference speed or overheads at \\[4\\] threads"):
+        add_program_share(base, [4], rounds=3, passes=1)
 
 
 def test_programs_run_with_torchs_own_pool_held_to_one_thread_and_it_is_given_back():

@@ -105,10 +105,11 @@ class XnnpackTarget(Target):
         )
         parser.add_argument("--keep-from", help="a profile of this CPU (built-in name or file) whose other thread "
                             "counts are kept: only --threads are measured again")  # fmt: skip
-        parser.add_argument("--only", choices=("streaming", "pads", "transpose-tiles", "thread-pool"),
-                            help="measure only the weight-streaming, the constant-pad or the transpose tile probes, or "
-                            "the thread pool's spin and wake-up, and put them in --keep-from's profile, at its speed "
-                            "(one measured before them)")  # fmt: skip
+        parser.add_argument("--only", choices=("streaming", "pads", "transpose-tiles", "thread-pool", "program-share"),
+                            help="measure only the weight-streaming, the constant-pad or the transpose tile probes, "
+                            "the thread pool's spin and wake-up, or the share a program's layers run beyond their "
+                            "kernels, and put them in --keep-from's profile, at its speed (one measured before "
+                            "them)")  # fmt: skip
 
     def calibration_settings(self, args) -> dict:
         """`calibrate`'s keywords from the flags `add_calibration_arguments` defined."""
@@ -132,7 +133,8 @@ class XnnpackTarget(Target):
         with `only` ("streaming", "pads"), that profile with those probes measured again (`calibrate.add_probes`);
         with `only="transpose-tiles"`, that profile with the transpose tile probes added
         (`calibrate.add_transpose_tiles`); with `only="thread-pool"`, with the pool's spin and wake-up measured again
-        (`calibrate.add_thread_pool`)."""
+        (`calibrate.add_thread_pool`); with `only="program-share"`, with the share a program's layers run beyond
+        their kernels measured again (`calibrate.add_program_share`)."""
         from cost_models import xnnpack as xnn_cost
         from layout_solver.targets.xnnpack.calibrate import calibrate
 
@@ -154,6 +156,10 @@ class XnnpackTarget(Target):
             from layout_solver.targets.xnnpack.calibrate import add_thread_pool
 
             profile = add_thread_pool(base, list(threads), rounds, command, log)
+        elif only == "program-share":
+            from layout_solver.targets.xnnpack.calibrate import add_program_share
+
+            profile = add_program_share(base, list(threads), rounds, passes, command, log)
         elif only:
             from layout_solver.targets.xnnpack.calibrate import add_probes
 

@@ -152,6 +152,34 @@ def add_thread_pool(
     })  # fmt: skip
 
 
+def add_program_share(
+    base: xnn_cost.XnnpackProfile, threads: list[int], rounds: int, passes: int, command: str = "", log=print
+) -> xnn_cost.XnnpackProfile:
+    """`base` (a profile of this CPU) with the share of the kernels' time a program's layers run beyond them
+    (`Overheads.kernel_fraction`) measured again at `threads` on the chains of a program's layers
+    (`op_probes._program_chains`), each run and its kernels read from the same runs
+    (`calibrate_ops.with_program_share`), its other overheads as they were."""
+    from layout_solver.targets.xnnpack.calibrate_ops import merged, run_passes, with_program_share
+    from layout_solver.targets.xnnpack.clock import at_reference_speed
+    from layout_solver.targets.xnnpack.op_probes import _program_chains
+
+    missing = [n for n in threads if str(n) not in base.reference_us or str(n) not in base.overheads]
+    if missing:
+        raise ValueError(f"profile {base.device!r} has no reference speed or overheads at {missing} threads")
+    runs = run_passes(_program_chains(), threads, rounds, passes, log)
+    at_reference_speed(runs, base.reference_us)
+    runs = merged(runs)
+    overheads = dict(base.overheads)
+    for n in threads:
+        overheads[str(n)] = with_program_share(overheads[str(n)], [r for r in runs if r.threads == n])
+        log(f"share beyond the kernels at {n} thread(s): {base.overheads[str(n)].kernel_fraction} -> "
+            f"{overheads[str(n)].kernel_fraction}")  # fmt: skip
+    return base.model_copy(update={
+        "overheads": overheads,
+        "command": then_measured(base, "the program share", threads, command),
+    })  # fmt: skip
+
+
 def add_probes(
     base: xnn_cost.XnnpackProfile, only: str, threads: list[int], rounds: int, passes: int, command: str = "", log=print
 ) -> xnn_cost.XnnpackProfile:

@@ -40,6 +40,10 @@ class ProbeRun:
     delegates: int
     io_kib: float
     reference_us: float  # the reference program's median in the rounds the run was timed in
+    # The wall time of the runs ETDump's kernel times come from (their trimmed mean): at 2 threads here a program's
+    # speed moved by up to 40% between the run's rounds and that block, where what one block spends beyond its
+    # kernels holds within a few percent.
+    block_run_us: float
 
 
 @dataclass(frozen=True)
@@ -85,18 +89,19 @@ def lower_probe(probe: Probe) -> LoweredProbe:
 def run_probe(probe: Probe, threads: list[int], rounds: int, lowered: LoweredProbe | None = None) -> list[ProbeRun]:
     """Time the probe (lowered by `lower_probe` unless given) at every thread count."""
     from layout_solver.targets.xnnpack.clock import reference_ratio, run_twin
-    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms
+    from layout_solver.targets.xnnpack.runtime import etdump_events, per_run_ms, trimmed_mean
 
     lowered = lowered or lower_probe(probe)
     buffer, inputs = lowered.buffer, lowered.inputs
     out = []
     for n in threads:
         # Each run after its twin's, as a paired timing runs a program after the other side's of the same model.
-        events = etdump_events(buffer, inputs, n, rounds, between=run_twin(buffer, inputs, n))
+        block_ms: list[float] = []
+        events = etdump_events(buffer, inputs, n, rounds, between=run_twin(buffer, inputs, n), run_ms=block_ms)
         kernels = {name: per_run_ms(raw, rounds) * 1e3 for name, raw in events.items() if name not in BOOKKEEPING}
         ratio, reference_ms = reference_ratio(buffer, inputs, n, rounds)
         out.append(ProbeRun(probe, n, kernels, ratio * reference_ms * 1e3, lowered.ops, lowered.delegates,
-                            lowered.io_kib, reference_ms * 1e3))  # fmt: skip
+                            lowered.io_kib, reference_ms * 1e3, trimmed_mean(block_ms) * 1e3))  # fmt: skip
     return out
 
 
@@ -112,8 +117,8 @@ def merged(runs: list[ProbeRun]) -> list[ProbeRun]:
         first = group[0]
         kernels = {name: float(np.median([r.kernel_us[name] for r in group if name in r.kernel_us]))
                    for name in first.kernel_us}  # fmt: skip
-        out.append(dataclasses.replace(first, kernel_us=kernels,
-                                       run_us=float(np.median([r.run_us for r in group]))))  # fmt: skip
+        out.append(dataclasses.replace(first, kernel_us=kernels, run_us=float(np.median([r.run_us for r in group])),
+                                       block_run_us=float(np.median([r.block_run_us for r in group]))))  # fmt: skip
     return out
 
 
@@ -224,20 +229,31 @@ def overheads(
         weights = 1.0 / np.maximum([r.run_us for r in singles], 1.0)
         per_io_and_kernel = np.array([[r.io_kib, sum(r.kernel_us.values())] for r in singles])
         io, _ = nnls(per_io_and_kernel * weights[:, None], left * weights)
-        programs = [r for r in runs if r.threads == n and r.probe.kernel_bound]
-        if programs:  # the share beyond the kernels as a program's layers run it, the I/O priced as fitted
-            left = np.array([beyond(r) - float(np.dot(counts(r), coef)) - io[0] * r.io_kib for r in programs])
-            kernels = np.array([sum(r.kernel_us.values()) for r in programs])
-            io[1] = max(0.0, float(np.mean(left / np.maximum(kernels, 1.0))))
         by_family = {f: round(float(c), 3) for f, c in zip(families, coef[3:])}
-        out[str(n)] = xnn_cost.Overheads(
+        fitted = xnn_cost.Overheads(
             call_us=round(coef[0], 3), delegate_us=round(coef[1], 3), cpu_op_us=round(coef[2], 3),
             **pool_fields((pool or {}).get(n)),
             io_us_per_kib=round(float(io[0]), 5), kernel_fraction=round(float(io[1]), 4),
             xnnpack_op_us=round(float(np.median(coef[3:])), 3) if families else 0.0,
             xnnpack_op_us_by_class=by_family,
         )  # fmt: skip
+        programs = [r for r in runs if r.threads == n and r.probe.kernel_bound]
+        out[str(n)] = with_program_share(fitted, programs) if programs else fitted
     return out
+
+
+def with_program_share(fitted: xnn_cost.Overheads, programs: list[ProbeRun]) -> xnn_cost.Overheads:
+    """`fitted` with the share of the kernels' time a program's layers run beyond them (`kernel_fraction`): the
+    mean over the chains of a program's layers (`op_probes._program_chains`) of what each run spends beyond its
+    kernels, past the call, delegate, operator and I/O costs `fitted` prices, over its kernels. The run and the
+    kernels are read from the same runs (`ProbeRun.block_run_us`)."""
+    shares = []
+    for r in programs:
+        kernels = sum(r.kernel_us.values())
+        priced = (fitted.call_us + fitted.delegate_us * r.delegates + fitted.io_us_per_kib * r.io_kib
+                  + sum(fitted.xnnpack_op(op.op_class) if op.in_delegate else fitted.cpu_op_us for op in r.ops))  # fmt: skip
+        shares.append((r.block_run_us - kernels - priced) / max(kernels, 1.0))
+    return fitted.model_copy(update={"kernel_fraction": round(max(0.0, float(np.mean(shares))), 4)})
 
 
 def pool_fields(spin_and_wake: tuple[float, float] | None) -> dict:

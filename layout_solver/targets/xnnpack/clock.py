@@ -193,6 +193,7 @@ def at_reference_speed(runs: list, speed: dict[str, float] | None = None) -> dic
         for r in mine:
             scale = reference[str(n)] / r.reference_us
             r.run_us *= scale
+            r.block_run_us *= scale
             r.kernel_us = {k: v * scale for k, v in r.kernel_us.items()}
             r.reference_us = reference[str(n)]
     return reference

@@ -128,11 +128,12 @@ class OpProfile:
 
 
 def etdump_events(
-    buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3, between=None
+    buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3, between=None, run_ms: list | None = None
 ) -> dict[str, list[float]]:
     """Each ETDump event's milliseconds in each of `runs` runs (after `warmup` runs in another load), by name
     in the order the events first ran; `between()` runs before each run (another program, so the run starts with
-    the caches as an interleaved timing leaves them)."""
+    the caches as an interleaved timing leaves them); each run's wall milliseconds appended to `run_ms` where given
+    (as a paired timing clocks a run: the call from Python, its inputs' and outputs' copies included)."""
     from executorch.devtools import Inspector
 
     with pinned(threads):
@@ -143,7 +144,10 @@ def etdump_events(
         for _ in range(runs):
             if between is not None:
                 between()
+            started = time.perf_counter()
             method.execute(list(inputs))
+            if run_ms is not None:
+                run_ms.append((time.perf_counter() - started) * 1e3)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.etdp"
         program.write_etdump_result_to_file(str(path), str(Path(tmp) / "debug.bin"))
