@@ -172,6 +172,13 @@ class Overheads(_Strict):
         """One XNNPACK operator's overhead, by its class's family."""
         return self.xnnpack_op_us_by_class.get(op_family(op_class), self.xnnpack_op_us)
 
+    def counted_us(self, ops: list[PredictedOp], delegates: int, io_kib: float) -> float:
+        """What a run of `ops` costs beyond its kernels by count: the call, each of its `delegates`, each XNNPACK
+        operator and each CPU kernel, and its `io_kib` of inputs and outputs (not the thread pool's wake-ups nor
+        the share in proportion to the kernels)."""
+        return (self.call_us + self.delegate_us * delegates + self.io_us_per_kib * io_kib
+                + sum(self.xnnpack_op(op.op_class) if op.in_delegate else self.cpu_op_us for op in ops))  # fmt: skip
+
 
 def op_family(op_class: str) -> str:
     """An op class without its variant: "dwconv:9" -> "dwconv", "conversion:block" -> "conversion"."""
@@ -478,13 +485,10 @@ def run_us(
         out[part] = out.get(part, 0.0) + us
         if not op.in_delegate and 0 <= op.segment <= delegates:
             cpu_us[op.segment] += us + overheads.cpu_op_us
-    cpu_ops = sum(not op.in_delegate for op in ops)
     kernels = sum(out.values())
-    out["overhead"] = (overheads.call_us + overheads.delegate_us * delegates
+    out["overhead"] = (overheads.counted_us(ops, delegates, io_kib)
                        + overheads.pool_wake_us * pool_wakes(overheads, cpu_us, delegates)
-                       + overheads.cpu_op_us * cpu_ops
-                       + sum(overheads.xnnpack_op(op.op_class) for op in ops if op.in_delegate)
-                       + overheads.io_us_per_kib * io_kib + overheads.kernel_fraction * kernels)  # fmt: skip
+                       + overheads.kernel_fraction * kernels)  # fmt: skip
     out["total"] = sum(out.values())
     return out
 

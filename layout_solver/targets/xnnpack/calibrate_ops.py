@@ -245,14 +245,13 @@ def overheads(
 def with_program_share(fitted: xnn_cost.Overheads, programs: list[ProbeRun]) -> xnn_cost.Overheads:
     """`fitted` with the share of the kernels' time a program's layers run beyond them (`kernel_fraction`): the
     mean over the chains of a program's layers (`op_probes._program_chains`) of what each run spends beyond its
-    kernels, past the call, delegate, operator and I/O costs `fitted` prices, over its kernels. The run and the
+    kernels, past what `fitted` prices by count (`Overheads.counted_us`), over its kernels. The run and the
     kernels are read from the same runs (`ProbeRun.block_run_us`)."""
     shares = []
     for r in programs:
         kernels = sum(r.kernel_us.values())
-        priced = (fitted.call_us + fitted.delegate_us * r.delegates + fitted.io_us_per_kib * r.io_kib
-                  + sum(fitted.xnnpack_op(op.op_class) if op.in_delegate else fitted.cpu_op_us for op in r.ops))  # fmt: skip
-        shares.append((r.block_run_us - kernels - priced) / max(kernels, 1.0))
+        beyond = r.block_run_us - kernels - fitted.counted_us(r.ops, r.delegates, r.io_kib)
+        shares.append(beyond / max(kernels, 1.0))
     return fitted.model_copy(update={"kernel_fraction": round(max(0.0, float(np.mean(shares))), 4)})
 
 
