@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from collections import defaultdict
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -158,10 +159,11 @@ class Overheads(_Strict):
     # them; the op curves hold none of it.
     pool_wake_us: float = Field(default=0.0, ge=0)
     # How long the workers spin for new work before they sleep (pthreadpool spins a fixed count of pauses, then
-    # waits on a futex): a delegate call after CPU kernels that ran longer than this pays `pool_wake_us`, and so
-    # does a call of the program whose CPU kernels after its last delegate and before its first did (ci-x86: none
-    # at 18 us of CPU kernels between two delegates, the wake-up at 24 us and beyond). None, a profile measured
-    # before it was: every delegate call pays the wake-up.
+    # waits on a futex): an operator that splits across the pool after the calling thread ran alone for longer
+    # than this (CPU kernels, small operators XNNPACK runs without the pool, `splits_across_pool`) pays
+    # `pool_wake_us`, and so does the first of a run whose tail and head did (ci-x86: none at 18 us of CPU
+    # kernels between two delegates, the wake-up at 24 us and beyond). None, a profile measured before it was:
+    # every delegate call pays the wake-up.
     pool_spin_us: float | None = Field(default=None, ge=0)
     # What a run spends beyond its kernels' ETDump events in proportion to them (microseconds per kernel
     # microsecond): fitted with the I/O term on the single-op probes, whose run beyond their one kernel grows with
@@ -442,7 +444,8 @@ class PredictedOp(NamedTuple):
     # A conversion's stored shape and physical permutation, which its tiles are read by (`conversion_kernel_us`);
     # without them it is priced by its KiB (`work`) alone.
     moved: tuple[tuple[int, ...], tuple[int, ...]] | None = None
-    # A CPU kernel's place in the program: how many delegate calls run before it (-1: not known).
+    # Its place in the program: how many delegate calls run before it (a delegate's operator: before its own
+    # call; -1: not known).
     segment: int = -1
 
 
@@ -460,16 +463,17 @@ def run_us(
     """A program's predicted microseconds per run, by part: each op class's kernels ("conversion" for every
     layout conversion and permute; a kernel call whose time was `measured`, by its key, at that time; an op with
     weights also its share of the program's weight streaming, `XnnpackProfile.streaming_us_per_kib`), "overhead"
-    (the call, each of its `delegates`, the thread pool's wake-ups (`pool_wakes`, from the CPU kernels' time
-    between the calls, by each kernel's `segment`), each XNNPACK operator and each CPU kernel, its `io_kib` of
-    inputs and outputs, the share of its kernels' time that runs beyond them) and "total"."""
+    (the call, each of its `delegates`, the thread pool's wake-ups (`pool_wakes`, from what runs on the calling
+    thread alone between two operators that split across the pool, by each op's `segment`), each XNNPACK
+    operator and each CPU kernel, its `io_kib` of inputs and outputs, the share of its kernels' time that runs
+    beyond them) and "total"."""
     overheads = profile.overhead(threads)
     measured = measured or {}
     # Each op's weights were last read a whole run ago, every other op's since: where a program's weights outgrow the
     # cache, each op reads its own from memory, where the probes that priced it read them from cache.
     streaming = profile.streaming_us_per_kib(threads, sum(op.weight_kib for op in ops))
     out: dict[str, float] = {}
-    cpu_us = [0.0] * (delegates + 1)  # the CPU kernels' time before each delegate call, and after the last one
+    steps: list[PoolStep] = []  # what each op holds the calling thread for, for `pool_wakes`
     for op in ops:
         if op.key in measured:
             part, us = op.op_class, measured[op.key]
@@ -483,27 +487,75 @@ def run_us(
             part, us = op.op_class, profile.op_us(op.op_class, op.work, op.elem_bytes, threads, op.units, op.gemm)
             us += streaming * op.weight_kib
         out[part] = out.get(part, 0.0) + us
-        if not op.in_delegate and 0 <= op.segment <= delegates:
-            cpu_us[op.segment] += us + overheads.cpu_op_us
+        per_op = overheads.xnnpack_op(op.op_class) if op.in_delegate else overheads.cpu_op_us
+        steps.append(PoolStep(op.segment, op.in_delegate, us + per_op, splits_across_pool(op)))
     kernels = sum(out.values())
     out["overhead"] = (overheads.counted_us(ops, delegates, io_kib)
-                       + overheads.pool_wake_us * pool_wakes(overheads, cpu_us, delegates)
+                       + overheads.pool_wake_us * pool_wakes(overheads, steps, delegates)
                        + overheads.kernel_fraction * kernels)  # fmt: skip
     out["total"] = sum(out.values())
     return out
 
 
-def pool_wakes(overheads: Overheads, cpu_us: list[float], delegates: int) -> int:
-    """How many of a run's delegate calls find the thread pool's workers asleep: each after CPU kernels of more
-    than `pool_spin_us` (`cpu_us[d]`: before delegate call d, the last entry after the last call), the first also
-    after the previous run's tail (the paired timings run a program after its twin, whose tail is its own) and
-    the call's own overhead. Every call, where the profile has no spin time."""
+# XNNPACK runs an elementwise operator (unary, binary, Convert) of at most this many bytes of output on the
+# calling thread, without the thread pool: on ci-x86 at 2 threads, after 200 us of a CPU kernel, an add of one
+# row of 16 to 4,096 fp32 elements, or of 2-64 rows (a bias), read no wake-up and the product after it paid it;
+# an add of 8,192 elements paid it itself (ETDump per event: benchmarks/results/xnnpack_pool_inline.md).
+INLINE_ELEMENTWISE_BYTES = 16 * 1024
+INLINE_FAMILIES = ("elementwise", "transcendental", "convert")
+
+
+def splits_across_pool(op: PredictedOp) -> bool:
+    """Whether XNNPACK hands `op` to the thread pool, waking its workers where they fell asleep: not a CPU kernel
+    or a small elementwise operator (`INLINE_ELEMENTWISE_BYTES`); any other, a reshape too (llama_decode's first
+    Static Reshape of a delegate read 1.5-7 us at 2 threads against 0 at 1, `benchmarks.xnnpack.event_timeline`)."""
+    if not op.in_delegate:
+        return False
+    return not (op_family(op.op_class) in INLINE_FAMILIES and op.work * op.elem_bytes <= INLINE_ELEMENTWISE_BYTES)
+
+
+class PoolStep(NamedTuple):
+    """What one op holds the calling thread for: its place (`PredictedOp.segment`), whether it runs in a
+    delegate, its microseconds with its overhead, and whether it splits across the pool (`splits_across_pool`)."""
+
+    segment: int
+    in_delegate: bool
+    us: float
+    splits: bool
+
+
+def pool_wakes(overheads: Overheads, steps: list[PoolStep], delegates: int) -> int:
+    """How many of a run's operators find the thread pool's workers asleep: each that splits across the pool
+    after more than `pool_spin_us` of the run on the calling thread alone since the last one did (CPU kernels,
+    operators run without the pool, delegate calls), the first after the previous run's tail and the call's own
+    overhead too (the paired timings run a program after its twin, whose tail is its own). Where a delegate's
+    operators have no `segment` (its call's place not known), each delegate call counts as one operator that
+    splits. Every call pays, where the profile has no spin time."""
     if delegates == 0 or overheads.pool_wake_us == 0:
         return 0
     if overheads.pool_spin_us is None:
         return delegates
-    first = cpu_us[0] + cpu_us[-1] + overheads.call_us
-    return int(first > overheads.pool_spin_us) + sum(gap > overheads.pool_spin_us for gap in cpu_us[1:-1])
+    placed = all(step.segment >= 0 for step in steps if step.in_delegate)
+    cpu: dict[int, list[PoolStep]] = defaultdict(list)
+    inside: dict[int, list[PoolStep]] = defaultdict(list)
+    for step in steps:
+        (inside if step.in_delegate else cpu)[step.segment].append(step)
+    run: list[tuple[float, bool]] = []  # (microseconds, splits) in the order the program runs them
+    for segment in range(delegates + 1):
+        run += [(step.us, False) for step in cpu[segment]]
+        if segment < delegates:
+            run.append((overheads.delegate_us, False))
+            run += [(step.us, step.splits) for step in inside[segment]] if placed else [(0.0, True)]
+    last = max((i for i, (_, splits) in enumerate(run) if splits), default=None)
+    if last is None:
+        return 0
+    idle, wakes = sum(us for us, _ in run[last + 1 :]) + overheads.call_us, 0
+    for us, splits in run:
+        if splits:
+            wakes, idle = wakes + (idle > overheads.pool_spin_us), 0.0
+        else:
+            idle += us
+    return wakes
 
 
 def element_bytes(dtype: str) -> int:

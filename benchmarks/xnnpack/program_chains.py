@@ -7,8 +7,8 @@ Each chain is lowered and timed as the calibration times its own chains of a pro
 (`calibrate_ops.run_probe`: ETDump's kernels, then the run against the reference program, each after its twin),
 `--passes` times, the median kept (`calibrate_ops.merged`), stated at the profile's reference speed. The chains
 differ from the calibration's in what they stress: weights far beyond the caches (64 MiB of matrices, read once
-per run), few rows per matrix (a weight-bound product, as a decode step's), and convolutions at a program's
-spatial sizes. Where these miss and the calibration's chains do not, the cost model lacks a term the programs pay.
+per run), few rows per matrix (a weight-bound product, as a decode step's), small products of a decode step's
+size, and convolutions at a program's spatial sizes. Where these miss and the calibration's chains do not, the cost model lacks a term the programs pay.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def chains() -> list[tuple[str, object, int, tuple[int, ...]]]:
         ("gemm 16 x 1024, 16 rows (64 MiB)", lambda: torch.nn.Linear(1024, 1024), 16, (16, 1024)),
         ("conv 8 x 256 at 7x7 (18 MiB)", lambda: block(256), 8, (1, 256, 7, 7)),
         ("conv 8 x 64 at 56x56 (1.2 MiB)", lambda: block(64), 8, (1, 64, 56, 56)),
+        # Small products, each split across the pool at 2 threads, as a decode step's projections are.
+        ("gemm 12 x 128, 1 row (0.8 MiB)", lambda: torch.nn.Linear(128, 128), 12, (1, 128)),
+        ("gemm 12 x 128, 8 rows (0.8 MiB)", lambda: torch.nn.Linear(128, 128), 12, (8, 128)),
     ]
 
 

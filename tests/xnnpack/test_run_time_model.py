@@ -65,6 +65,59 @@ def test_the_thread_pool_wakes_only_after_cpu_kernels_longer_than_its_spin():
     assert round(wakes(program, pool_spin_us=40.0), 9) == 0
 
 
+def test_operators_xnnpack_runs_without_the_pool_leave_its_workers_asleep_longer():
+    # A delegate's first product after 10 us of CPU kernels and 15 us of small adds XNNPACK runs on the calling
+    # thread: 25 us and more since the last product, past the 20 us spin. Read as blocks (the delegates' places
+    # not known), each call starts on spinning workers.
+    profile = _profile(cpu_op_us=0.0, pool_wake_us=15.0, pool_spin_us=20.0)
+    overheads = profile.overhead(1)
+
+    def run(small_adds_us: float, placed: bool) -> int:
+        inside = [(0, "gemm", 1000.0), (1, "elementwise", 1000.0), (1, "gemm", 1000.0)]
+        ops = [xnn_cost.PredictedOp(op_class, work, 4, True, segment=segment if placed else -1)
+               for segment, op_class, work in inside]  # fmt: skip
+        ops.append(xnn_cost.PredictedOp("cpu:other", 1000.0, 4, False, segment=1))  # 10 us between the calls
+        steps = [xnn_cost.PoolStep(op.segment, op.in_delegate, small_adds_us if op.op_class == "elementwise" else 1.0,
+                                   xnn_cost.splits_across_pool(op)) if op.in_delegate else
+                 xnn_cost.PoolStep(op.segment, False, 10.0, False) for op in ops]  # fmt: skip
+        return xnn_cost.pool_wakes(overheads, steps, 2)
+
+    assert run(15.0, placed=True) == 1
+    assert run(2.0, placed=True) == 0  # 10 + 2 us and the call's overhead: the workers still spin
+    assert run(15.0, placed=False) == 0
+
+    def splits(op_class, work, elem_bytes=4, in_delegate=True):
+        return xnn_cost.splits_across_pool(xnn_cost.PredictedOp(op_class, work, elem_bytes, in_delegate))
+
+    # An elementwise operator up to 16 KiB of output runs on the calling thread; a product always splits.
+    assert not splits("elementwise", 4096) and splits("elementwise", 8192) and not splits("transcendental", 16384, 1)
+    assert splits("gemm", 64.0) and splits("copy", 0.0) and not splits("cpu:other", 1e6, in_delegate=False)
+
+
+class _TwoCalls(nn.Module):
+    """Two XNNPACK delegates with a CPU cumsum between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(16, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.second(torch.cumsum(self.first(x).relu(), 0)).sigmoid()
+
+
+def test_each_delegates_operators_are_placed_at_its_call():
+    lowered = lower(_TwoCalls().eval(), (torch.randn(4, 16),), stock_layouts)
+    outside = lowered.outside
+    assert outside.delegates == 2 and outside.called == ["lowered_module_0", "lowered_module_1"]
+    ops = outside.run_ops([r.run_ops for r in lowered.reports])
+    by_segment = {(op.segment, op.in_delegate, op.op_class) for op in ops}
+    assert {(0, True, "gemm"), (1, False, "cpu:cumsum"), (1, True, "gemm")} <= by_segment
+    assert all(op.segment in (0, 1) for op in ops if op.in_delegate)
+    # Calls that do not name each delegate once leave the delegates' operators unplaced.
+    outside.called = ["lowered_module_0", "lowered_module_0"]
+    assert all(op.segment == -1 for op in outside.run_ops([r.run_ops for r in lowered.reports]) if op.in_delegate)
+
+
 def test_a_depthwise_kernel_of_taps_never_measured_is_priced_as_the_nearest_measured():
     profile = _profile()
     assert profile.op_us("dwconv:9", 1000.0, 4, 1) == 1.0

@@ -77,7 +77,7 @@ def lower_probe(probe: Probe) -> LoweredProbe:
         if probe.delegated:
             lowered = lower(module, inputs, stock_layouts)
             buffer, outside = lowered.buffer, lowered.outside
-            ops = [op for r in lowered.reports for op in r.run_ops] + outside.ops
+            ops = outside.run_ops([r.run_ops for r in lowered.reports])
         else:
             edge = to_edge(torch.export.export(module, inputs))
             outside = program_ops(edge.exported_program())  # before to_executorch rewrites the graph

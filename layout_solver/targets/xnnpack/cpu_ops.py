@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,6 +25,9 @@ from graph_io.fx import tensor_of
 RUNS = 30
 # Views of the program run as ExecuTorch's et_view (memory planning aliases them): a kernel call, no work.
 FREE = ("view_copy.default", "alias_copy.default")
+# How the lowering names the k-th lowered module it attaches to a graph (`executorch.exir.delegate.
+# get_lowered_module_name`): the first free `lowered_module_<i>`, so in the order the delegates were made.
+LOWERED_MODULE = "lowered_module_"
 
 
 @dataclass(frozen=True)
@@ -213,12 +216,26 @@ class CpuOpTimes:
 class ProgramOps:
     """What an edge program (after partitioning) runs outside its delegates: each CPU kernel as the run-time
     model sees it (`cost_models.xnnpack.PredictedOp`, keyed to its call), the calls by key, the number of
-    delegate calls, and the KiB of the program's inputs and outputs."""
+    delegate calls, the KiB of the program's inputs and outputs, and each call's lowered module by name, in the
+    order the program calls them."""
 
     ops: list
     calls: dict
     delegates: int
     io_kib: float
+    called: list = field(default_factory=list)
+
+    def run_ops(self, delegate_ops: list[list]) -> list:
+        """Every op the program runs: each delegate's (`delegate_ops`, one list per delegate in the order the
+        lowering made them, its reports' order) placed at its call (`PredictedOp.segment`), then the CPU kernels.
+        The lowering names its k-th delegate `lowered_module_k`; where the calls do not name each delegate once so,
+        the delegates' operators stay unplaced (the run-time model then takes each call as one block)."""
+        names = [f"{LOWERED_MODULE}{k}" for k in range(len(delegate_ops))]
+        if sorted(self.called) != sorted(names) or len(self.called) != self.delegates:
+            return [op for ops in delegate_ops for op in ops] + self.ops
+        call_of = {name: call for call, name in enumerate(self.called)}
+        placed = [op._replace(segment=call_of[name]) for name, ops in zip(names, delegate_ops) for op in ops]
+        return placed + self.ops
 
 
 def program_ops(exported_program) -> ProgramOps:
@@ -236,6 +253,7 @@ def program_ops(exported_program) -> ProgramOps:
         name = getattr(node.target, "__name__", str(node.target))
         if name == "executorch_call_delegate":
             out.delegates += 1
+            out.called.append(str(node.args[0].target))
             continue
         if name == "getitem":
             continue

@@ -64,6 +64,6 @@ def predicted_run(lowered: Lowered, profile, threads: int, cpu_times=None) -> di
         return {}
     outside = lowered.outside
     measured = cpu_times.times(list(outside.calls.values()), threads) if cpu_times is not None else {}
-    ops = [op for r in lowered.reports for op in r.run_ops] + outside.ops
+    ops = outside.run_ops([r.run_ops for r in lowered.reports])
     parts = xnn_cost.run_us(profile, ops, outside.delegates, threads, outside.io_kib, measured)
     return {k: round(v, 3) for k, v in sorted(parts.items())}
