@@ -14,9 +14,7 @@ Rows: every event whose 2-thread time exceeds its 1-thread time by more than `--
 from __future__ import annotations
 
 import statistics
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 
 from benchmarks import harness
 
@@ -26,24 +24,10 @@ SETUP_EVENTS = ("Method::init", "Program::load_method")
 def run_events(buffer: bytes, inputs: tuple, threads: int, rounds: int) -> list[tuple[str, float, float]]:
     """(name, start microseconds after the run's first event, microseconds) of each event of a run, the medians
     over `rounds` runs."""
-    from executorch.devtools import Inspector
-
     from layout_solver.targets.xnnpack.clock import run_twin
-    from layout_solver.targets.xnnpack.runtime import load_method, pinned
+    from layout_solver.targets.xnnpack.runtime import etdump_inspector
 
-    between = run_twin(buffer, inputs, threads)
-    with pinned(threads):
-        _, warm = load_method(buffer)
-        program, method = load_method(buffer, etdump=True)
-        for _ in range(3):
-            warm.execute(list(inputs))
-        for _ in range(rounds):
-            between()
-            method.execute(list(inputs))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "run.etdp"
-        program.write_etdump_result_to_file(str(path), str(Path(tmp) / "debug.bin"))
-        inspector = Inspector(etdump_path=str(path))
+    inspector = etdump_inspector(buffer, inputs, threads, rounds, between=run_twin(buffer, inputs, threads))
     per_run: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
     for block in inspector.event_blocks:
         for event in block.events:

@@ -70,16 +70,14 @@ def main() -> None:
         height, width = (int(d) for d in shape.split("x"))
         read = {n: times(kind, height, width, n, opts.rounds) for n in (1, 2)}
 
-        def first(prefixes, n, read=read):
-            return next((us for name, us in read[n].items() if name.startswith(prefixes)), 0.0)
+        def last_time(prefix: str, n: int, read=read) -> float:
+            return [us for name, us in read[n].items() if name.startswith(prefix)][-1]
 
-        elementwise = ("Sigmoid",) if kind == "sigmoid" else ("Add",)
-        last_elementwise = [first(elementwise, n) if kind != "bias" else
-                            [us for name, us in read[n].items() if name.startswith("Add")][-1] for n in (1, 2)]  # fmt: skip
-        product = [first(("Fully Connected",), n) for n in (1, 2)]
+        elementwise = [last_time("Sigmoid" if kind == "sigmoid" else "Add", n) for n in (1, 2)]
+        product = [last_time("Fully Connected", n) for n in (1, 2)]
         kib = height * width * 4 / 1024
-        splits = last_elementwise[1] - last_elementwise[0] > product[1] - product[0]
-        rows.append((case, f"{kib:g}", *(f"{us:.1f}" for us in (*last_elementwise, *product)),
+        splits = elementwise[1] - elementwise[0] > product[1] - product[0]
+        rows.append((case, f"{kib:g}", *(f"{us:.1f}" for us in (*elementwise, *product)),
                      "the elementwise op" if splits else "the product"))  # fmt: skip
         print(harness.row(rows[-1]), flush=True)
     lines += harness.table(["case", "output KiB (fp32)", "elementwise 1t", "elementwise 2t", "product 1t",

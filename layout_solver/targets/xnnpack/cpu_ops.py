@@ -215,15 +215,19 @@ class CpuOpTimes:
 @dataclass
 class ProgramOps:
     """What an edge program (after partitioning) runs outside its delegates: each CPU kernel as the run-time
-    model sees it (`cost_models.xnnpack.PredictedOp`, keyed to its call), the calls by key, the number of
-    delegate calls, the KiB of the program's inputs and outputs, and each call's lowered module by name, in the
-    order the program calls them."""
+    model sees it (`cost_models.xnnpack.PredictedOp`, keyed to its call), the calls by key, the KiB of the
+    program's inputs and outputs, and each delegate call's lowered module by name, in the order the program calls
+    them."""
 
     ops: list
     calls: dict
-    delegates: int
     io_kib: float
     called: list = field(default_factory=list)
+
+    @property
+    def delegates(self) -> int:
+        """How many delegate calls the program makes."""
+        return len(self.called)
 
     def run_ops(self, delegate_ops: list[list]) -> list:
         """Every op the program runs: each delegate's (`delegate_ops`, one list per delegate in the order the
@@ -231,7 +235,7 @@ class ProgramOps:
         The lowering names its k-th delegate `lowered_module_k`; where the calls do not name each delegate once so,
         the delegates' operators stay unplaced (the run-time model then takes each call as one block)."""
         names = [f"{LOWERED_MODULE}{k}" for k in range(len(delegate_ops))]
-        if sorted(self.called) != sorted(names) or len(self.called) != self.delegates:
+        if sorted(self.called) != sorted(names):
             return [op for ops in delegate_ops for op in ops] + self.ops
         call_of = {name: call for call, name in enumerate(self.called)}
         placed = [op._replace(segment=call_of[name]) for name, ops in zip(names, delegate_ops) for op in ops]
@@ -246,13 +250,12 @@ def program_ops(exported_program) -> ProgramOps:
     user = set(exported_program.graph_signature.user_inputs) | set(exported_program.graph_signature.user_outputs)
     io_bytes = sum(_bytes(n) for n in graph.nodes if n.name in user)
     io_bytes += sum(_bytes(n) for n in graph.output_node().all_input_nodes if n.op != "placeholder")
-    out = ProgramOps([], {}, 0, 0.0)
+    out = ProgramOps([], {}, 0.0)
     for node in graph.nodes:
         if node.op != "call_function":
             continue
         name = getattr(node.target, "__name__", str(node.target))
         if name == "executorch_call_delegate":
-            out.delegates += 1
             out.called.append(str(node.args[0].target))
             continue
         if name == "getitem":

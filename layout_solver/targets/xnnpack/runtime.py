@@ -127,13 +127,13 @@ class OpProfile:
         return self.conversion_ms / self.total_ms if self.total_ms else 0.0
 
 
-def etdump_events(
+def etdump_inspector(
     buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3, between=None, run_ms: list | None = None
-) -> dict[str, list[float]]:
-    """Each ETDump event's milliseconds in each of `runs` runs (after `warmup` runs in another load), by name
-    in the order the events first ran; `between()` runs before each run (another program, so the run starts with
-    the caches as an interleaved timing leaves them); each run's wall milliseconds appended to `run_ms` where given
-    (as a paired timing clocks a run: the call from Python, its inputs' and outputs' copies included)."""
+):
+    """An `executorch.devtools.Inspector` of `runs` runs (after `warmup` runs in another load); `between()` runs
+    before each run (another program, so the run starts with the caches as an interleaved timing leaves them);
+    each run's wall milliseconds appended to `run_ms` where given (as a paired timing clocks a run: the call from
+    Python, its inputs' and outputs' copies included)."""
     from executorch.devtools import Inspector
 
     with pinned(threads):
@@ -151,7 +151,15 @@ def etdump_events(
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.etdp"
         program.write_etdump_result_to_file(str(path), str(Path(tmp) / "debug.bin"))
-        inspector = Inspector(etdump_path=str(path))
+        return Inspector(etdump_path=str(path))
+
+
+def etdump_events(
+    buffer: bytes, inputs: tuple, threads: int, runs: int, warmup: int = 3, between=None, run_ms: list | None = None
+) -> dict[str, list[float]]:
+    """Each ETDump event's milliseconds in each of `runs` runs of `etdump_inspector` (its arguments), by name in
+    the order the events first ran."""
+    inspector = etdump_inspector(buffer, inputs, threads, runs, warmup, between, run_ms)
     events: dict[str, list[float]] = defaultdict(list)
     for block in inspector.event_blocks:
         for event in block.events:
