@@ -283,6 +283,14 @@ def prediction_checks(ok: list[dict], threads: list[int]) -> list[str]:
                     f"{statistics.median(at_reference):.0%} at the profile's speed ({sum(e <= 0.1 for e in at_reference)} "
                     f"of {len(at_reference)} programs within 10%), {statistics.median(raw):.0%} raw"
                 )  # fmt: skip
+            quiet = [r for r in mine if t not in (r.get("contended_timing_kept_by_threads") or {})]
+            if t != "1" and any("contended_rounds_by_threads" in r for r in mine):
+                errors = prediction_errors(quiet, t, "run_ms_at_reference_by_threads")
+                out.append(
+                    f"  - {len(quiet)} of {len(mine)} records timed at {t} threads in quiet spells only "
+                    f"(`contention`; the others kept their quietest chunks)"
+                    + (f": |error| median {statistics.median(errors):.0%} over them" if errors else "")
+                )  # fmt: skip
     out += reference_spread(ok, threads)
     return out
 

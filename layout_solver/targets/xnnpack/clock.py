@@ -8,7 +8,7 @@ import functools
 import statistics
 import time
 
-from layout_solver.targets.xnnpack.runtime import etdump_events, load_method, pinned, set_threads
+from layout_solver.targets.xnnpack.runtime import Sentinel, etdump_events, load_method, pinned, set_threads
 
 
 @functools.cache
@@ -155,13 +155,17 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
     milliseconds in those rounds). Each round runs the program's twin (`run_twin`) and the program
     `TWIN_PAIRS_PER_ROUND` times (the last run timed, in the state a paired timing runs it in), then the reference
     `REFERENCE_RUNS_PER_ROUND` times; the program's time is paired with the median of the reference's runs after
-    its first, which the program's own caches would slow."""
+    its first, which the program's own caches would slow. Beyond one thread, rounds the machine did not give both
+    CPUs to are dropped (`contention.gated_rounds`)."""
+    from layout_solver.targets.xnnpack.contention import gated_rounds
+
     reference, reference_inputs = reference_program()
-    ratios, reference_ms = [], []
+    sentinel = Sentinel(threads)
     with pinned(threads):
         methods = [load_method(reference)[1], load_method(buffer)[1]]
         args = [list(reference_inputs), list(inputs)]
         twin = run_twin(buffer, inputs, threads)
+        sentinel.load()
         for method, given in zip(methods, args):
             for _ in range(5):
                 method.execute(given)
@@ -171,14 +175,15 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
             methods[i].execute(args[i])
             return (time.perf_counter() - started) * 1e3
 
-        for _ in range(rounds):
+        def one_round(_: int) -> tuple[float, float]:
             for _ in range(TWIN_PAIRS_PER_ROUND):
                 twin()
                 program_ms = timed(1)
-            alone = [timed(0) for _ in range(REFERENCE_RUNS_PER_ROUND)][1:]
-            reference_ms.append(statistics.median(alone))
-            ratios.append(program_ms / reference_ms[-1])
-    return statistics.median(ratios), statistics.median(reference_ms)
+            reference_ms = statistics.median([timed(0) for _ in range(REFERENCE_RUNS_PER_ROUND)][1:])
+            return program_ms / reference_ms, reference_ms
+
+        gated = gated_rounds(one_round, rounds, sentinel.level if sentinel.loaded else None)
+    return statistics.median(r for r, _ in gated.rounds), statistics.median(ms for _, ms in gated.rounds)
 
 
 def at_reference_speed(runs: list, speed: dict[str, float] | None = None) -> dict[str, float]:

@@ -70,9 +70,10 @@ def side_record(buffer: bytes, reports: list, seconds: float, solver: bool) -> d
     return record
 
 
-def timed_pair(buffers: dict[str, bytes], inputs: tuple, threads: int, rounds: int) -> tuple[float, list[float]]:
-    """The solver-to-stock paired ratio at `threads`: one in-process reading, and where it is outside
-    1 + CONFIRM_BEYOND (and the programs differ), four more in fresh processes, judged on the median."""
+def timed_pair(buffers: dict[str, bytes], inputs: tuple, threads: int, rounds: int):
+    """(the solver-to-stock paired ratio at `threads`, every reading of it, the first timing): one in-process
+    reading, and where it is outside 1 + CONFIRM_BEYOND (and the programs differ), four more in fresh processes,
+    judged on the median."""
     from layout_solver.targets.xnnpack.runtime import paired_times, time_in_fresh_process
 
     pair = [buffers["stock"], buffers["solver"]]
@@ -81,7 +82,7 @@ def timed_pair(buffers: dict[str, bytes], inputs: tuple, threads: int, rounds: i
     if pair[0] != pair[1] and readings[0] > 1 + CONFIRM_BEYOND:
         for _ in range(CONFIRM_TIMINGS):
             readings.append(time_in_fresh_process(pair, inputs, threads, rounds).ratio(1))
-    return statistics.median(readings), readings, first.medians
+    return statistics.median(readings), readings, first
 
 
 def compare_xnnpack(
@@ -184,11 +185,15 @@ def _measure(reference, inputs, buffers, sides, threads, rounds, quantized, prof
     extra["max_abs_diff"] = extra["max_abs_diff_stock_vs_solver"]
     ratios, readings_by = {}, {}
     for n in threads:
-        ratio, readings, medians = timed_pair(buffers, inputs, n, rounds)
+        ratio, readings, first = timed_pair(buffers, inputs, n, rounds)
         ratios[str(n)] = round(ratio, 4)
+        if n > 1:  # rounds the machine did not give every CPU to (`contention`), left out of the first timing
+            extra.setdefault("contended_rounds_by_threads", {})[str(n)] = first.contended_rounds
+            if not first.quiet:
+                extra.setdefault("contended_timing_kept_by_threads", {})[str(n)] = True
         if len(readings) > 1:
             readings_by[str(n)] = [round(r, 4) for r in readings]
-        for side, ms in zip(("stock", "solver"), medians):
+        for side, ms in zip(("stock", "solver"), first.medians):
             sides[side].setdefault("run_ms_by_threads", {})[str(n)] = round(ms, 4)
         if str(n) in profile.reference_us:  # the run times at the profile's speed, by the reference clock
             to_reference, reference_ms = reference_ratio(buffers["stock"], inputs, n, rounds)

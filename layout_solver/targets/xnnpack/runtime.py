@@ -4,6 +4,7 @@ programs timed in interleaved paired rounds, per-op times from ETDump (`executor
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import statistics
 import tempfile
@@ -52,12 +53,75 @@ def load_method(buffer: bytes, etdump: bool = False, method: str = "forward"):
     return program, program.load_method(method)
 
 
+@functools.cache
+def sentinel_program() -> tuple[bytes, tuple]:
+    """The contention sentinel (`contention`): a 32 x 32 channel 3 x 3 convolution on a 24 x 24 map (about 100 us
+    on one core), lowered to XNNPACK as executorch lowers it; its rows split evenly across the thread pool."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 32, 24, 24),)
+    exported = torch.export.export(torch.nn.Conv2d(32, 32, 3, padding=1).eval(), inputs)
+    return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch().buffer, inputs
+
+
+@functools.cache
+def sentinel_one_thread_us(runs: int = 100) -> float:
+    """The sentinel's median microseconds at one thread (a second CPU, ours or not, costs it nothing)."""
+    buffer, inputs = sentinel_program()
+    with pinned(1):
+        method = load_method(buffer)[1]
+        return statistics.median(timed_us(method, list(inputs)) for _ in range(runs))
+
+
+def timed_us(method, args: list) -> float:
+    """Microseconds of one run of a loaded `method` on `args`."""
+    started = time.perf_counter()
+    method.execute(args)
+    return (time.perf_counter() - started) * 1e6
+
+
+class Sentinel:
+    """The contention check between chunks of a timing at `threads` (`contention.gated_rounds`). Build it before
+    the thread pool is pinned (beyond one thread it times the sentinel at one thread first, which resets the pool),
+    `load` it after (a delegate keeps the pool it was loaded under)."""
+
+    def __init__(self, threads: int):
+        self.one_thread_us = sentinel_one_thread_us() if threads > 1 else None
+        self._run = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether it runs between chunks (loaded beyond one thread)."""
+        return self._run is not None
+
+    def load(self) -> None:
+        """Load the sentinel under the pinned pool (a no-op at one thread) and warm it."""
+        if self.one_thread_us is None:
+            return
+        buffer, inputs = sentinel_program()
+        method, args = load_method(buffer)[1], list(inputs)
+        self._run = lambda: timed_us(method, args)
+        for _ in range(5):
+            self._run()
+
+    def level(self) -> float:
+        """The sentinel's time, run once now, over its 1-thread time."""
+        return self._run() / self.one_thread_us
+
+
 @dataclass
 class PairedTiming:
     """Interleaved rounds of several programs: each one's per-round milliseconds, and each one's paired ratio
-    to the first (the median over rounds of its time / the first's in the same round)."""
+    to the first (the median over rounds of its time / the first's in the same round). Beyond one thread, the
+    rounds the machine did not give every CPU to are left out (`contention.gated_rounds`): how many, and whether
+    enough quiet ones were found (else the quietest were kept)."""
 
     ms: list[list[float]]
+    contended_rounds: int = 0
+    quiet: bool = True
 
     @property
     def medians(self) -> list[float]:
@@ -79,22 +143,31 @@ def paired_times(
     method: str = "forward",
 ) -> PairedTiming:
     """Run every program's `method` once per round, in an order that alternates round to round, with `threads`
-    threads, on `inputs` (or program i on `inputs_of[i]`)."""
+    threads, on `inputs` (or program i on `inputs_of[i]`); beyond one thread, in chunks checked for contention
+    (`contention.gated_rounds`)."""
+    from layout_solver.targets.xnnpack.contention import gated_rounds
+
     args = [list(x) for x in inputs_of] if inputs_of is not None else [list(inputs)] * len(buffers)
-    ms: list[list[float]] = [[] for _ in buffers]
     order = list(range(len(buffers)))
+    sentinel = Sentinel(threads)
     with pinned(threads):
         loaded = [load_method(b, method=method) for b in buffers]  # each program kept alive beside its method
         methods = [m for _, m in loaded]
+        sentinel.load()
         for loaded_method, given in zip(methods, args):
             for _ in range(warmup):
                 loaded_method.execute(given)
-        for r in range(rounds):
+
+        def one_round(r: int) -> list[float]:
+            ms = [0.0] * len(buffers)
             for i in order if r % 2 == 0 else order[::-1]:
                 started = time.perf_counter()
                 methods[i].execute(args[i])
-                ms[i].append((time.perf_counter() - started) * 1e3)
-    return PairedTiming(ms)
+                ms[i] = (time.perf_counter() - started) * 1e3
+            return ms
+
+        gated = gated_rounds(one_round, rounds, sentinel.level if sentinel.loaded else None)
+    return PairedTiming([list(t) for t in zip(*gated.rounds)], gated.contended, gated.quiet)
 
 
 @dataclass
@@ -222,16 +295,17 @@ def time_in_fresh_process(buffers: list[bytes], inputs: tuple, threads: int, rou
         )  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"timing process failed: {done.stderr.strip().splitlines()[-1:]}")
-        return PairedTiming(json.loads(done.stdout.strip().splitlines()[-1]))
+        return PairedTiming(**json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _main() -> None:
     import argparse
+    import dataclasses
     import json
 
     import torch
 
-    parser = argparse.ArgumentParser(description="time .pte programs in interleaved paired rounds (JSON ms lists)")
+    parser = argparse.ArgumentParser(description="time .pte programs in interleaved paired rounds (JSON: PairedTiming)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("inputs")
@@ -239,7 +313,7 @@ def _main() -> None:
     args = parser.parse_args()
     inputs = torch.load(args.inputs)
     timing = paired_times([Path(p).read_bytes() for p in args.programs], inputs, args.threads, args.rounds)
-    print(json.dumps(timing.ms))
+    print(json.dumps(dataclasses.asdict(timing)))
 
 
 if __name__ == "__main__":
