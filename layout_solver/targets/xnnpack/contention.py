@@ -9,9 +9,10 @@ stock program read 170-189 us where the sentinel read under 0.8 and 416-423 us a
 another (`benchmarks/results/xnnpack_contention.md`) 182-191 us under 0.7, 221-241 at 0.7-0.8, up to 317 beyond.
 A 2-thread figure was whichever state its timing fell in; a device runs a program on CPUs of its own.
 
-So a timing beyond one thread runs in chunks, each between two runs of a sentinel (`runtime.Sentinel`, a
+So a timing beyond one thread runs in chunks, each between two readings of a sentinel (`runtime.Sentinel`, a
 convolution that splits evenly across the pool: 0.6-0.7 of its 1-thread time at 2 threads when quiet), and keeps
-the chunks where both sentinel runs were quiet (`QUIET_SHARE`). This module is that rule alone.
+the chunks where both readings were quiet (`QUIET_SHARE`). A reading is the quickest of three runs: the first
+after another program reads its caches cold. This module is that rule alone.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-# A chunk counts as quiet where both sentinel runs took under this share of the sentinel's 1-thread time (ci-x86:
+# A chunk counts as quiet where both sentinel readings took under this share of the sentinel's 1-thread time (ci-x86:
 # programs within a few percent of their quietest times up to 0.7, 15-30% slower at 0.7-0.8, up to 2.3x beyond).
 QUIET_SHARE = 0.7
 # A chunk runs at least this many rounds, and more until this many seconds passed (the states last seconds).
@@ -47,8 +48,8 @@ class GatedRounds(Generic[T]):
 
 
 def gated_rounds(run_round: Callable[[int], T], rounds: int, level: Callable[[], float] | None) -> GatedRounds[T]:
-    """`rounds` rounds (`run_round(r)` for r = 0, 1, ...) from chunks that ran between two quiet sentinel runs
-    (`level()`: a sentinel run's time over its 1-thread time; a chunk's level is the higher of its two readings,
+    """`rounds` rounds (`run_round(r)` for r = 0, 1, ...) from chunks that ran between two quiet sentinel readings
+    (`level()`: the sentinel's time now over its 1-thread time; a chunk's level is the higher of its two readings,
     quiet under `QUIET_SHARE`); without a sentinel (one thread), plainly. Chunks run until `rounds` quiet rounds
     are in, or the budget (`BUDGET_FACTOR`, `MIN_BUDGET_SECONDS`) is spent and `rounds` rounds ran in all; then the
     quietest chunks that make up `rounds` rounds are kept."""

@@ -83,6 +83,9 @@ def timed_us(method, args: list) -> float:
     return (time.perf_counter() - started) * 1e6
 
 
+SENTINEL_RUNS = 3
+
+
 class Sentinel:
     """The contention check between chunks of a timing at `threads` (`contention.gated_rounds`). Build it before
     the thread pool is pinned (beyond one thread it times the sentinel at one thread first, which resets the pool),
@@ -108,8 +111,10 @@ class Sentinel:
             self._run()
 
     def level(self) -> float:
-        """The sentinel's time, run once now, over its 1-thread time."""
-        return self._run() / self.one_thread_us
+        """The sentinel's quickest of `SENTINEL_RUNS` runs now over its 1-thread time: its first run after another
+        program reads its caches cold (1.33-1.37 of its 1-thread time after convnext_stack's or mobilenet_v2's
+        program here, in a spell where its third run read 0.58-0.81), a contended spell slows every run."""
+        return min(self._run() for _ in range(SENTINEL_RUNS)) / self.one_thread_us
 
 
 @dataclass
