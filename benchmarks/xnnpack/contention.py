@@ -1,6 +1,6 @@
 """Whether a 2-thread timing on this machine had both CPUs: rounds of the contention sentinel
-(`layout_solver.targets.xnnpack.runtime.Sentinel`) and some programs at 2 threads for `--seconds`, each round the sentinel
-first, then each program once; the rounds binned by the sentinel's time over its 1-thread time, and each
+(`layout_solver.targets.xnnpack.runtime.Sentinel`) and some programs at 2 threads for `--seconds`, each round a
+sentinel reading first (as a checked timing reads it), then each program once; the rounds binned by the reading, and each
 program's median microseconds per bin. Where the bins below `QUIET_SHARE` and above it read two distinct levels
 for every program, the sentinel tells the machine's two states apart; the 1-thread column is each program's
 median alone at one thread, for scale.
@@ -29,13 +29,7 @@ def main() -> None:
     from layout_solver.lowering.quiet import quiet
     from layout_solver.targets.xnnpack import contention
     from layout_solver.targets.xnnpack.lowering import lower
-    from layout_solver.targets.xnnpack.runtime import (
-        load_method,
-        pinned,
-        sentinel_one_thread_us,
-        sentinel_program,
-        timed_us,
-    )
+    from layout_solver.targets.xnnpack.runtime import SENTINEL_RUNS, Sentinel, load_method, pinned, timed_us
     from layout_solver.xnnpack import stock_layouts
     from layout_solver.zoo.models import build
 
@@ -49,8 +43,7 @@ def main() -> None:
         module, inputs = build(name)
         with quiet():
             programs.append((lower(module, inputs, stock_layouts).buffer, list(inputs)))
-    one_thread_sentinel = sentinel_one_thread_us()
-    sentinel_buffer, sentinel_inputs = sentinel_program()
+    sentinel = Sentinel(2)
     one_thread = []
     with pinned(1):
         for buffer, args_ in programs:
@@ -58,12 +51,11 @@ def main() -> None:
             one_thread.append(statistics.median(timed_us(method, args_) for _ in range(200)))
     rounds = []
     with pinned(2):
-        sentinel = load_method(sentinel_buffer)[1]
+        sentinel.load()
         methods = [(load_method(b)[1], a) for b, a in programs]
         started = time.perf_counter()
         while time.perf_counter() - started < opts.seconds:
-            share = timed_us(sentinel, list(sentinel_inputs)) / one_thread_sentinel
-            rounds.append([share] + [timed_us(m, a) for m, a in methods])
+            rounds.append([sentinel.level()] + [timed_us(m, a) for m, a in methods])
     table = np.array(rounds)
     short = [n.split(":")[-1][:24] for n in names]
     rows = [("1 thread", "", *(f"{us:.1f}" for us in one_thread))]
@@ -75,8 +67,8 @@ def main() -> None:
             print(harness.row(rows[-1]), flush=True)
     lines = ["# XNNPACK at 2 threads on this machine: the contention sentinel against programs", "",
              harness.provenance(), "",
-             (f"{len(table):,} rounds in {opts.seconds:g} s; the sentinel's 1-thread time {one_thread_sentinel:.1f} "
-              f"us; a round counts as quiet under {contention.QUIET_SHARE} of it. Each program's median "
+             (f"{len(table):,} rounds in {opts.seconds:g} s; the sentinel's 1-thread time {sentinel.one_thread_us:.1f} "
+              f"us, each reading the quickest of {SENTINEL_RUNS} runs; a round counts as quiet under {contention.QUIET_SHARE} of it. Each program's median "
               "microseconds by the bin of its round's sentinel reading (2 threads)."), ""]  # fmt: skip
     lines += harness.table(["sentinel / its 1-thread time", "share of rounds", *short], rows)
     harness.emit(lines, opts.out)

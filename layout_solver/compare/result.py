@@ -170,8 +170,8 @@ class Comparison(_Record):
     run_ratio_by_threads: dict[str, float] | None = None
     run_ratio_timings_by_threads: dict[str, list[float]] | None = None
     reference_ms_by_threads: dict[str, float] | None = None  # XNNPACK: the reference program's time, this run
-    # XNNPACK beyond one thread: rounds of the first paired timing dropped because the machine did not give the run
-    # every CPU (`targets.xnnpack.contention`); True where too few quiet rounds were found and all were kept
+    # XNNPACK beyond one thread: rounds of the first paired timing left out because the machine did not give the run
+    # every CPU (`targets.xnnpack.contention`); True where too few quiet rounds were found and the quietest were kept
     contended_rounds_by_threads: dict[str, int] | None = None
     contended_timing_kept_by_threads: dict[str, bool] | None = None
     # XNNPACK: the profile's reference time the run times at its speed are stated at (a re-measured profile restates them)

@@ -47,7 +47,7 @@ def test_a_timing_that_finds_no_quiet_spell_keeps_its_quietest_chunks_and_says_s
 def test_one_thread_is_timed_plainly():
     sentinel = Sentinel(1)
     sentinel.load()
-    assert sentinel.one_thread_us is None and not sentinel.loaded
+    assert sentinel.one_thread_us is None and sentinel.check is None
     assert gated_rounds(lambda r: r * r, 4, None) == GatedRounds([0, 1, 4, 9])
 
 

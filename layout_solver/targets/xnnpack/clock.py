@@ -182,7 +182,7 @@ def reference_ratio(buffer: bytes, inputs: tuple, threads: int, rounds: int = 30
             reference_ms = statistics.median([timed(0) for _ in range(REFERENCE_RUNS_PER_ROUND)][1:])
             return program_ms / reference_ms, reference_ms
 
-        gated = gated_rounds(one_round, rounds, sentinel.level if sentinel.loaded else None)
+        gated = gated_rounds(one_round, rounds, sentinel.check)
     return statistics.median(r for r, _ in gated.rounds), statistics.median(ms for _, ms in gated.rounds)
 
 

@@ -6,7 +6,8 @@ busy processes, one per CPU, ran at full speed together; a cross-CPU round trip 
 156 in others). `benchmarks/xnnpack/contention.py` times a sentinel and four programs in rounds at 2 threads and
 bins the rounds by the sentinel's time over its 1-thread time. On ci-x86, in one 90 s run outside:mobilenet_v2's
 stock program read 170-189 us where the sentinel read under 0.8 and 416-423 us above (a fifth of the rounds); in
-another (`benchmarks/results/xnnpack_contention.md`) 182-191 us under 0.7, 221-241 at 0.7-0.8, up to 317 beyond.
+another, each reading the quickest of three runs (`benchmarks/results/xnnpack_contention.md`), 186 us under 0.65
+(84% of the rounds), 243-308 at 0.65-0.8, up to 565 beyond.
 A 2-thread figure was whichever state its timing fell in; a device runs a program on CPUs of its own.
 
 So a timing beyond one thread runs in chunks, each between two readings of a sentinel (`runtime.Sentinel`, a
@@ -24,8 +25,9 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-# A chunk counts as quiet where both sentinel readings took under this share of the sentinel's 1-thread time (ci-x86:
-# programs within a few percent of their quietest times up to 0.7, 15-30% slower at 0.7-0.8, up to 2.3x beyond).
+# A chunk counts as quiet where both sentinel readings took under this share of the sentinel's 1-thread time
+# (ci-x86, readings the quickest of three runs: programs at their quiet times under 0.65, 1.2-2x slower from 0.65
+# up; the 0.65-0.7 band, 5% of one run's rounds, still counts as quiet here).
 QUIET_SHARE = 0.7
 # A chunk runs at least this many rounds, and more until this many seconds passed (the states last seconds).
 MIN_CHUNK_ROUNDS = 3

@@ -96,9 +96,9 @@ class Sentinel:
         self._run = None
 
     @property
-    def loaded(self) -> bool:
-        """Whether it runs between chunks (loaded beyond one thread)."""
-        return self._run is not None
+    def check(self):
+        """`level`, for `contention.gated_rounds`, once loaded beyond one thread; else None (time plainly)."""
+        return self.level if self._run is not None else None
 
     def load(self) -> None:
         """Load the sentinel under the pinned pool (a no-op at one thread) and warm it."""
@@ -171,7 +171,7 @@ def paired_times(
                 ms[i] = (time.perf_counter() - started) * 1e3
             return ms
 
-        gated = gated_rounds(one_round, rounds, sentinel.level if sentinel.loaded else None)
+        gated = gated_rounds(one_round, rounds, sentinel.check)
     return PairedTiming([list(t) for t in zip(*gated.rounds)], gated.contended, gated.quiet)
 
 
